@@ -1,0 +1,20 @@
+//! Silk's shared vocabulary: ids, the [`Request`] that flows through the frontier, canonical
+//! URL keys and fingerprints, the declarative [`spider::SpiderSpec`], and the [`Clock`] seam.
+//!
+//! This crate does no I/O (no sockets, no files, no async): every other crate depends on it,
+//! so it stays small, pure and fast to compile. Parsing a spider file from a string lives here;
+//! reading the file from disk does not.
+
+pub mod canon;
+pub mod clock;
+pub mod error;
+pub mod ids;
+pub mod request;
+pub mod spider;
+
+pub use canon::{CanonRules, Fingerprint, canonicalize, fingerprint};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::CoreError;
+pub use ids::{AgentId, JobId, RunId, TenantId};
+pub use request::{Method, Request};
+pub use spider::SpiderSpec;

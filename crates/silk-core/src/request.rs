@@ -1,0 +1,103 @@
+//! The [`Request`]: one URL to fetch, with what the frontier and the downloaders need to know
+//! about it. It is stored in the frontier and travels on the bus, so its serde form is a wire
+//! format: add fields with `#[serde(default)]`, never rename or remove one.
+
+use crate::canon::{self, CanonRules, Fingerprint};
+use crate::error::CoreError;
+use crate::ids::AgentId;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use url::Url;
+
+/// HTTP method of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    /// GET
+    #[default]
+    Get,
+    /// HEAD
+    Head,
+    /// POST
+    Post,
+}
+
+impl Method {
+    /// The method as sent on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+        }
+    }
+}
+
+/// One URL to fetch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// The URL that is fetched: the canonical URL (fetching the canonical form is what makes
+    /// tracking variants and fragments cost nothing).
+    pub url: String,
+    /// HTTP method.
+    #[serde(default)]
+    pub method: Method,
+    /// Request body (POST).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Vec<u8>>,
+    /// Link distance from a start URL (start URLs are 0).
+    #[serde(default)]
+    pub depth: u32,
+    /// Base priority; higher is fetched first. Aging raises it while the request waits.
+    #[serde(default)]
+    pub priority: i32,
+    /// When the request was first enqueued, ms since the epoch (aging reads it).
+    #[serde(default)]
+    pub created_ms: u64,
+    /// How many times it was tried and failed with a retryable error.
+    #[serde(default)]
+    pub retries: u32,
+    /// How many redirects led to it (bounded by the spider's `max_redirects`).
+    #[serde(default)]
+    pub redirects: u32,
+    /// The agent that must fetch it (chained allocation), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentId>,
+    /// Free-form metadata carried to results (router task params, referer, …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub meta: BTreeMap<String, serde_json::Value>,
+}
+
+impl Request {
+    /// A GET request for `raw` (absolute, or relative to `base`), canonicalised by `rules`.
+    pub fn get(raw: &str, base: Option<&Url>, rules: &CanonRules) -> Result<Self, CoreError> {
+        let url = canon::canonicalize_str(raw, base, rules)?;
+        Ok(Self::from_canonical(url.into()))
+    }
+
+    /// A GET request for a URL that is already canonical.
+    pub fn from_canonical(url: String) -> Self {
+        Self {
+            url,
+            method: Method::Get,
+            body: None,
+            depth: 0,
+            priority: 0,
+            created_ms: 0,
+            retries: 0,
+            redirects: 0,
+            agent: None,
+            meta: BTreeMap::new(),
+        }
+    }
+
+    /// The dedup key of this request.
+    pub fn fingerprint(&self) -> Fingerprint {
+        canon::fingerprint(self.method.as_str(), &self.url, self.body.as_deref())
+    }
+
+    /// The politeness key (host and explicit port) of this request's URL.
+    pub fn host_key(&self) -> String {
+        Url::parse(&self.url).map(|u| canon::host_key(&u)).unwrap_or_default()
+    }
+}
