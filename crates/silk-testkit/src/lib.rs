@@ -1,0 +1,94 @@
+//! Synthetic sites for Silk's tests, README demo and benchmarks: there is no internet where
+//! they run, so everything a crawler is tested against is served from here, on 127.0.0.0/8.
+//!
+//! - [`demo`]: a deterministic multi-host shop ([`DemoSite`]) with product pages, search
+//!   pages, every kind of link a canonicaliser must collapse, robots.txt, redirects, 404s
+//!   and a spider trap; it records hits so that tests can check what a crawler fetched,
+//!   and it is fast enough (tens of thousands of pages a second on one core) for benchmarks.
+//! - [`hostile`]: servers that misbehave on purpose (garbage, truncation, endless
+//!   redirects, huge or slow bodies, bad encodings, hangs, arbitrary status codes).
+//!
+//! This crate must not depend on any other Silk crate (everything may depend on it in
+//! tests), must never bind or connect outside 127.0.0.0/8, and prints nothing: callers
+//! print what they want from the returned handles.
+
+pub mod demo;
+mod error;
+pub mod hostile;
+mod rng;
+mod server;
+
+pub use demo::{DemoConfig, DemoSite, DemoStats, PageInfo};
+pub use error::TestkitError;
+pub use hostile::{HostileKind, HostileServer};
+
+/// A TCP port that was free on `127.0.0.1` a moment ago (the kernel's pick for port 0).
+///
+/// Another process may take it before the caller binds it; prefer `port: 0` in
+/// [`DemoConfig`] where possible.
+///
+/// # Panics
+///
+/// If `127.0.0.1:0` cannot be bound at all (no loopback interface).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("cannot bind 127.0.0.1:0 to find a free port")
+}
+
+/// Serves a demo site until Ctrl-C (or SIGTERM on Unix), for `silk demo-site`.
+///
+/// `on_ready` is called once the site is listening, so that the caller can print its
+/// URLs (this crate prints nothing). The site is stopped, and its ports freed, before this
+/// returns.
+pub async fn serve_demo_forever<F>(cfg: DemoConfig, on_ready: F) -> Result<(), TestkitError>
+where
+    F: FnOnce(&DemoSite),
+{
+    // Listen before announcing readiness, so that a signal sent right after is not lost.
+    let shutdown_signal = ShutdownSignal::listen()?;
+    let site = DemoSite::start(cfg).await?;
+    on_ready(&site);
+    shutdown_signal.recv().await;
+    site.shutdown().await;
+    Ok(())
+}
+
+#[cfg(unix)]
+struct ShutdownSignal {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl ShutdownSignal {
+    fn listen() -> Result<Self, TestkitError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(ShutdownSignal {
+            interrupt: signal(SignalKind::interrupt()).map_err(TestkitError::Signal)?,
+            terminate: signal(SignalKind::terminate()).map_err(TestkitError::Signal)?,
+        })
+    }
+
+    async fn recv(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+#[cfg(not(unix))]
+struct ShutdownSignal;
+
+#[cfg(not(unix))]
+impl ShutdownSignal {
+    fn listen() -> Result<Self, TestkitError> {
+        Ok(ShutdownSignal)
+    }
+
+    async fn recv(self) {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
