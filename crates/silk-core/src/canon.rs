@@ -19,7 +19,8 @@ use std::fmt;
 use url::Url;
 
 /// Query / path parameters removed by default, whatever the spider says (`*` = prefix match).
-pub const DEFAULT_IGNORE_PARAMS: &[&str] = &["utm_*", "callback", "_", "jsessionid", "fbclid", "gclid"];
+pub const DEFAULT_IGNORE_PARAMS: &[&str] =
+    &["utm_*", "callback", "_", "jsessionid", "fbclid", "gclid"];
 
 /// How a spider canonicalises: which parameters to drop and which rewrites to apply.
 #[derive(Debug, Clone)]
@@ -41,7 +42,10 @@ impl CanonRules {
     pub fn new(extra_ignore: &[String], rewrites: &[(String, String)]) -> Result<Self, CoreError> {
         let mut exact = Vec::new();
         let mut prefixes = Vec::new();
-        let names = DEFAULT_IGNORE_PARAMS.iter().map(|s| s.to_string()).chain(extra_ignore.iter().cloned());
+        let names = DEFAULT_IGNORE_PARAMS
+            .iter()
+            .map(|s| s.to_string())
+            .chain(extra_ignore.iter().cloned());
         for name in names {
             let name = name.to_ascii_lowercase();
             match name.strip_suffix('*') {
@@ -58,23 +62,34 @@ impl CanonRules {
             })?;
             compiled.push((re, replacement.clone()));
         }
-        Ok(Self { exact, prefixes, rewrites: compiled })
+        Ok(Self {
+            exact,
+            prefixes,
+            rewrites: compiled,
+        })
     }
 
     /// Whether a (decoded) parameter name is ignored. Names compare case-insensitively.
     pub fn is_ignored(&self, name: &str) -> bool {
         let lower = name.to_ascii_lowercase();
-        self.exact.iter().any(|e| *e == lower) || self.prefixes.iter().any(|p| lower.starts_with(p.as_str()))
+        self.exact.contains(&lower) || self.prefixes.iter().any(|p| lower.starts_with(p.as_str()))
     }
 }
 
 /// Parses `raw` (absolute, or relative to `base`) and canonicalises it.
-pub fn canonicalize_str(raw: &str, base: Option<&Url>, rules: &CanonRules) -> Result<Url, CoreError> {
+pub fn canonicalize_str(
+    raw: &str,
+    base: Option<&Url>,
+    rules: &CanonRules,
+) -> Result<Url, CoreError> {
     let parsed = match base {
         Some(b) => b.join(raw.trim()),
         None => Url::parse(raw.trim()),
     }
-    .map_err(|e| CoreError::InvalidUrl { url: raw.to_owned(), reason: e.to_string() })?;
+    .map_err(|e| CoreError::InvalidUrl {
+        url: raw.to_owned(),
+        reason: e.to_string(),
+    })?;
     canonicalize(&parsed, rules)
 }
 
@@ -90,13 +105,18 @@ pub fn canonicalize(url: &Url, rules: &CanonRules) -> Result<Url, CoreError> {
             s = new;
         }
     }
-    let rewritten =
-        Url::parse(&s).map_err(|e| CoreError::InvalidUrl { url: s.clone(), reason: format!("after rewrites: {e}") })?;
+    let rewritten = Url::parse(&s).map_err(|e| CoreError::InvalidUrl {
+        url: s.clone(),
+        reason: format!("after rewrites: {e}"),
+    })?;
     normalize(&rewritten, rules)
 }
 
 fn normalize(url: &Url, rules: &CanonRules) -> Result<Url, CoreError> {
-    let bad = |reason: &str| CoreError::InvalidUrl { url: url.as_str().to_owned(), reason: reason.to_owned() };
+    let bad = |reason: &str| CoreError::InvalidUrl {
+        url: url.as_str().to_owned(),
+        reason: reason.to_owned(),
+    };
     match url.scheme() {
         "http" | "https" => {}
         other => return Err(bad(&format!("unsupported scheme `{other}`"))),
@@ -106,7 +126,8 @@ fn normalize(url: &Url, rules: &CanonRules) -> Result<Url, CoreError> {
     out.set_fragment(None);
     if host.ends_with('.') && host.len() > 1 {
         let trimmed = host.trim_end_matches('.').to_owned();
-        out.set_host(Some(&trimmed)).map_err(|e| bad(&e.to_string()))?;
+        out.set_host(Some(&trimmed))
+            .map_err(|e| bad(&e.to_string()))?;
     }
     let path = normalize_path(out.path(), rules);
     if path != out.path() {
@@ -194,19 +215,20 @@ fn normalize_percent_into(s: &str, out: &mut String) {
     let bytes = s.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex_val(bytes[i + 1]), hex_val(bytes[i + 2])) {
-                let b = h * 16 + l;
-                if is_unreserved(b) {
-                    out.push(b as char);
-                } else {
-                    out.push('%');
-                    out.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
-                    out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
-                }
-                i += 3;
-                continue;
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex_val(bytes[i + 1]), hex_val(bytes[i + 2]))
+        {
+            let b = h * 16 + l;
+            if is_unreserved(b) {
+                out.push(b as char);
+            } else {
+                out.push('%');
+                out.push(char::from(b"0123456789ABCDEF"[(b >> 4) as usize]));
+                out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
             }
+            i += 3;
+            continue;
         }
         // `i` is always at a char boundary: escapes are ASCII and we step whole chars.
         let ch_len = utf8_len(bytes[i]);
@@ -226,7 +248,9 @@ fn utf8_len(first: u8) -> usize {
 }
 
 fn percent_decode_lossy(s: &str) -> String {
-    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The politeness key of a URL: host plus explicit non-default port (`example.com`,
@@ -277,17 +301,34 @@ mod tests {
     use super::*;
 
     fn c(s: &str) -> String {
-        canonicalize_str(s, None, &CanonRules::default()).unwrap().to_string()
+        canonicalize_str(s, None, &CanonRules::default())
+            .unwrap()
+            .to_string()
     }
 
     #[test]
     fn collapses_common_variants() {
         let cases = [
-            ("HTTP://Example.COM:80/a/./b/../c#frag", "http://example.com/a/c"),
-            ("https://example.com:443/?b=2&a=1", "https://example.com/?a=1&b=2"),
-            ("http://example.com/p?utm_source=x&utm_medium=y&id=3", "http://example.com/p?id=3"),
-            ("http://example.com/p?fbclid=1&gclid=2&_=3&callback=f", "http://example.com/p"),
-            ("http://example.com/p;jsessionid=ABC?x=1", "http://example.com/p?x=1"),
+            (
+                "HTTP://Example.COM:80/a/./b/../c#frag",
+                "http://example.com/a/c",
+            ),
+            (
+                "https://example.com:443/?b=2&a=1",
+                "https://example.com/?a=1&b=2",
+            ),
+            (
+                "http://example.com/p?utm_source=x&utm_medium=y&id=3",
+                "http://example.com/p?id=3",
+            ),
+            (
+                "http://example.com/p?fbclid=1&gclid=2&_=3&callback=f",
+                "http://example.com/p",
+            ),
+            (
+                "http://example.com/p;jsessionid=ABC?x=1",
+                "http://example.com/p?x=1",
+            ),
             ("http://example.com/%70/%7e%2f", "http://example.com/p/~%2F"),
             ("http://example.com./x", "http://example.com/x"),
             ("http://example.com", "http://example.com/"),
@@ -314,14 +355,28 @@ mod tests {
             &[(r"^http://m\.".into(), "http://www.".into())],
         )
         .unwrap();
-        let u = canonicalize_str("http://m.example.com/x?sessionid=1&refsrc=2&k=v", None, &rules).unwrap();
+        let u = canonicalize_str(
+            "http://m.example.com/x?sessionid=1&refsrc=2&k=v",
+            None,
+            &rules,
+        )
+        .unwrap();
         assert_eq!(u.as_str(), "http://www.example.com/x?k=v");
     }
 
     #[test]
     fn rejects_non_http() {
-        for bad in ["mailto:a@b.c", "javascript:void(0)", "ftp://x/y", "not a url", "http://"] {
-            assert!(canonicalize_str(bad, None, &CanonRules::default()).is_err(), "{bad}");
+        for bad in [
+            "mailto:a@b.c",
+            "javascript:void(0)",
+            "ftp://x/y",
+            "not a url",
+            "http://",
+        ] {
+            assert!(
+                canonicalize_str(bad, None, &CanonRules::default()).is_err(),
+                "{bad}"
+            );
         }
     }
 
@@ -337,6 +392,9 @@ mod tests {
         let a = fingerprint("GET", "http://h/", None);
         assert_eq!(a, fingerprint("GET", "http://h/", None));
         assert_ne!(a, fingerprint("POST", "http://h/", None));
-        assert_ne!(fingerprint("POST", "http://h/", Some(b"x")), fingerprint("POST", "http://h/", Some(b"y")));
+        assert_ne!(
+            fingerprint("POST", "http://h/", Some(b"x")),
+            fingerprint("POST", "http://h/", Some(b"y"))
+        );
     }
 }

@@ -17,8 +17,16 @@ pub enum CoreError {
     SpiderInvalid { file: String, problems: Vec<String> },
     /// A regular expression that does not compile.
     #[error("{at}: invalid regex `{pattern}`: {reason}")]
-    InvalidRegex { at: String, pattern: String, reason: String },
+    InvalidRegex {
+        at: String,
+        pattern: String,
+        reason: String,
+    },
     /// A duration such as `7d` that does not parse.
     #[error("{at}: invalid duration `{value}`: {reason}")]
-    InvalidDuration { at: String, value: String, reason: String },
+    InvalidDuration {
+        at: String,
+        value: String,
+        reason: String,
+    },
 }

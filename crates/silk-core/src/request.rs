@@ -98,6 +98,8 @@ impl Request {
 
     /// The politeness key (host and explicit port) of this request's URL.
     pub fn host_key(&self) -> String {
-        Url::parse(&self.url).map(|u| canon::host_key(&u)).unwrap_or_default()
+        Url::parse(&self.url)
+            .map(|u| canon::host_key(&u))
+            .unwrap_or_default()
     }
 }

@@ -177,7 +177,9 @@ impl ExtractRule {
             (ExtractKind::Regex, &self.regex),
             (ExtractKind::Json, &self.json),
         ];
-        let mut given = all.iter().filter_map(|(k, v)| v.as_deref().map(|v| (*k, v)));
+        let mut given = all
+            .iter()
+            .filter_map(|(k, v)| v.as_deref().map(|v| (*k, v)));
         let first = given.next()?;
         given.next().is_none().then_some(first)
     }
@@ -255,7 +257,10 @@ fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a map of regex: replacement")
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
             let mut out = Vec::new();
             while let Some((k, v)) = m.next_entry::<String, String>()? {
                 out.push((k, v));
@@ -269,13 +274,19 @@ fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)
 impl SpiderSpec {
     /// Parses and validates a spider file; `file` names it in errors.
     pub fn parse(yaml: &str, file: &str) -> Result<Self, CoreError> {
-        let spec: SpiderSpec = serde_yaml_ng::from_str(yaml)
-            .map_err(|e| CoreError::SpiderSyntax { file: file.to_owned(), message: e.to_string() })?;
+        let spec: SpiderSpec =
+            serde_yaml_ng::from_str(yaml).map_err(|e| CoreError::SpiderSyntax {
+                file: file.to_owned(),
+                message: e.to_string(),
+            })?;
         let problems = spec.problems();
         if problems.is_empty() {
             Ok(spec)
         } else {
-            Err(CoreError::SpiderInvalid { file: file.to_owned(), problems })
+            Err(CoreError::SpiderInvalid {
+                file: file.to_owned(),
+                problems,
+            })
         }
     }
 
@@ -313,7 +324,9 @@ impl SpiderSpec {
         }
         for (name, rule) in &self.extract {
             match rule.source() {
-                None => p.push(format!("extract.{name}: give exactly one of css, xpath, regex, json")),
+                None => p.push(format!(
+                    "extract.{name}: give exactly one of css, xpath, regex, json"
+                )),
                 Some((ExtractKind::Regex, re)) => {
                     if let Err(e) = Regex::new(re) {
                         p.push(format!("extract.{name}.regex: invalid regex `{re}`: {e}"));
@@ -321,7 +334,12 @@ impl SpiderSpec {
                 }
                 Some(_) => {}
             }
-            if rule.attr.is_some() && !matches!(rule.source(), Some((ExtractKind::Css | ExtractKind::Xpath, _))) {
+            if rule.attr.is_some()
+                && !matches!(
+                    rule.source(),
+                    Some((ExtractKind::Css | ExtractKind::Xpath, _))
+                )
+            {
                 p.push(format!("extract.{name}.attr: only with css or xpath"));
             }
         }
@@ -331,7 +349,10 @@ impl SpiderSpec {
             p.push(format!("item_when: invalid regex `{re}`: {e}"));
         }
         if self.item_key != "url" && !self.extract.contains_key(&self.item_key) {
-            p.push(format!("item_key: `{}` is neither `url` nor a field of extract", self.item_key));
+            p.push(format!(
+                "item_key: `{}` is neither `url` nor a field of extract",
+                self.item_key
+            ));
         }
         if self.concurrency == 0 {
             p.push("concurrency: must be at least 1".into());
@@ -354,7 +375,10 @@ impl SpiderSpec {
         for (i, proxy) in self.proxy.iter().enumerate() {
             match Url::parse(proxy) {
                 Ok(u) if matches!(u.scheme(), "http" | "https" | "socks5" | "socks5h") => {}
-                Ok(u) => p.push(format!("proxy[{i}]: unsupported scheme `{}` (http, https, socks5)", u.scheme())),
+                Ok(u) => p.push(format!(
+                    "proxy[{i}]: unsupported scheme `{}` (http, https, socks5)",
+                    u.scheme()
+                )),
                 Err(e) => p.push(format!("proxy[{i}]: invalid url `{proxy}`: {e}")),
             }
         }
@@ -377,7 +401,11 @@ pub fn parse_segment(s: &str) -> Result<Option<Duration>, CoreError> {
     if s.trim().eq_ignore_ascii_case("none") {
         return Ok(None);
     }
-    let err = |reason: String| CoreError::InvalidDuration { at: "recrawl_segment".into(), value: s.into(), reason };
+    let err = |reason: String| CoreError::InvalidDuration {
+        at: "recrawl_segment".into(),
+        value: s.into(),
+        reason,
+    };
     let d = humantime::parse_duration(s.trim()).map_err(|e| err(e.to_string()))?;
     if d.as_millis() == 0 {
         return Err(err("must be longer than zero (or `none`)".into()));
@@ -397,7 +425,8 @@ pub struct CompiledFollow {
 impl CompiledFollow {
     /// Whether a canonical URL passes this rule's allow/deny regexes.
     pub fn accepts(&self, url: &str) -> bool {
-        (self.allow.is_empty() || self.allow.iter().any(|r| r.is_match(url))) && !self.deny.iter().any(|r| r.is_match(url))
+        (self.allow.is_empty() || self.allow.iter().any(|r| r.is_match(url)))
+            && !self.deny.iter().any(|r| r.is_match(url))
     }
 }
 
@@ -419,10 +448,17 @@ impl Spider {
     pub fn new(spec: SpiderSpec) -> Result<Self, CoreError> {
         let problems = spec.problems();
         if !problems.is_empty() {
-            return Err(CoreError::SpiderInvalid { file: spec.name.clone(), problems });
+            return Err(CoreError::SpiderInvalid {
+                file: spec.name.clone(),
+                problems,
+            });
         }
         let canon = CanonRules::new(&spec.ignore_params, &spec.canonical_rewrites)?;
-        let compile = |v: &[String]| v.iter().map(|r| Regex::new(r)).collect::<Result<Vec<_>, _>>();
+        let compile = |v: &[String]| {
+            v.iter()
+                .map(|r| Regex::new(r))
+                .collect::<Result<Vec<_>, _>>()
+        };
         let follow = match &spec.follow {
             None => None,
             Some(rules) => Some(
@@ -436,16 +472,35 @@ impl Spider {
                         })
                     })
                     .collect::<Result<Vec<_>, regex::Error>>()
-                    .map_err(|e| CoreError::InvalidRegex { at: "follow".into(), pattern: String::new(), reason: e.to_string() })?,
+                    .map_err(|e| CoreError::InvalidRegex {
+                        at: "follow".into(),
+                        pattern: String::new(),
+                        reason: e.to_string(),
+                    })?,
             ),
         };
-        let item_when = spec.item_when.as_deref().map(Regex::new).transpose().map_err(|e| CoreError::InvalidRegex {
-            at: "item_when".into(),
-            pattern: spec.item_when.clone().unwrap_or_default(),
-            reason: e.to_string(),
-        })?;
-        let allowed = spec.allowed_domains.iter().map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase()).collect();
-        Ok(Self { spec, canon, follow, item_when, allowed })
+        let item_when = spec
+            .item_when
+            .as_deref()
+            .map(Regex::new)
+            .transpose()
+            .map_err(|e| CoreError::InvalidRegex {
+                at: "item_when".into(),
+                pattern: spec.item_when.clone().unwrap_or_default(),
+                reason: e.to_string(),
+            })?;
+        let allowed = spec
+            .allowed_domains
+            .iter()
+            .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase())
+            .collect();
+        Ok(Self {
+            spec,
+            canon,
+            follow,
+            item_when,
+            allowed,
+        })
     }
 
     /// Parses, validates and compiles a spider file.
@@ -465,7 +520,10 @@ impl Spider {
             if d.contains(':') && !d.starts_with('[') {
                 *d == key
             } else {
-                host == *d || (host.len() > d.len() && host.ends_with(d.as_str()) && host.as_bytes()[host.len() - d.len() - 1] == b'.')
+                host == *d
+                    || (host.len() > d.len()
+                        && host.ends_with(d.as_str())
+                        && host.as_bytes()[host.len() - d.len() - 1] == b'.')
             }
         })
     }
@@ -507,7 +565,9 @@ mod tests {
 
     #[test]
     fn unknown_key_names_key_and_line() {
-        let err = SpiderSpec::parse("name: t\nstart_urls: []\nfollw: []\n", "t.yaml").unwrap_err().to_string();
+        let err = SpiderSpec::parse("name: t\nstart_urls: []\nfollw: []\n", "t.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("follw"), "{err}");
         assert!(err.contains("line 3"), "{err}");
         assert!(err.starts_with("t.yaml:"), "{err}");
@@ -517,10 +577,18 @@ mod tests {
     fn all_problems_at_once() {
         let yaml = "name: t\nstart_urls: [\"ftp://x/\"]\nfollow: [{allow: [\"(\"]}]\nitem_when: \"[\"\nrecrawl_segment: soon\nextract: {a: {css: x, regex: y}}\n";
         let err = SpiderSpec::parse(yaml, "t.yaml").unwrap_err();
-        let CoreError::SpiderInvalid { problems, .. } = &err else { panic!("{err}") };
+        let CoreError::SpiderInvalid { problems, .. } = &err else {
+            panic!("{err}")
+        };
         assert_eq!(problems.len(), 5, "{problems:?}");
         let msg = err.to_string();
-        for needle in ["start_urls[0]", "follow[0].allow[0]", "item_when", "recrawl_segment", "extract.a"] {
+        for needle in [
+            "start_urls[0]",
+            "follow[0].allow[0]",
+            "item_when",
+            "recrawl_segment",
+            "extract.a",
+        ] {
             assert!(msg.contains(needle), "{needle} missing in {msg}");
         }
     }
@@ -534,10 +602,15 @@ mod tests {
 
     #[test]
     fn proxy_one_or_many_and_rewrites_in_order() {
-        let yaml = format!("{MINIMAL}proxy: socks5://127.0.0.1:1080\ncanonical_rewrites:\n  'b$': c\n  'a': b\n");
+        let yaml = format!(
+            "{MINIMAL}proxy: socks5://127.0.0.1:1080\ncanonical_rewrites:\n  'b$': c\n  'a': b\n"
+        );
         let s = SpiderSpec::parse(&yaml, "t.yaml").unwrap();
         assert_eq!(s.proxy, vec!["socks5://127.0.0.1:1080"]);
-        assert_eq!(s.canonical_rewrites, vec![("b$".into(), "c".into()), ("a".into(), "b".into())]);
+        assert_eq!(
+            s.canonical_rewrites,
+            vec![("b$".into(), "c".into()), ("a".into(), "b".into())]
+        );
     }
 
     #[test]

@@ -31,7 +31,12 @@ fn url() -> impl Strategy<Value = String> {
     (
         prop_oneof![Just("http"), Just("HTTP"), Just("https"), Just("HtTpS")],
         "[a-zA-Z]{1,6}(\\.[a-zA-Z]{1,4}){0,2}\\.?",
-        prop_oneof![Just(String::new()), Just(":80".to_string()), Just(":443".to_string()), "(:[0-9]{2,5})"],
+        prop_oneof![
+            Just(String::new()),
+            Just(":80".to_string()),
+            Just(":443".to_string()),
+            "(:[0-9]{2,5})"
+        ],
         prop::collection::vec(segment(), 0..6),
         prop::option::of(prop::collection::vec(param(), 0..6)),
         prop::option::of("[a-z0-9]{0,5}"),
