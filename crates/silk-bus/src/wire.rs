@@ -1,0 +1,729 @@
+//! The wire format of every bus message: a versioned [`Envelope`] around one typed
+//! [`Message`]. This module owns the format; the subjects that carry each kind are in
+//! `subject`.
+//!
+//! # Envelope (version 1)
+//!
+//! JSON (UTF-8), one object per bus message:
+//!
+//! ```json
+//! {"v":1,"id":"0190f1c2a7e47c3d9b5f0e6a1d2c3b4a","sent_ms":1722500000000,"ttl_ms":3000,
+//!  "kind":"heartbeat","body":{"agent":"a1","cpu_pct":12.5,"memory_bytes":104857600,
+//!  "active_downloaders":2,"in_flight":17,"qps":40.0,"seq":812}}
+//! ```
+//!
+//! | field     | type        | meaning |
+//! |-----------|-------------|---------|
+//! | `v`       | u16         | wire version, `1`; a reader refuses other versions ([`BusError::UnsupportedVersion`]) |
+//! | `id`      | string      | unique message id (UUIDv7, time-ordered): readers de-duplicate on it, JetStream de-duplicates retried publishes on it (`Nats-Msg-Id`) |
+//! | `sent_ms` | u64         | when the publisher built the message, ms since the Unix epoch (publisher's clock) |
+//! | `ttl_ms`  | u64 or absent | the message is stale when `now - sent_ms > ttl_ms` (reader's clock); absent = never |
+//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control` |
+//! | `body`    | object      | the message of that kind, below |
+//!
+//! Bodies (field names are the Rust field names of the types below):
+//! - `register` → [`Register`]: `agent`, `host`, `version`, `cores`, `memory_bytes`,
+//!   `labels` (object of strings), `capacity`.
+//! - `heartbeat` → [`Heartbeat`]: `agent`, `cpu_pct`, `memory_bytes`, `active_downloaders`,
+//!   `in_flight`, `qps`, `seq`.
+//! - `command` → [`Command`], tagged by `op`: `{"op":"allocate","run":"r1","config":{…}}`,
+//!   `{"op":"download","run":"r1","batch":[{"lease_id":"…","request":{…Request…}}]}`,
+//!   `{"op":"release","run":"r1"}`, `{"op":"shutdown"}`.
+//! - `result` → [`RunResult`]: `run`, `agent`, `lease_id`, `outcome` ([`FetchOutcome`]:
+//!   `status`, `error` ([`ResultError`]: `code`, `message`, `retryable`), `links`, `items`,
+//!   `timings` ([`Timings`]: `fetch_ms`, `parse_ms`, `total_ms`), `bytes`).
+//! - `control` → [`Control`], tagged by `op`: `{"op":"pause","run":"r1"}`, `resume`, `stop`.
+//!
+//! # Design constraints
+//!
+//! - **Additive evolution.** Within version 1, fields are only added, with a default, and
+//!   never renamed or removed; readers ignore fields they do not know (no
+//!   `deny_unknown_fields` anywhere), so an old hub reads a newer agent's messages. A change
+//!   that an old reader would misread bumps `v`. A new `kind` or `op` is an error for old
+//!   readers (they skip the message), so new kinds go on new subjects.
+//! - **Nothing panics on input.** A payload that is not JSON, misses a field, has a wrong
+//!   type or an unknown kind decodes to [`BusError::Malformed`] naming the subject and what
+//!   was wrong (serde's line and column where it has one).
+//! - **Staleness is decided by the reader.** Heartbeats, allocations, downloads and
+//!   shutdowns carry a TTL ([`TtlPolicy`]); a reader drops them when they are older than
+//!   that on its clock, so a hub coming back after an outage does not act on old news.
+//!   Registrations never expire, whatever their `ttl_ms` says; results, releases and run
+//!   control carry no TTL (a late result is still processed once, idempotently). Clocks of
+//!   hub and agents are assumed NTP-synchronised to well under the TTLs (seconds); a message
+//!   from the future (`sent_ms > now`) is not stale.
+//! - **Idempotent handling.** Every bus delivers at least once; a reader that must not act
+//!   twice keys on `id` (and the hub on `lease_id` for results).
+//! - **Floats.** `cpu_pct` and `qps` read `null` (what JSON makes of NaN) as 0.
+
+use crate::error::BusError;
+use bytes::Bytes;
+use serde::{Deserialize, Deserializer, Serialize};
+use silk_core::{AgentId, Request, RunId};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The wire version this build writes and reads.
+pub const WIRE_VERSION: u16 = 1;
+
+/// A unique message id (a UUIDv7 in simple form: 32 hex digits, time-ordered).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessageId(pub String);
+
+impl MessageId {
+    /// A fresh id.
+    pub fn generate() -> Self {
+        MessageId(uuid::Uuid::now_v7().simple().to_string())
+    }
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The kind of a message: the `kind` field on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// [`Register`]
+    Register,
+    /// [`Heartbeat`]
+    Heartbeat,
+    /// [`Command`]
+    Command,
+    /// [`RunResult`]
+    Result,
+    /// [`Control`]
+    Control,
+}
+
+impl Kind {
+    /// The `kind` string on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Register => "register",
+            Kind::Heartbeat => "heartbeat",
+            Kind::Command => "command",
+            Kind::Result => "result",
+            Kind::Control => "control",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "register" => Kind::Register,
+            "heartbeat" => Kind::Heartbeat,
+            "command" => Kind::Command,
+            "result" => Kind::Result,
+            "control" => Kind::Control,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An agent announces itself (once at start, and again after it was told it is unknown).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Register {
+    /// The agent.
+    pub agent: AgentId,
+    /// Host name of its machine.
+    pub host: String,
+    /// Silk version of the agent.
+    pub version: String,
+    /// CPU cores.
+    pub cores: u32,
+    /// Physical memory.
+    pub memory_bytes: u64,
+    /// Labels used to pick agent pools (`pool=cn`, `net=adsl`, …).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// How many requests it accepts in flight at once.
+    #[serde(default)]
+    pub capacity: u32,
+}
+
+/// An agent's periodic health report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The agent.
+    pub agent: AgentId,
+    /// CPU use of the machine, percent (0–100 × cores is not used: 0–100).
+    #[serde(default, deserialize_with = "null_as_zero")]
+    pub cpu_pct: f64,
+    /// Memory in use.
+    #[serde(default)]
+    pub memory_bytes: u64,
+    /// Downloaders (runs) allocated on the agent.
+    #[serde(default)]
+    pub active_downloaders: u32,
+    /// Requests being fetched.
+    #[serde(default)]
+    pub in_flight: u32,
+    /// Requests per second over the last window.
+    #[serde(default, deserialize_with = "null_as_zero")]
+    pub qps: f64,
+    /// Increases by one per heartbeat of this agent process (gaps = lost heartbeats).
+    #[serde(default)]
+    pub seq: u64,
+}
+
+fn null_as_zero<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(0.0))
+}
+
+/// One leased request of a download batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeasedRequest {
+    /// The frontier lease it belongs to; comes back in the [`RunResult`].
+    pub lease_id: String,
+    /// What to fetch.
+    pub request: Request,
+}
+
+/// A command to one agent, on its own subject.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Command {
+    /// Create the downloader of a run (session, cookies, headers, proxies, trimming).
+    Allocate {
+        /// The run.
+        run: RunId,
+        /// The downloader configuration (its typed form comes with the agent).
+        #[serde(default)]
+        config: serde_json::Value,
+    },
+    /// Fetch a batch of requests with the run's downloader.
+    Download {
+        /// The run.
+        run: RunId,
+        /// The requests, each with its lease.
+        batch: Vec<LeasedRequest>,
+    },
+    /// Drop the run's downloader.
+    Release {
+        /// The run.
+        run: RunId,
+    },
+    /// Stop the agent process.
+    Shutdown,
+}
+
+/// A structured failure of one request, as seen by the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultError {
+    /// A short machine-readable code (`timeout`, `dns`, `tls`, `too_large`, `agent_lost`, …).
+    pub code: String,
+    /// For people.
+    #[serde(default)]
+    pub message: String,
+    /// Whether the frontier should retry the request.
+    #[serde(default)]
+    pub retryable: bool,
+}
+
+/// Where the time of one request went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// From sending the request to the end of the body.
+    #[serde(default)]
+    pub fetch_ms: u64,
+    /// Trimming and parsing.
+    #[serde(default)]
+    pub parse_ms: u64,
+    /// From receiving the command to publishing the result.
+    #[serde(default)]
+    pub total_ms: u64,
+}
+
+/// What came of one request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FetchOutcome {
+    /// HTTP status, when a response arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Why it failed, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ResultError>,
+    /// Links discovered (absolute URLs).
+    #[serde(default)]
+    pub links: Vec<String>,
+    /// Items extracted.
+    #[serde(default)]
+    pub items: Vec<serde_json::Value>,
+    /// Timings.
+    #[serde(default)]
+    pub timings: Timings,
+    /// Body bytes received.
+    #[serde(default)]
+    pub bytes: u64,
+}
+
+/// The result of one leased request, from an agent to the hubs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// The run.
+    pub run: RunId,
+    /// The agent that fetched it.
+    pub agent: AgentId,
+    /// The lease from the [`LeasedRequest`]: the hub acks the frontier with it.
+    pub lease_id: String,
+    /// What happened.
+    pub outcome: FetchOutcome,
+}
+
+/// Run control, on the run's subject.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Control {
+    /// Stop taking new requests, keep state.
+    Pause {
+        /// The run.
+        run: RunId,
+    },
+    /// Continue after a pause.
+    Resume {
+        /// The run.
+        run: RunId,
+    },
+    /// Stop for good.
+    Stop {
+        /// The run.
+        run: RunId,
+    },
+}
+
+/// The typed body of an envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// `register`
+    Register(Register),
+    /// `heartbeat`
+    Heartbeat(Heartbeat),
+    /// `command`
+    Command(Command),
+    /// `result`
+    Result(RunResult),
+    /// `control`
+    Control(Control),
+}
+
+impl Message {
+    /// The message's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Message::Register(_) => Kind::Register,
+            Message::Heartbeat(_) => Kind::Heartbeat,
+            Message::Command(_) => Kind::Command,
+            Message::Result(_) => Kind::Result,
+            Message::Control(_) => Kind::Control,
+        }
+    }
+}
+
+macro_rules! into_message {
+    ($($ty:ident => $variant:ident),*) => {$(
+        impl From<$ty> for Message {
+            fn from(m: $ty) -> Self {
+                Message::$variant(m)
+            }
+        }
+    )*};
+}
+into_message!(Register => Register, Heartbeat => Heartbeat, Command => Command, RunResult => Result, Control => Control);
+
+/// Default TTLs, by kind of message. The publisher stamps the TTL; the reader enforces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TtlPolicy {
+    /// How often agents send heartbeats; a heartbeat lives 3 intervals.
+    pub heartbeat_interval_ms: u64,
+    /// TTL of `allocate` and `shutdown` commands.
+    pub allocate_ttl_ms: u64,
+    /// TTL of `download` commands (keep it at or below the frontier's lease timeout: after
+    /// that the hub re-dispatches the requests anyway).
+    pub download_ttl_ms: u64,
+}
+
+impl Default for TtlPolicy {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval_ms: 1_000,
+            allocate_ttl_ms: 30_000,
+            download_ttl_ms: 60_000,
+        }
+    }
+}
+
+impl TtlPolicy {
+    /// The heartbeat TTL: 3 × the interval.
+    pub fn heartbeat_ttl_ms(&self) -> u64 {
+        self.heartbeat_interval_ms.saturating_mul(3)
+    }
+
+    /// The TTL a message gets: heartbeat 3 × interval; allocate and shutdown
+    /// `allocate_ttl_ms`; download `download_ttl_ms`; registrations, releases, results and
+    /// run control none.
+    pub fn ttl_ms(&self, message: &Message) -> Option<u64> {
+        match message {
+            Message::Heartbeat(_) => Some(self.heartbeat_ttl_ms()),
+            Message::Command(Command::Allocate { .. } | Command::Shutdown) => {
+                Some(self.allocate_ttl_ms)
+            }
+            Message::Command(Command::Download { .. }) => Some(self.download_ttl_ms),
+            Message::Command(Command::Release { .. })
+            | Message::Register(_)
+            | Message::Result(_)
+            | Message::Control(_) => None,
+        }
+    }
+
+    /// An envelope for `body` sent at `sent_ms`, with the TTL of its kind.
+    pub fn envelope(&self, body: impl Into<Message>, sent_ms: u64) -> Envelope {
+        let body = body.into();
+        let ttl_ms = self.ttl_ms(&body);
+        Envelope::new(body, sent_ms, ttl_ms)
+    }
+}
+
+/// The versioned envelope of every bus message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// Wire version ([`WIRE_VERSION`]).
+    pub v: u16,
+    /// Unique id (idempotent handling, publish de-duplication).
+    pub id: MessageId,
+    /// When it was built, ms since the epoch.
+    pub sent_ms: u64,
+    /// Time to live from `sent_ms`; `None` = never expires.
+    pub ttl_ms: Option<u64>,
+    /// The message.
+    pub body: Message,
+}
+
+#[derive(Serialize)]
+struct WireOut<'a, T: Serialize> {
+    v: u16,
+    id: &'a str,
+    sent_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
+    kind: &'static str,
+    body: &'a T,
+}
+
+/// Everything optional so that a missing field is reported by name after the version check.
+#[derive(Deserialize)]
+struct WireIn {
+    v: Option<u16>,
+    id: Option<String>,
+    sent_ms: Option<u64>,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+    kind: Option<String>,
+    body: Option<serde_json::Value>,
+}
+
+impl Envelope {
+    /// An envelope with a fresh id.
+    pub fn new(body: impl Into<Message>, sent_ms: u64, ttl_ms: Option<u64>) -> Self {
+        Envelope {
+            v: WIRE_VERSION,
+            id: MessageId::generate(),
+            sent_ms,
+            ttl_ms,
+            body: body.into(),
+        }
+    }
+
+    /// The kind of the body.
+    pub fn kind(&self) -> Kind {
+        self.body.kind()
+    }
+
+    /// When it expires (ms since the epoch), if it does. Registrations never do.
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        if matches!(self.body, Message::Register(_)) {
+            return None;
+        }
+        self.ttl_ms.map(|ttl| self.sent_ms.saturating_add(ttl))
+    }
+
+    /// Whether it is stale at `now_ms`: older than its TTL. Registrations never are.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.expires_at_ms().is_some_and(|at| now_ms > at)
+    }
+
+    /// The JSON bytes of the envelope.
+    pub fn encode(&self) -> Result<Bytes, BusError> {
+        fn out<T: Serialize>(
+            e: &Envelope,
+            kind: Kind,
+            body: &T,
+        ) -> Result<Vec<u8>, serde_json::Error> {
+            serde_json::to_vec(&WireOut {
+                v: e.v,
+                id: e.id.as_str(),
+                sent_ms: e.sent_ms,
+                ttl_ms: e.ttl_ms,
+                kind: kind.as_str(),
+                body,
+            })
+        }
+        let kind = self.kind();
+        let bytes = match &self.body {
+            Message::Register(b) => out(self, kind, b),
+            Message::Heartbeat(b) => out(self, kind, b),
+            Message::Command(b) => out(self, kind, b),
+            Message::Result(b) => out(self, kind, b),
+            Message::Control(b) => out(self, kind, b),
+        };
+        bytes.map(Bytes::from).map_err(|e| BusError::Encode {
+            kind: kind.as_str().into(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Decodes a payload read from `subject` (named in errors). Never panics.
+    pub fn decode(subject: &str, payload: &[u8]) -> Result<Envelope, BusError> {
+        let bad = |reason: String| BusError::malformed(subject, reason);
+        let wire: WireIn = serde_json::from_slice(payload)
+            .map_err(|e| bad(format!("not a JSON envelope: {e}")))?;
+        let v = wire.v.ok_or_else(|| bad("missing field `v`".into()))?;
+        if v != WIRE_VERSION {
+            return Err(BusError::UnsupportedVersion {
+                subject: subject.into(),
+                version: v,
+                supported: WIRE_VERSION,
+            });
+        }
+        let missing = |field: &str| bad(format!("missing field `{field}`"));
+        let id = wire.id.ok_or_else(|| missing("id"))?;
+        if id.is_empty() {
+            return Err(bad("empty field `id`".into()));
+        }
+        let sent_ms = wire.sent_ms.ok_or_else(|| missing("sent_ms"))?;
+        let kind_text = wire.kind.ok_or_else(|| missing("kind"))?;
+        let kind =
+            Kind::parse(&kind_text).ok_or_else(|| bad(format!("unknown kind `{kind_text}`")))?;
+        let body = wire.body.ok_or_else(|| missing("body"))?;
+        fn typed<T: serde::de::DeserializeOwned>(
+            body: serde_json::Value,
+        ) -> Result<T, serde_json::Error> {
+            serde_json::from_value(body)
+        }
+        let body = match kind {
+            Kind::Register => typed(body).map(Message::Register),
+            Kind::Heartbeat => typed(body).map(Message::Heartbeat),
+            Kind::Command => typed(body).map(Message::Command),
+            Kind::Result => typed(body).map(Message::Result),
+            Kind::Control => typed(body).map(Message::Control),
+        }
+        .map_err(|e| bad(format!("`{kind}` body: {e}")))?;
+        Ok(Envelope {
+            v,
+            id: MessageId(id),
+            sent_ms,
+            ttl_ms: wire.ttl_ms,
+            body,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Message> {
+        let mut req = Request::from_canonical("https://example.com/a".into());
+        req.meta
+            .insert("referer".into(), serde_json::json!("https://example.com/"));
+        vec![
+            Register {
+                agent: "a1".into(),
+                host: "h1".into(),
+                version: "0.1.0".into(),
+                cores: 8,
+                memory_bytes: 1 << 34,
+                labels: [("pool".to_owned(), "cn".to_owned())].into(),
+                capacity: 64,
+            }
+            .into(),
+            Heartbeat {
+                agent: "a1".into(),
+                cpu_pct: 12.5,
+                memory_bytes: 1 << 27,
+                active_downloaders: 2,
+                in_flight: 17,
+                qps: 40.0,
+                seq: 812,
+            }
+            .into(),
+            Command::Allocate {
+                run: "r1".into(),
+                config: serde_json::json!({"proxy": null}),
+            }
+            .into(),
+            Command::Download {
+                run: "r1".into(),
+                batch: vec![LeasedRequest {
+                    lease_id: "l1".into(),
+                    request: req,
+                }],
+            }
+            .into(),
+            Command::Release { run: "r1".into() }.into(),
+            Command::Shutdown.into(),
+            RunResult {
+                run: "r1".into(),
+                agent: "a1".into(),
+                lease_id: "l1".into(),
+                outcome: FetchOutcome {
+                    status: Some(200),
+                    error: None,
+                    links: vec!["https://example.com/b".into()],
+                    items: vec![serde_json::json!({"title": "t"})],
+                    timings: Timings {
+                        fetch_ms: 10,
+                        parse_ms: 2,
+                        total_ms: 13,
+                    },
+                    bytes: 1234,
+                },
+            }
+            .into(),
+            Control::Pause { run: "r1".into() }.into(),
+            Control::Resume { run: "r1".into() }.into(),
+            Control::Stop { run: "r1".into() }.into(),
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let policy = TtlPolicy::default();
+        for m in samples() {
+            let e = policy.envelope(m, 1_000);
+            let back = Envelope::decode("silk.x", &e.encode().unwrap()).unwrap();
+            assert_eq!(back, e);
+        }
+    }
+
+    #[test]
+    fn wire_shape_is_documented_shape() {
+        let e = Envelope {
+            v: 1,
+            id: MessageId("m1".into()),
+            sent_ms: 5,
+            ttl_ms: None,
+            body: Command::Release { run: "r1".into() }.into(),
+        };
+        let text = String::from_utf8(e.encode().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":1,"id":"m1","sent_ms":5,"kind":"command","body":{"op":"release","run":"r1"}}"#
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_tolerated() {
+        let text = r#"{"v":1,"id":"m","sent_ms":1,"kind":"heartbeat","future":{"x":1},
+            "body":{"agent":"a","cpu_pct":null,"gpu_pct":3,"seq":2}}"#;
+        let e = Envelope::decode("s", text.as_bytes()).unwrap();
+        let Message::Heartbeat(hb) = e.body else {
+            panic!("not a heartbeat")
+        };
+        assert_eq!((hb.cpu_pct, hb.seq, e.ttl_ms), (0.0, 2, None));
+    }
+
+    #[test]
+    fn malformed_payloads_are_errors_naming_subject_and_cause() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "not a JSON envelope"),
+            (b"\xff\xfe", "not a JSON envelope"),
+            (b"[1,2]", "not a JSON envelope"),
+            (b"{\"v\":1", "not a JSON envelope"),
+            (br#"{"id":"m","sent_ms":1,"kind":"heartbeat","body":{}}"#, "missing field `v`"),
+            (br#"{"v":1,"sent_ms":1,"kind":"heartbeat","body":{}}"#, "missing field `id`"),
+            (br#"{"v":1,"id":"","sent_ms":1,"kind":"heartbeat","body":{}}"#, "empty field `id`"),
+            (br#"{"v":1,"id":"m","kind":"heartbeat","body":{}}"#, "missing field `sent_ms`"),
+            (br#"{"v":1,"id":"m","sent_ms":-1,"kind":"x","body":{}}"#, "not a JSON envelope"),
+            (br#"{"v":1,"id":"m","sent_ms":1,"body":{}}"#, "missing field `kind`"),
+            (br#"{"v":1,"id":"m","sent_ms":1,"kind":"gossip","body":{}}"#, "unknown kind `gossip`"),
+            (br#"{"v":1,"id":"m","sent_ms":1,"kind":"heartbeat"}"#, "missing field `body`"),
+            (br#"{"v":1,"id":"m","sent_ms":1,"kind":"heartbeat","body":{}}"#, "`heartbeat` body: missing field `agent`"),
+            (br#"{"v":1,"id":"m","sent_ms":1,"kind":"command","body":{"op":"fly"}}"#, "`command` body: unknown variant `fly`"),
+            (br#"{"v":1,"id":"m","sent_ms":1,"kind":"command","body":{"op":"download","run":"r"}}"#, "missing field `batch`"),
+            (br#"{"v":1,"id":"m","sent_ms":1,"kind":"register","body":{"agent":"a","host":"h","version":"1","cores":"8","memory_bytes":1}}"#, "`register` body: invalid type"),
+        ];
+        for (payload, want) in cases {
+            let err = Envelope::decode("silk.results", payload).unwrap_err();
+            let text = err.to_string();
+            assert!(matches!(err, BusError::Malformed { .. }), "{text}");
+            assert!(
+                text.starts_with("subject `silk.results`: malformed message: "),
+                "{text}"
+            );
+            assert!(
+                text.contains(want),
+                "{:?}: {text}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+        let err = Envelope::decode("s", br#"{"v":2,"whatever":true}"#).unwrap_err();
+        assert_eq!(
+            err,
+            BusError::UnsupportedVersion {
+                subject: "s".into(),
+                version: 2,
+                supported: 1
+            }
+        );
+        assert!(!err.is_retryable());
+    }
+
+    #[test]
+    fn expiry_by_kind() {
+        let policy = TtlPolicy {
+            heartbeat_interval_ms: 1_000,
+            allocate_ttl_ms: 5_000,
+            download_ttl_ms: 7_000,
+        };
+        let hb = policy.envelope(samples().remove(1), 10_000);
+        assert_eq!(hb.ttl_ms, Some(3_000));
+        assert!(!hb.expired(13_000) && hb.expired(13_001));
+        assert!(!hb.expired(0), "a message from the future is not stale");
+        let dl = policy.envelope(samples().remove(3), 10_000);
+        assert_eq!(dl.ttl_ms, Some(7_000));
+        let alloc = policy.envelope(samples().remove(2), 10_000);
+        assert_eq!(alloc.ttl_ms, Some(5_000));
+        // A registration never expires, even when a publisher stamped a TTL on it.
+        let mut reg = policy.envelope(samples().remove(0), 0);
+        assert_eq!(reg.ttl_ms, None);
+        reg.ttl_ms = Some(1);
+        assert!(!reg.expired(u64::MAX));
+        for m in samples().into_iter().skip(4) {
+            if !matches!(m, Message::Command(Command::Shutdown)) {
+                assert_eq!(policy.ttl_ms(&m), None, "{m:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn ids_are_unique_and_time_ordered() {
+        let a = MessageId::generate();
+        let b = MessageId::generate();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 32);
+        assert!(a < b);
+    }
+}
