@@ -1,0 +1,143 @@
+//! [`FrontierConfig`]: the knobs of one frontier (one run's), shared by every backend.
+//!
+//! This module holds values and their validation only; it must not read files or
+//! environment variables (the spider file and the hub's config map onto it elsewhere).
+
+use crate::error::FrontierError;
+use serde::{Deserialize, Serialize};
+
+/// Longest retry back-off: `retry_backoff_ms * 2^retries` is capped at five minutes.
+pub const MAX_RETRY_BACKOFF_MS: u64 = 5 * 60 * 1000;
+
+/// Configuration of a frontier. Units are in the names; the defaults match the spider's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FrontierConfig {
+    /// At most this many requests of one host (`Request::host_key`) in flight. At least 1.
+    pub per_host_concurrency: u32,
+    /// At least this long between two lease starts on one host, ms (robots.txt crawl-delay
+    /// can raise it per host: [`crate::FrontierStore::set_host_delay`]).
+    pub per_host_delay_ms: u64,
+    /// A lease not acked within this time expires and its request is dispatched again, ms.
+    /// At least 1.
+    pub lease_timeout_ms: u64,
+    /// A request acked with `Retry` this many times is recorded as failed at the next one.
+    pub max_retries: u32,
+    /// Base of the retry back-off: the n-th retry (n from 0) waits
+    /// `retry_backoff_ms * 2^n`, capped at [`MAX_RETRY_BACKOFF_MS`].
+    pub retry_backoff_ms: u64,
+    /// Priority aging threshold `beta` in `[0, 1]` (design §3).
+    pub aging_beta: f64,
+    /// Re-crawl segment length, ms: a URL is unique within `floor(now / segment_ms)`.
+    /// `None` = one segment forever (dedup forever).
+    pub segment_ms: Option<u64>,
+    /// How many URLs a segment's Bloom filter is sized for (past it the false-positive rate
+    /// grows; false positives cost a store read, never a lost URL).
+    pub expected_urls: u64,
+    /// Target false-positive rate of the Bloom filter, in `(0, 1)`.
+    pub bloom_fp_rate: f64,
+}
+
+impl Default for FrontierConfig {
+    fn default() -> Self {
+        Self {
+            per_host_concurrency: 2,
+            per_host_delay_ms: 250,
+            lease_timeout_ms: 120_000,
+            max_retries: 3,
+            retry_backoff_ms: 1_000,
+            aging_beta: 0.5,
+            segment_ms: Some(24 * 60 * 60 * 1000),
+            expected_urls: 1_000_000,
+            bloom_fp_rate: 0.01,
+        }
+    }
+}
+
+impl FrontierConfig {
+    /// Checks every value; the first invalid one is returned.
+    pub fn validate(&self) -> Result<(), FrontierError> {
+        let bad = |field, reason: &str| {
+            Err(FrontierError::InvalidConfig {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if self.per_host_concurrency == 0 {
+            return bad("per_host_concurrency", "must be at least 1");
+        }
+        if self.lease_timeout_ms == 0 {
+            return bad("lease_timeout_ms", "must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.aging_beta) {
+            return bad("aging_beta", "must be between 0 and 1");
+        }
+        if self.segment_ms == Some(0) {
+            return bad("segment_ms", "must be at least 1 (or none)");
+        }
+        if !(self.bloom_fp_rate > 0.0 && self.bloom_fp_rate < 1.0) {
+            return bad("bloom_fp_rate", "must be between 0 and 1 (exclusive)");
+        }
+        Ok(())
+    }
+
+    /// The dedup segment of a request enqueued at `now_ms`.
+    pub fn segment_of(&self, now_ms: u64) -> u64 {
+        match self.segment_ms {
+            Some(ms) if ms > 0 => now_ms / ms,
+            _ => 0,
+        }
+    }
+
+    /// The back-off before the retry of a request that has been retried `retries` times.
+    pub fn retry_backoff(&self, retries: u32) -> u64 {
+        let factor = 1u64.checked_shl(retries.min(63)).unwrap_or(u64::MAX);
+        self.retry_backoff_ms
+            .saturating_mul(factor)
+            .min(MAX_RETRY_BACKOFF_MS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let c = FrontierConfig {
+            retry_backoff_ms: 1_000,
+            ..Default::default()
+        };
+        assert_eq!(c.retry_backoff(0), 1_000);
+        assert_eq!(c.retry_backoff(1), 2_000);
+        assert_eq!(c.retry_backoff(3), 8_000);
+        assert_eq!(c.retry_backoff(9), MAX_RETRY_BACKOFF_MS);
+        assert_eq!(c.retry_backoff(200), MAX_RETRY_BACKOFF_MS);
+    }
+
+    #[test]
+    fn segments() {
+        let c = FrontierConfig {
+            segment_ms: Some(1_000),
+            ..Default::default()
+        };
+        assert_eq!(c.segment_of(999), 0);
+        assert_eq!(c.segment_of(1_000), 1);
+        let c = FrontierConfig {
+            segment_ms: None,
+            ..Default::default()
+        };
+        assert_eq!(c.segment_of(u64::MAX), 0);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let c = FrontierConfig {
+            per_host_concurrency: 0,
+            ..Default::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("per_host_concurrency"), "{e}");
+        assert!(FrontierConfig::default().validate().is_ok());
+    }
+}

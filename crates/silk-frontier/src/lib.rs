@@ -1,0 +1,49 @@
+//! The crawl frontier (in other systems: URL queue, scheduler, seed manager): dedup per
+//! re-crawl segment (Bloom filter + exact confirmation), per-host politeness, priority with
+//! aging, leases with expiry, retries with back-off, and the run's counters (design §3).
+//!
+//! - [`FrontierStore`] is the seam. Callers (the `silk crawl` engine, the hub's dispatcher)
+//!   hold an `Arc<dyn FrontierStore>` and never know the backend.
+//! - [`EmbeddedFrontier`] is the crash-safe embedded backend (fjall), for one process.
+//!   A Redis backend will sit beside it and pass the same [`conformance`] suite
+//!   (`frontier_conformance_tests!`).
+//! - Logic a backend may reuse, both pure and in memory: the scheduler (`sched`: per-host
+//!   queues, readiness, aging, leases) and dedup (`dedup`: per-segment Bloom filters and an
+//!   exact cache of recent fingerprints).
+//!
+//! This crate must not fetch, parse pages, canonicalise URLs (requests arrive canonical,
+//! from `silk-core`) or know about runs, agents or the bus.
+//!
+//! ```ignore
+//! let frontier: Arc<dyn FrontierStore> =
+//!     Arc::new(EmbeddedFrontier::open(dir, FrontierConfig::default(), Arc::new(SystemClock))?);
+//! frontier.enqueue(start_requests).await?;
+//! loop {
+//!     let leases = frontier.lease(64).await?;
+//!     // … fetch; then per page, atomically:
+//!     // frontier.ack_and_enqueue(lease.id, Outcome::Done, links).await?;
+//!     // when nothing was leased: sleep until frontier.next_ready_ms() (or an ack); stop on None.
+//! }
+//! ```
+//!
+//! # Known limits
+//!
+//! - `seen` keys of past segments are never deleted (24 bytes each on disk before
+//!   compression); a fjall compaction filter could drop them.
+//! - The scheduler keeps every host it has met (about 150 bytes each) until the frontier is
+//!   closed.
+//! - Aging follows design §3 to the letter, so a negative priority becomes *more* negative
+//!   with age (and priority 0 never ages).
+
+pub mod config;
+pub mod conformance;
+mod dedup;
+pub mod embedded;
+pub mod error;
+mod sched;
+pub mod store;
+
+pub use config::{FrontierConfig, MAX_RETRY_BACKOFF_MS};
+pub use embedded::{EmbeddedFrontier, EmbeddedOptions};
+pub use error::FrontierError;
+pub use store::{AckResult, EnqueueOutcome, FrontierStats, FrontierStore, Lease, LeaseId, Outcome};
