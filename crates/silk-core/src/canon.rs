@@ -71,8 +71,18 @@ impl CanonRules {
 
     /// Whether a (decoded) parameter name is ignored. Names compare case-insensitively.
     pub fn is_ignored(&self, name: &str) -> bool {
-        let lower = name.to_ascii_lowercase();
-        self.exact.contains(&lower) || self.prefixes.iter().any(|p| lower.starts_with(p.as_str()))
+        self.exact.iter().any(|e| e.eq_ignore_ascii_case(name))
+            || self.prefixes.iter().any(|p| {
+                name.len() >= p.len()
+                    && name.is_char_boundary(p.len())
+                    && name[..p.len()].eq_ignore_ascii_case(p)
+            })
+    }
+
+    /// Whether the rules rewrite URLs with regexes (callers with a faster path for plain
+    /// rules need to know).
+    pub fn has_rewrites(&self) -> bool {
+        !self.rewrites.is_empty()
     }
 }
 

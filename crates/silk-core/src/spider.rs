@@ -454,9 +454,16 @@ impl Spider {
             });
         }
         let canon = CanonRules::new(&spec.ignore_params, &spec.canonical_rewrites)?;
-        let compile = |v: &[String]| {
+        let compile = |at: String, v: &[String]| {
             v.iter()
-                .map(|r| Regex::new(r))
+                .enumerate()
+                .map(|(j, r)| {
+                    Regex::new(r).map_err(|e| CoreError::InvalidRegex {
+                        at: format!("{at}[{j}]"),
+                        pattern: r.clone(),
+                        reason: e.to_string(),
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()
         };
         let follow = match &spec.follow {
@@ -464,19 +471,15 @@ impl Spider {
             Some(rules) => Some(
                 rules
                     .iter()
-                    .map(|r| {
+                    .enumerate()
+                    .map(|(i, r)| {
                         Ok(CompiledFollow {
-                            allow: compile(&r.allow)?,
-                            deny: compile(&r.deny)?,
+                            allow: compile(format!("follow[{i}].allow"), &r.allow)?,
+                            deny: compile(format!("follow[{i}].deny"), &r.deny)?,
                             css: r.css.clone(),
                         })
                     })
-                    .collect::<Result<Vec<_>, regex::Error>>()
-                    .map_err(|e| CoreError::InvalidRegex {
-                        at: "follow".into(),
-                        pattern: String::new(),
-                        reason: e.to_string(),
-                    })?,
+                    .collect::<Result<Vec<_>, CoreError>>()?,
             ),
         };
         let item_when = spec

@@ -1,0 +1,553 @@
+//! The local crawl engine: one process leases requests from its frontier, fetches them with
+//! its downloader, parses pages, writes items and enqueues the links it finds. It is what
+//! `silk crawl` runs; the hub's dispatcher is the other driver of the same frontier and
+//! downloader, so nothing here knows about terminals, flags or the CLI.
+//!
+//! A request's path through the engine: lease (frontier politeness decides when) → robots.txt
+//! check → fetch → on a redirect, the target goes back through the frontier (dedup) → parse →
+//! item written (idempotent on its key) → links enqueued → ack. The ack comes last, so a crash
+//! at any point before it means the request is fetched again after restart, and the sink and
+//! the frontier's dedup absorb the repeat.
+
+use crate::error::CrawlError;
+use crate::sink::{JsonlSink, Written};
+use serde::Serialize;
+use silk_core::spider::Spider;
+use silk_core::{Clock, Request};
+use silk_fetch::robots::{RobotsCache, RobotsVerdict};
+use silk_fetch::{Extractor, FetchConfig, Fetcher, Retry};
+use silk_frontier::{
+    EmbeddedFrontier, FrontierConfig, FrontierStats, FrontierStore, Lease, Outcome,
+};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::{Notify, Semaphore, watch};
+use url::Url;
+
+/// Where a local crawl keeps its state and writes its items.
+#[derive(Clone)]
+pub struct CrawlOptions {
+    /// The frontier lives here; the same directory resumes the crawl.
+    pub data_dir: PathBuf,
+    /// The JSON Lines item file (appended to).
+    pub out: PathBuf,
+    /// The clock (tests inject a manual one).
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Live counters of a crawl, published to whoever watches (the CLI's progress line).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Progress {
+    /// Frontier counters (persisted: they include earlier sessions of a resumed crawl).
+    pub frontier: FrontierStats,
+    /// Pages fetched in this session (any status).
+    pub fetched: u64,
+    /// Items written in this session.
+    pub items: u64,
+    /// Items not written because their key was already in the output.
+    pub duplicate_items: u64,
+    /// Pages dropped by robots.txt in this session.
+    pub robots_denied: u64,
+    /// Bytes received in this session (decoded bodies).
+    pub bytes: u64,
+    /// Seconds since this session started.
+    pub elapsed_s: f64,
+    /// Pages fetched per second over this session.
+    pub pages_per_s: f64,
+}
+
+/// How a crawl ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// Nothing left to fetch.
+    Complete,
+    /// `max_pages` reached.
+    MaxPages,
+    /// `max_duration_ms` reached (resumable).
+    MaxDuration,
+    /// Stopped on request (Ctrl-C); resumable.
+    Stopped,
+}
+
+/// The result of [`Crawl::run`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Why the crawl ended.
+    pub finish: Finish,
+    /// The counters at the end.
+    pub progress: Progress,
+}
+
+/// A crawl ready to run.
+pub struct Crawl {
+    shared: Arc<Shared>,
+    progress_tx: watch::Sender<Progress>,
+}
+
+struct Shared {
+    spider: Spider,
+    clock: Arc<dyn Clock>,
+    frontier: Arc<dyn FrontierStore>,
+    fetcher: Fetcher,
+    extractor: Extractor,
+    robots: Option<RobotsCache>,
+    sink: JsonlSink,
+    wake: Notify,
+    fetched: AtomicU64,
+    items: AtomicU64,
+    duplicate_items: AtomicU64,
+    robots_denied: AtomicU64,
+    bytes: AtomicU64,
+    fatal: std::sync::Mutex<Option<CrawlError>>,
+    failing: AtomicBool,
+    /// Hosts whose robots.txt crawl-delay was given to the frontier.
+    delay_applied: std::sync::Mutex<std::collections::HashSet<String>>,
+    gate: HostGate,
+}
+
+/// The last line of politeness: the frontier spaces *lease* starts by the host's delay, but a
+/// task can start a few ms late under load, which would bring two requests on the wire closer
+/// than the delay. The gate spaces the actual sends: each send to a host reserves the next
+/// slot (`max(now, previous + delay)`) and waits for it. With no delay it costs nothing.
+struct HostGate {
+    default_delay: Duration,
+    hosts: std::sync::Mutex<std::collections::HashMap<String, (Instant, Duration)>>,
+}
+
+impl HostGate {
+    fn new(default_delay: Duration) -> Self {
+        Self {
+            default_delay,
+            hosts: Default::default(),
+        }
+    }
+
+    /// Raises a host's delay (robots.txt crawl-delay).
+    fn set_delay(&self, host: &str, delay: Duration) {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let slot = hosts
+            .entry(host.to_owned())
+            .or_insert((now, self.default_delay));
+        slot.1 = slot.1.max(delay);
+    }
+
+    /// Waits until a request to `host` may be sent.
+    async fn wait(&self, host: &str) {
+        let start = {
+            let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            match hosts.get_mut(host) {
+                Some((next, delay)) => {
+                    if delay.is_zero() {
+                        return;
+                    }
+                    let start = (*next).max(now);
+                    *next = start + *delay;
+                    start
+                }
+                None if self.default_delay.is_zero() => return,
+                None => {
+                    hosts.insert(
+                        host.to_owned(),
+                        (now + self.default_delay, self.default_delay),
+                    );
+                    now
+                }
+            }
+        };
+        tokio::time::sleep_until(start.into()).await;
+    }
+}
+
+impl Crawl {
+    /// Opens the frontier in `opts.data_dir`, the item file, and seeds the start URLs (a
+    /// resumed crawl's dedup ignores them).
+    pub async fn open(spider: Spider, opts: CrawlOptions) -> Result<Self, CrawlError> {
+        std::fs::create_dir_all(&opts.data_dir).map_err(|e| CrawlError::DataDir {
+            path: opts.data_dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let spec = &spider.spec;
+        let extractor = Extractor::compile(&spider)?;
+        let fetcher = Fetcher::new(FetchConfig::from_spider(spec))?;
+        let robots = spec
+            .robots
+            .then(|| RobotsCache::new(fetcher.clone(), &spec.user_agent));
+        let config = FrontierConfig {
+            per_host_concurrency: spec.per_host_concurrency,
+            per_host_delay_ms: spec.per_host_delay_ms,
+            lease_timeout_ms: spec.lease_timeout_ms.max(spec.timeout_ms.saturating_mul(2)),
+            max_retries: spec.max_retries,
+            retry_backoff_ms: spec.retry_backoff_ms,
+            aging_beta: spec.aging_beta,
+            segment_ms: spider.spec.segment().map(|d| d.as_millis() as u64),
+            expected_urls: spec.expected_urls,
+            bloom_fp_rate: spec.bloom_fp_rate,
+        };
+        let frontier: Arc<dyn FrontierStore> = Arc::new(EmbeddedFrontier::open(
+            opts.data_dir.join("frontier"),
+            config,
+            opts.clock.clone(),
+        )?);
+        let sink = JsonlSink::open(&opts.out, &spec.item_key)?;
+        let seeds: Vec<Request> = spider
+            .start_urls()
+            .into_iter()
+            .filter(|u| spider.host_allowed(u))
+            .map(|u| Request::from_canonical(u.into()))
+            .collect();
+        frontier.enqueue(seeds).await?;
+        let per_host_delay = Duration::from_millis(spider.spec.per_host_delay_ms);
+        let shared = Arc::new(Shared {
+            spider,
+            clock: opts.clock.clone(),
+            frontier,
+            fetcher,
+            extractor,
+            robots,
+            sink,
+            wake: Notify::new(),
+            fetched: AtomicU64::new(0),
+            items: AtomicU64::new(0),
+            duplicate_items: AtomicU64::new(0),
+            robots_denied: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            fatal: std::sync::Mutex::new(None),
+            failing: AtomicBool::new(false),
+            delay_applied: std::sync::Mutex::new(std::collections::HashSet::new()),
+            gate: HostGate::new(per_host_delay),
+        });
+        let (progress_tx, _) = watch::channel(Progress::default());
+        Ok(Self {
+            shared,
+            progress_tx,
+        })
+    }
+
+    /// A receiver of live progress (updated about every 200 ms and at the end).
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress_tx.subscribe()
+    }
+
+    /// Runs until nothing is left, a limit is reached, or `stop` turns true; then waits for
+    /// the requests in flight, syncs the frontier and the items, and returns the counters.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<Summary, CrawlError> {
+        let started = Instant::now();
+        let shared = self.shared.clone();
+        let spec = &shared.spider.spec;
+        let concurrency = spec.concurrency as usize;
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let deadline = spec
+            .max_duration_ms
+            .map(|ms| started + Duration::from_millis(ms));
+        let mut last_publish = Instant::now();
+        let finish = loop {
+            if *stop.borrow() {
+                break Finish::Stopped;
+            }
+            if shared.failing.load(Ordering::Relaxed) {
+                break Finish::Stopped;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break Finish::MaxDuration;
+            }
+            let stats = shared.frontier.stats().await?;
+            if spec.max_pages.is_some_and(|m| stats.success >= m) {
+                break Finish::MaxPages;
+            }
+            if last_publish.elapsed() >= Duration::from_millis(200) {
+                self.publish(stats.clone(), started);
+                last_publish = Instant::now();
+            }
+            let free = slots.available_permits();
+            let mut want = free;
+            if let Some(m) = spec.max_pages {
+                // Do not start more than can still count towards the limit.
+                let in_flight = (concurrency - free) as u64;
+                want = want.min(m.saturating_sub(stats.success + in_flight) as usize);
+            }
+            let leases = if want > 0 {
+                shared.frontier.lease(want).await?
+            } else {
+                Vec::new()
+            };
+            if !leases.is_empty() {
+                for lease in leases {
+                    let permit = slots
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .expect("semaphore is never closed");
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        shared.handle(lease).await;
+                        drop(permit);
+                        shared.wake.notify_one();
+                    });
+                }
+                continue;
+            }
+            let idle = slots.available_permits() == concurrency;
+            let next = shared.frontier.next_ready_ms().await?;
+            if idle && next.is_none() {
+                break Finish::Complete;
+            }
+            // Sleep until a worker finishes, the next host becomes ready, or we are stopped.
+            let wait = match next {
+                Some(at) => {
+                    Duration::from_millis(at.saturating_sub(shared.frontier_now()).clamp(1, 200))
+                }
+                None => Duration::from_millis(200),
+            };
+            tokio::select! {
+                _ = shared.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => {}
+            }
+        };
+        // Let the requests in flight finish: their results are acked, not thrown away.
+        let _all = slots
+            .acquire_many(concurrency as u32)
+            .await
+            .expect("semaphore is never closed");
+        shared.frontier.sync().await?;
+        shared.sink.sync()?;
+        if let Some(e) = shared
+            .fatal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(e);
+        }
+        let stats = shared.frontier.stats().await?;
+        let progress = self.publish(stats, started);
+        Ok(Summary { finish, progress })
+    }
+
+    fn publish(&self, frontier: FrontierStats, started: Instant) -> Progress {
+        let s = &self.shared;
+        let elapsed_s = started.elapsed().as_secs_f64();
+        let fetched = s.fetched.load(Ordering::Relaxed);
+        let p = Progress {
+            frontier,
+            fetched,
+            items: s.items.load(Ordering::Relaxed),
+            duplicate_items: s.duplicate_items.load(Ordering::Relaxed),
+            robots_denied: s.robots_denied.load(Ordering::Relaxed),
+            bytes: s.bytes.load(Ordering::Relaxed),
+            elapsed_s,
+            pages_per_s: if elapsed_s > 0.0 {
+                fetched as f64 / elapsed_s
+            } else {
+                0.0
+            },
+        };
+        self.progress_tx.send_replace(p.clone());
+        p
+    }
+}
+
+impl Shared {
+    fn frontier_now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    fn fatal(&self, e: CrawlError) {
+        tracing::error!(error = %e, "fatal error, stopping the crawl");
+        self.failing.store(true, Ordering::Relaxed);
+        let mut slot = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(e);
+    }
+
+    async fn handle(&self, lease: Lease) {
+        let (outcome, links) = match self.process(&lease.request).await {
+            Ok(done) => done,
+            Err(e) => {
+                // Local I/O failed (the items file): the request stays leased and comes back
+                // after a restart; stop rather than lose results.
+                self.fatal(e);
+                return;
+            }
+        };
+        let has_links = !links.is_empty();
+        match self
+            .frontier
+            .ack_and_enqueue(lease.id, outcome, links)
+            .await
+        {
+            Ok(_) if has_links => self.wake.notify_one(),
+            Ok(_) => {}
+            Err(e) => self.fatal(e.into()),
+        }
+    }
+
+    /// Fetches and parses one request: returns its outcome and the requests it discovered
+    /// (links, or a redirect target), which the caller acks and enqueues atomically.
+    async fn process(&self, req: &Request) -> Result<(Outcome, Vec<Request>), CrawlError> {
+        let spec = &self.spider.spec;
+        let done = |outcome| Ok((outcome, Vec::new()));
+        let Ok(url) = Url::parse(&req.url) else {
+            return done(Outcome::Failed {
+                reason: "invalid_url".into(),
+            });
+        };
+        if let Some(robots) = &self.robots {
+            // robots.txt is a request to the host too. When it is not known yet, fetching it
+            // is this lease's start on the host, and the request goes back to the frontier:
+            // pages then start only when the host's politeness allows, crawl-delay included.
+            let first_contact = robots.cached(&url).is_none();
+            if first_contact {
+                self.gate.wait(&req.host_key()).await;
+            }
+            match robots.check(&url).await {
+                RobotsVerdict::Allowed if first_contact => {
+                    self.apply_crawl_delay(robots, &url, req).await?;
+                    return done(Outcome::Release {
+                        reason: "robots_fetched".into(),
+                    });
+                }
+                RobotsVerdict::Allowed => {}
+                RobotsVerdict::Disallowed => {
+                    self.apply_crawl_delay(robots, &url, req).await?;
+                    self.robots_denied.fetch_add(1, Ordering::Relaxed);
+                    return done(Outcome::Dropped {
+                        reason: "robots".into(),
+                    });
+                }
+                RobotsVerdict::Unavailable { .. } => {
+                    return done(Outcome::Retry {
+                        reason: "robots_unavailable".into(),
+                    });
+                }
+            }
+        }
+        self.gate.wait(&req.host_key()).await;
+        let resp = match self.fetcher.fetch(req).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(url = %req.url, error = %e, "fetch failed");
+                let reason = e.kind().as_str().to_owned();
+                return done(match e.retry() {
+                    Retry::Permanent => Outcome::Failed { reason },
+                    _ => Outcome::Retry { reason },
+                });
+            }
+        };
+        self.fetched.fetch_add(1, Ordering::Relaxed);
+        self.bytes
+            .fetch_add(resp.body.len() as u64, Ordering::Relaxed);
+        let status = resp.status;
+        if resp.is_redirect() {
+            let Some(location) = resp.location.as_deref() else {
+                return done(Outcome::Failed {
+                    reason: format!("http_{status}_without_location"),
+                });
+            };
+            if req.redirects >= spec.max_redirects {
+                return done(Outcome::Failed {
+                    reason: "too_many_redirects".into(),
+                });
+            }
+            // The target goes through the frontier like a link: its dedup collapses a
+            // redirect to a page that is (or will be) fetched anyway.
+            let mut next = match Request::get(location, Some(&url), &self.spider.canon) {
+                Ok(next) => next,
+                Err(_) => {
+                    return done(Outcome::Failed {
+                        reason: "invalid_redirect".into(),
+                    });
+                }
+            };
+            if !Url::parse(&next.url).is_ok_and(|t| self.spider.host_allowed(&t)) {
+                return done(Outcome::Dropped {
+                    reason: "redirect_off_domain".into(),
+                });
+            }
+            next.depth = req.depth;
+            next.priority = req.priority;
+            next.redirects = req.redirects + 1;
+            next.meta = req.meta.clone();
+            return Ok((Outcome::Done, vec![next]));
+        }
+        if let Some(retry) = resp.retry(&spec.retry_statuses) {
+            let reason = format!("http_{status}");
+            return done(match retry {
+                Retry::Permanent => Outcome::Failed { reason },
+                _ => Outcome::Retry { reason },
+            });
+        }
+        if !(200..300).contains(&status) {
+            return done(Outcome::Failed {
+                reason: format!("http_{status}"),
+            });
+        }
+        let page = self
+            .extractor
+            .parse(&url, &resp.body, resp.content_type.as_deref());
+        if self.spider.wants_item(&req.url) {
+            let mut item = page.fields;
+            item.insert("url".into(), serde_json::Value::String(req.url.clone()));
+            match self.sink.write(&item)? {
+                Written::New => {
+                    self.items.fetch_add(1, Ordering::Relaxed);
+                }
+                Written::Duplicate => {
+                    self.duplicate_items.fetch_add(1, Ordering::Relaxed);
+                }
+                Written::NoKey => {
+                    tracing::warn!(url = %req.url, key = %spec.item_key, "item has no key; not written")
+                }
+            }
+        }
+        let depth = req.depth + 1;
+        let mut links = Vec::new();
+        if self.spider.depth_allowed(depth) {
+            links = page
+                .links
+                .into_iter()
+                .filter(|l| Url::parse(l).is_ok_and(|u| self.spider.host_allowed(&u)))
+                .map(|l| {
+                    let mut r = Request::from_canonical(l);
+                    r.depth = depth;
+                    r.priority = req.priority;
+                    r
+                })
+                .collect();
+        }
+        Ok((Outcome::Done, links))
+    }
+
+    /// Tells the frontier a host's robots.txt crawl-delay, once per host.
+    async fn apply_crawl_delay(
+        &self,
+        robots: &RobotsCache,
+        url: &Url,
+        req: &Request,
+    ) -> Result<(), CrawlError> {
+        let host = req.host_key();
+        if self
+            .delay_applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&host)
+        {
+            return Ok(());
+        }
+        if let Some(delay) = robots.crawl_delay(url).await {
+            self.frontier
+                .set_host_delay(&host, delay.as_millis() as u64)
+                .await?;
+            self.gate.set_delay(&host, delay);
+        }
+        self.delay_applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(host);
+        Ok(())
+    }
+}

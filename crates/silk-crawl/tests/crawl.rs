@@ -1,0 +1,309 @@
+//! End-to-end crawls of the testkit's sites over real loopback sockets, through the library
+//! engine (the process-level tests, with SIGKILL, are in the `silk` crate).
+
+use serde_json::Value;
+use silk_core::SystemClock;
+use silk_core::spider::Spider;
+use silk_crawl::{Crawl, CrawlOptions, Finish, Summary};
+use silk_testkit::demo::{DemoConfig, DemoSite};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+fn spider(yaml: &str) -> Spider {
+    Spider::from_yaml(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn crawl(spider: Spider, dir: &Path) -> Summary {
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let opts = CrawlOptions {
+        data_dir: dir.join("data"),
+        out: dir.join("items.jsonl"),
+        clock: Arc::new(SystemClock),
+    };
+    Crawl::open(spider, opts)
+        .await
+        .expect("crawl opens")
+        .run(stop_rx)
+        .await
+        .expect("crawl runs")
+}
+
+fn items(dir: &Path) -> Vec<serde_json::Map<String, Value>> {
+    let text = std::fs::read_to_string(dir.join("items.jsonl")).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l)
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .clone()
+        })
+        .collect()
+}
+
+fn demo_spider(site: &DemoSite, extra: &str) -> String {
+    let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
+    format!(
+        "name: t\nstart_urls: ['{}']\nallowed_domains: [{}]\nfollow: [{{deny: ['/calendar/']}}]\nitem_when: '/p/\\d+$'\n\
+         extract:\n  title: {{css: 'h1.title'}}\n  sku: {{json: '$.sku'}}\n{extra}",
+        site.start_url(),
+        hosts.join(", ")
+    )
+}
+
+/// Every content page of the site ends up in the output exactly once, each fetched exactly
+/// once: fragments, tracking variants, percent-encoding variants and redirect targets collapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_crawl_fetches_every_page_exactly_once() {
+    let site = DemoSite::start(DemoConfig {
+        port: 0,
+        hosts: 3,
+        pages: 150,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = demo_spider(
+        &site,
+        "concurrency: 32\nper_host_concurrency: 8\nper_host_delay_ms: 0\n",
+    );
+    let summary = crawl(spider(&yaml), dir.path()).await;
+    assert_eq!(summary.finish, Finish::Complete);
+
+    let items = items(dir.path());
+    let urls: Vec<String> = items
+        .iter()
+        .map(|i| i["url"].as_str().unwrap().to_owned())
+        .collect();
+    let unique: BTreeSet<String> = urls.iter().cloned().collect();
+    assert_eq!(urls.len(), unique.len(), "an item was written twice");
+    let expected: BTreeSet<String> = site
+        .expected_pages()
+        .into_iter()
+        .filter(|u| u.contains("/p/"))
+        .collect();
+    assert_eq!(
+        unique, expected,
+        "items differ from the site's content pages"
+    );
+    for item in &items {
+        let url = item["url"].as_str().unwrap();
+        assert!(
+            item["title"].as_str().is_some_and(|t| !t.is_empty()),
+            "no title in {item:?}"
+        );
+        assert!(item["sku"].as_str().is_some(), "no sku for {url}: {item:?}");
+    }
+
+    // Server side: no page was fetched twice, robots.txt was respected.
+    let stats = site.stats();
+    let mut per_page: BTreeMap<String, u32> = BTreeMap::new();
+    for (url, n) in &stats.hits {
+        let path_only = url.split(['?', '#']).next().unwrap().to_owned();
+        *per_page.entry(path_only).or_default() += n;
+    }
+    let twice: Vec<_> = per_page
+        .iter()
+        .filter(|(u, n)| u.contains("/p/") && **n > 1)
+        .collect();
+    assert!(twice.is_empty(), "pages fetched more than once: {twice:?}");
+    assert!(
+        !stats.hits.keys().any(|u| u.contains("/private/")),
+        "robots.txt disallowed path fetched"
+    );
+    let f = &summary.progress.frontier;
+    assert!(
+        f.duplicates > 0,
+        "the site has many duplicate links; none were counted"
+    );
+    assert_eq!(f.left, 0);
+    assert_eq!(f.in_flight, 0);
+}
+
+/// `per_host_concurrency` and `per_host_delay_ms` hold, measured on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn politeness_holds_per_host() {
+    // The site runs on its own thread, so that its arrival times are not skewed by the
+    // crawler's work on the test's runtime.
+    let site = DemoSite::start_dedicated(DemoConfig {
+        port: 0,
+        hosts: 2,
+        pages: 25,
+        latency_ms: Some(30),
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let delay_ms = 100;
+    let yaml = demo_spider(
+        &site,
+        &format!("concurrency: 16\nper_host_concurrency: 2\nper_host_delay_ms: {delay_ms}\n"),
+    );
+    let summary = crawl(spider(&yaml), dir.path()).await;
+    assert_eq!(summary.finish, Finish::Complete);
+    let stats = site.stats();
+    for (host, max) in &stats.per_host_max_in_flight {
+        assert!(*max <= 2, "host {host}: {max} requests in flight at once");
+    }
+    let mut checked = 0;
+    for (host, starts) in &stats.per_host_starts {
+        let mut starts = starts.clone();
+        starts.sort_unstable();
+        let gaps_ms: Vec<f64> = starts
+            .windows(2)
+            .map(|p| (p[1] - p[0]) as f64 / 1000.0)
+            .collect();
+        for gap_ms in &gaps_ms {
+            // The crawler spaces its sends by the delay (frontier leases, then the send gate);
+            // the server sees arrivals, which loopback transport and thread scheduling on a
+            // loaded 2-core machine (other tests run beside this one) shift by a few ms
+            // either way. A tenth of the delay is that allowance.
+            assert!(
+                *gap_ms >= delay_ms as f64 * 0.9,
+                "host {host}: two starts {gap_ms:.1} ms apart: {gaps_ms:?}"
+            );
+        }
+        let mean = gaps_ms.iter().sum::<f64>() / gaps_ms.len().max(1) as f64;
+        assert!(
+            mean >= delay_ms as f64,
+            "host {host}: mean gap {mean:.1} ms"
+        );
+        checked += gaps_ms.len();
+    }
+    assert!(
+        checked > 40,
+        "too few requests to judge politeness ({checked})"
+    );
+    assert!(
+        !stats.hits.keys().any(|u| u.contains("/private/")),
+        "robots.txt disallowed path fetched"
+    );
+}
+
+/// Ctrl-C semantics through the library: a stopped crawl resumes from the same data dir, and
+/// the output still holds every page exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_crawl_resumes_without_duplicates() {
+    let site = DemoSite::start(DemoConfig {
+        port: 0,
+        hosts: 2,
+        pages: 100,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = demo_spider(
+        &site,
+        "concurrency: 8\nper_host_concurrency: 4\nper_host_delay_ms: 0\n",
+    );
+    let opts = CrawlOptions {
+        data_dir: dir.path().join("data"),
+        out: dir.path().join("items.jsonl"),
+        clock: Arc::new(SystemClock),
+    };
+    let first = Crawl::open(spider(&yaml), opts.clone()).await.unwrap();
+    let mut progress = first.progress();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let run = tokio::spawn(first.run(stop_rx));
+    // Stop once a few dozen items are written (an event: the progress channel).
+    while progress.changed().await.is_ok() {
+        if progress.borrow().items >= 30 {
+            break;
+        }
+    }
+    stop_tx.send(true).unwrap();
+    let stopped = run.await.unwrap().unwrap();
+    assert_eq!(stopped.finish, Finish::Stopped);
+    let partial = items(dir.path()).len();
+    assert!(
+        (30..200).contains(&partial),
+        "{partial} items after the stop"
+    );
+
+    let resumed = Crawl::open(spider(&yaml), opts)
+        .await
+        .unwrap()
+        .run(watch::channel(false).1)
+        .await
+        .unwrap();
+    assert_eq!(resumed.finish, Finish::Complete);
+    let all = items(dir.path());
+    let keys: BTreeSet<_> = all
+        .iter()
+        .map(|i| i["url"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys.len(), all.len(), "duplicate items after resume");
+    let expected: BTreeSet<String> = site
+        .expected_pages()
+        .into_iter()
+        .filter(|u| u.contains("/p/"))
+        .collect();
+    assert_eq!(keys, expected);
+}
+
+/// `max_pages` stops the crawl at the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_pages_and_max_depth_bound_the_crawl() {
+    let site = DemoSite::start(DemoConfig {
+        port: 0,
+        hosts: 1,
+        pages: 200,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = demo_spider(
+        &site,
+        "max_pages: 40\nconcurrency: 8\nper_host_concurrency: 8\nper_host_delay_ms: 0\n",
+    );
+    let summary = crawl(spider(&yaml), dir.path()).await;
+    assert_eq!(summary.finish, Finish::MaxPages);
+    assert_eq!(summary.progress.frontier.success, 40);
+
+    // The calendar trap is infinite: only max_depth bounds it when it is not denied.
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "name: trap\nstart_urls: ['{}calendar/2024/1']\nfollow: [{{allow: ['/calendar/']}}]\nmax_depth: 5\n\
+         per_host_delay_ms: 0\nper_host_concurrency: 4\n",
+        site.base_url(1)
+    );
+    let summary = crawl(spider(&yaml), dir.path()).await;
+    assert_eq!(summary.finish, Finish::Complete);
+    // Five steps either way from 2024-01: 2023-08 … 2024-06, eleven months.
+    let calendar_hits = site
+        .stats()
+        .hits
+        .keys()
+        .filter(|u| u.contains("/calendar/"))
+        .count();
+    assert_eq!(
+        calendar_hits,
+        11,
+        "calendar pages fetched: {:?}",
+        site.stats().hits.keys().collect::<Vec<_>>()
+    );
+}
+
+/// Every example spider parses and compiles (CSS, XPath and JSON paths included).
+#[test]
+fn every_example_spider_compiles() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let spider = Spider::from_yaml(&text, &path.display().to_string())
+                .unwrap_or_else(|e| panic!("{e}"));
+            silk_fetch::Extractor::compile(&spider)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "only {n} examples found");
+}

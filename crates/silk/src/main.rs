@@ -1,0 +1,82 @@
+//! `silk`: the one binary. Parses the command line, sets up logging and signals, and calls
+//! the library crates; no crawl logic lives here (it would be out of reach of the hub).
+
+mod crawl;
+mod demo;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Silk: a distributed web-crawling platform.
+#[derive(Debug, Parser)]
+#[command(name = "silk", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a declarative spider to completion on this machine (no server needed).
+    Crawl(crawl::CrawlArgs),
+    /// Serve the synthetic demo site on 127.0.0.x (for demos, tests and benchmarks).
+    DemoSite(demo::DemoSiteArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Crawl(args) => crawl::run(args).await,
+            Command::DemoSite(args) => demo::run(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr; `RUST_LOG` overrides the default level.
+pub(crate) fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+pub(crate) async fn wait_for_stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
