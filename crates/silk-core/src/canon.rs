@@ -273,6 +273,23 @@ pub fn host_key(url: &Url) -> String {
     }
 }
 
+/// The politeness key of a URL that is already canonical, sliced from the string without
+/// parsing it (the hot path of link filtering): the authority without user info, which for a
+/// canonical URL is exactly what [`host_key`] returns. `None` if it has no `scheme://`.
+pub fn host_key_str(canonical: &str) -> Option<&str> {
+    let rest = &canonical[canonical.find("://")? + 3..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    Some(authority.rsplit_once('@').map_or(authority, |(_, a)| a))
+}
+
+/// Splits a politeness key into host and port (`[::1]:80` → (`[::1]`, Some(`80`))).
+pub fn split_host_key(key: &str) -> (&str, Option<&str>) {
+    match key.rfind(':') {
+        Some(i) if !key[i..].contains(']') => (&key[..i], Some(&key[i + 1..])),
+        _ => (key, None),
+    }
+}
+
 /// A request's dedup key: xxh3-128 of method, canonical URL and body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Fingerprint(pub [u8; 16]);
@@ -395,6 +412,29 @@ mod tests {
         let base = Url::parse("http://h/p/1").unwrap();
         let u = canonicalize_str("../p/5#x", Some(&base), &CanonRules::default()).unwrap();
         assert_eq!(u.as_str(), "http://h/p/5");
+    }
+
+    #[test]
+    fn host_key_str_matches_host_key() {
+        for raw in [
+            "http://example.com/a?b#c",
+            "http://user:pw@example.com:8080/a",
+            "https://127.0.0.2:9000",
+            "http://[::1]:8080/x",
+            "http://[::1]/x",
+            "HTTP://EXAMPLE.com:80/",
+        ] {
+            let u = canonicalize_str(raw, None, &CanonRules::default()).unwrap();
+            assert_eq!(
+                host_key_str(u.as_str()),
+                Some(host_key(&u).as_str()),
+                "{raw}"
+            );
+        }
+        assert_eq!(host_key_str("no scheme"), None);
+        assert_eq!(split_host_key("[::1]:80"), ("[::1]", Some("80")));
+        assert_eq!(split_host_key("[::1]"), ("[::1]", None));
+        assert_eq!(split_host_key("a.test:1"), ("a.test", Some("1")));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! module only checks that exactly one of them is given. Every key is documented in
 //! `docs/spider.md`: keep the two in step.
 
-use crate::canon::{CanonRules, host_key};
+use crate::canon::{CanonRules, host_key, host_key_str, split_host_key};
 use crate::error::CoreError;
 use regex::Regex;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -517,16 +517,30 @@ impl Spider {
         if self.allowed.is_empty() {
             return true;
         }
-        let host = url.host_str().unwrap_or("").to_ascii_lowercase();
-        let key = host_key(url);
+        let key = host_key(url).to_ascii_lowercase();
+        self.key_allowed(&key)
+    }
+
+    /// [`Spider::host_allowed`] for a URL that is already canonical, without parsing it.
+    pub fn canonical_host_allowed(&self, canonical: &str) -> bool {
+        if self.allowed.is_empty() {
+            return true;
+        }
+        host_key_str(canonical).is_some_and(|key| self.key_allowed(key))
+    }
+
+    fn key_allowed(&self, key: &str) -> bool {
+        let (host, _) = split_host_key(key);
         self.allowed.iter().any(|d| {
             if d.contains(':') && !d.starts_with('[') {
-                *d == key
+                d.eq_ignore_ascii_case(key)
             } else {
-                host == *d
+                host.eq_ignore_ascii_case(d)
                     || (host.len() > d.len()
-                        && host.ends_with(d.as_str())
-                        && host.as_bytes()[host.len() - d.len() - 1] == b'.')
+                        && host.as_bytes()[host.len() - d.len() - 1] == b'.'
+                        && host
+                            .get(host.len() - d.len()..)
+                            .is_some_and(|tail| tail.eq_ignore_ascii_case(d)))
             }
         })
     }
@@ -626,5 +640,13 @@ mod tests {
         assert!(!ok("http://badexample.com/"));
         assert!(ok("http://127.0.0.2:9000/"));
         assert!(!ok("http://127.0.0.2:9001/"));
+        for u in [
+            "http://www.example.com/x",
+            "http://badexample.com/",
+            "http://127.0.0.2:9000/",
+            "http://127.0.0.2:9001/",
+        ] {
+            assert_eq!(s.canonical_host_allowed(u), ok(u), "{u}");
+        }
     }
 }

@@ -17,7 +17,7 @@ use silk_core::{Clock, Request};
 use silk_fetch::robots::{RobotsCache, RobotsVerdict};
 use silk_fetch::{Extractor, FetchConfig, Fetcher, Retry};
 use silk_frontier::{
-    EmbeddedFrontier, FrontierConfig, FrontierStats, FrontierStore, Lease, Outcome,
+    AckResult, EmbeddedFrontier, FrontierConfig, FrontierStats, FrontierStore, Lease, Outcome,
 };
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -97,6 +97,8 @@ struct Shared {
     sink: JsonlSink,
     wake: Notify,
     fetched: AtomicU64,
+    /// Requests acked as succeeded in this session.
+    succeeded: AtomicU64,
     items: AtomicU64,
     duplicate_items: AtomicU64,
     robots_denied: AtomicU64,
@@ -135,10 +137,15 @@ impl HostGate {
         slot.1 = slot.1.max(delay);
     }
 
-    /// Waits until a request to `host` may be sent.
-    async fn wait(&self, host: &str) {
+    /// Waits until `req` may be sent to its host.
+    async fn wait(&self, req: &Request) {
         let start = {
             let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+            if self.default_delay.is_zero() && hosts.is_empty() {
+                return;
+            }
+            let key = req.host_key();
+            let host = key.as_str();
             let now = Instant::now();
             match hosts.get_mut(host) {
                 Some((next, delay)) => {
@@ -212,6 +219,7 @@ impl Crawl {
             sink,
             wake: Notify::new(),
             fetched: AtomicU64::new(0),
+            succeeded: AtomicU64::new(0),
             items: AtomicU64::new(0),
             duplicate_items: AtomicU64::new(0),
             robots_denied: AtomicU64::new(0),
@@ -245,6 +253,9 @@ impl Crawl {
             .max_duration_ms
             .map(|ms| started + Duration::from_millis(ms));
         let mut last_publish = Instant::now();
+        // Polling the frontier's stats on every turn would cost more than the turn: count this
+        // session's successes here, on top of those of earlier sessions.
+        let earlier_success = shared.frontier.stats().await?.success;
         let finish = loop {
             if *stop.borrow() {
                 break Finish::Stopped;
@@ -255,12 +266,12 @@ impl Crawl {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break Finish::MaxDuration;
             }
-            let stats = shared.frontier.stats().await?;
-            if spec.max_pages.is_some_and(|m| stats.success >= m) {
+            let success = earlier_success + shared.succeeded.load(Ordering::Relaxed);
+            if spec.max_pages.is_some_and(|m| success >= m) {
                 break Finish::MaxPages;
             }
             if last_publish.elapsed() >= Duration::from_millis(200) {
-                self.publish(stats.clone(), started);
+                self.publish(shared.frontier.stats().await?, started);
                 last_publish = Instant::now();
             }
             let free = slots.available_permits();
@@ -268,7 +279,7 @@ impl Crawl {
             if let Some(m) = spec.max_pages {
                 // Do not start more than can still count towards the limit.
                 let in_flight = (concurrency - free) as u64;
-                want = want.min(m.saturating_sub(stats.success + in_flight) as usize);
+                want = want.min(m.saturating_sub(success + in_flight) as usize);
             }
             let leases = if want > 0 {
                 shared.frontier.lease(want).await?
@@ -380,8 +391,14 @@ impl Shared {
             .ack_and_enqueue(lease.id, outcome, links)
             .await
         {
-            Ok(_) if has_links => self.wake.notify_one(),
-            Ok(_) => {}
+            Ok((ack, _)) => {
+                if ack == AckResult::Succeeded {
+                    self.succeeded.fetch_add(1, Ordering::Relaxed);
+                }
+                if has_links {
+                    self.wake.notify_one();
+                }
+            }
             Err(e) => self.fatal(e.into()),
         }
     }
@@ -402,7 +419,7 @@ impl Shared {
             // pages then start only when the host's politeness allows, crawl-delay included.
             let first_contact = robots.cached(&url).is_none();
             if first_contact {
-                self.gate.wait(&req.host_key()).await;
+                self.gate.wait(req).await;
             }
             match robots.check(&url).await {
                 RobotsVerdict::Allowed if first_contact => {
@@ -426,7 +443,7 @@ impl Shared {
                 }
             }
         }
-        self.gate.wait(&req.host_key()).await;
+        self.gate.wait(req).await;
         let resp = match self.fetcher.fetch(req).await {
             Ok(r) => r,
             Err(e) => {
@@ -510,7 +527,7 @@ impl Shared {
             links = page
                 .links
                 .into_iter()
-                .filter(|l| Url::parse(l).is_ok_and(|u| self.spider.host_allowed(&u)))
+                .filter(|l| self.spider.canonical_host_allowed(l))
                 .map(|l| {
                     let mut r = Request::from_canonical(l);
                     r.depth = depth;

@@ -307,3 +307,38 @@ fn every_example_spider_compiles() {
     }
     assert!(n >= 3, "only {n} examples found");
 }
+
+/// A crawl over misbehaving servers ends, with every bad response recorded as a failed request
+/// (never a panic or a hang), and the decodable pages still produce items.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_servers_end_as_failed_requests() {
+    use silk_testkit::hostile::{HostileKind, HostileServer, LATIN1_TITLE};
+    let mut servers = Vec::new();
+    for kind in HostileKind::ALL {
+        servers.push(HostileServer::start(kind).await.unwrap());
+    }
+    let start_urls: Vec<String> = servers
+        .iter()
+        .map(|s| match s.kind() {
+            HostileKind::Status => s.url("/status/500"),
+            _ => s.url("/"),
+        })
+        .collect();
+    let yaml = format!(
+        "name: hostile\nstart_urls: {start_urls:?}\nrobots: false\ntimeout_ms: 1500\nmax_retries: 1\n\
+         retry_backoff_ms: 10\nmax_body_bytes: 1000000\nmax_redirects: 5\nper_host_delay_ms: 0\n\
+         follow: [{{deny: ['/next']}}]\nextract: {{title: {{css: 'h1.title'}}}}\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let summary = crawl(spider(&yaml), dir.path()).await;
+    assert_eq!(summary.finish, Finish::Complete);
+    let f = &summary.progress.frontier;
+    assert_eq!(f.left, 0, "{f:?}");
+    // Garbage, truncated, the endless redirect chain, the huge body, the hang, the slow drip
+    // and the 500 fail; the Latin-1 and invalid UTF-8 pages and the redirect hops succeed.
+    assert!(f.failed >= 7, "{f:?}");
+    let items = items(dir.path());
+    let titles: Vec<&str> = items.iter().filter_map(|i| i["title"].as_str()).collect();
+    assert!(titles.contains(&LATIN1_TITLE), "{titles:?}");
+    assert!(items.iter().all(|i| i["url"].is_string()));
+}

@@ -676,7 +676,10 @@ pub async fn release_requeues_without_retry(f: &dyn FrontierFactory) {
     );
     c.clock.advance(100);
     let third = c.lease(1).await;
-    assert_eq!(c.ack(third[0].id, Outcome::Done).await, AckResult::Succeeded);
+    assert_eq!(
+        c.ack(third[0].id, Outcome::Done).await,
+        AckResult::Succeeded
+    );
     c.expect("done", [1, 0, 0, 1, 0, 0, 0]).await;
 }
 

@@ -163,7 +163,14 @@ fn final_line(finish: Finish, p: &Progress, out: &std::path::Path) -> String {
         Finish::MaxDuration => "max_duration_ms reached (run again to resume)",
         Finish::Stopped => "stopped (run again with the same --data-dir to resume)",
     };
-    format!("{how}: {} -> {}", line(p), out.display())
+    let mut text = format!("{how}: {} -> {}", line(p), out.display());
+    if finish == Finish::Complete && p.fetched == 0 && p.frontier.total > 0 {
+        text.push_str(
+            "\nnothing was left to fetch: this data dir already crawled every URL of the current \
+             recrawl segment (use another --data-dir to start over)",
+        );
+    }
+    text
 }
 
 async fn show_progress(mut rx: watch::Receiver<Progress>, tty: bool, every_s: u64) {

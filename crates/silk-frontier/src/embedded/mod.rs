@@ -97,6 +97,9 @@ struct Inner {
     recent: RecentSet,
     counters: Counters,
     stale_acks: u64,
+    /// `disk_space()` walks the store's files: read at most once a second (by the clock),
+    /// since callers poll `stats` often. `(read at ms, bytes)`.
+    disk_space: Option<(u64, u64)>,
 }
 
 struct Fsync {
@@ -279,6 +282,7 @@ impl EmbeddedFrontier {
             })),
             counters,
             stale_acks: 0,
+            disk_space: None,
         };
         load_segment(&mut inner, config.segment_of(now), &location)?;
 
@@ -537,15 +541,23 @@ impl FrontierStore for EmbeddedFrontier {
     }
 
     async fn stats(&self) -> Result<FrontierStats, FrontierError> {
-        let guard = self.lock()?;
-        let Some(inner) = guard.as_ref() else {
+        let mut guard = self.lock()?;
+        let Some(inner) = guard.as_mut() else {
             return Err(FrontierError::Closed);
         };
+        let now = self.clock.now_ms();
+        let store_bytes = match inner.disk_space {
+            Some((at, bytes)) if now.saturating_sub(at) < 1_000 => bytes,
+            _ => {
+                let bytes = inner
+                    .db
+                    .disk_space()
+                    .map_err(|e| self.err("stats (disk space)", true, e))?;
+                inner.disk_space = Some((now, bytes));
+                bytes
+            }
+        };
         let c = &inner.counters;
-        let store_bytes = inner
-            .db
-            .disk_space()
-            .map_err(|e| self.err("stats (disk space)", true, e))?;
         Ok(FrontierStats {
             total: c.total,
             left: c.left(),
