@@ -496,7 +496,14 @@ async fn wait_for_requests_is_an_event() {
         let client = client.clone();
         tokio::spawn(async move {
             for _ in 0..5 {
-                client.get(&url).send().await.unwrap().bytes().await.unwrap();
+                client
+                    .get(&url)
+                    .send()
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap();
             }
         })
     };
