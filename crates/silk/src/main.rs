@@ -3,6 +3,7 @@
 
 mod crawl;
 mod demo;
+mod router;
 
 use clap::{Parser, Subcommand};
 
@@ -26,6 +27,8 @@ enum Command {
     Crawl(crawl::CrawlArgs),
     /// Serve the synthetic demo site on 127.0.0.x (for demos, tests and benchmarks).
     DemoSite(demo::DemoSiteArgs),
+    /// Run the task router, or check a router config, or explain a routing decision.
+    Router(router::RouterArgs),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Crawl(args) => crawl::run(args).await,
             Command::DemoSite(args) => demo::run(args).await,
+            Command::Router(args) => router::run(args).await,
         }
     });
     match result {

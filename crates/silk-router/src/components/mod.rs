@@ -1,0 +1,43 @@
+//! The classes this crate provides, registered under the seed's names and Silk's own.
+//! Each submodule owns its storage layout and documents it.
+
+pub(crate) mod convert;
+pub(crate) mod http;
+pub(crate) mod nats;
+pub(crate) mod redis;
+
+use std::sync::Arc;
+
+use crate::registry::Registry;
+
+/// Registers every standard class.
+pub(crate) fn register_standard(registry: &mut Registry) {
+    registry
+        .register_inbound("http.HttpInbound", Arc::new(http::HttpInboundFactory))
+        .register_inbound(
+            "redis_queue.RedisListInbound",
+            Arc::new(redis::RedisListInboundFactory),
+        )
+        .register_inbound(
+            "nats.JetStreamInbound",
+            Arc::new(nats::JetStreamInboundFactory),
+        )
+        .register_outbound(
+            "redis_queue.RedisListOutbound",
+            Arc::new(redis::RedisListOutboundFactory),
+        )
+        .register_outbound("nats.NatsOutbound", Arc::new(nats::NatsOutboundFactory))
+        .register_outbound("http.HttpOutbound", Arc::new(http::HttpOutboundFactory))
+        .register_convert(
+            "logstash.RemoveBuildinKeys",
+            Arc::new(convert::RemoveBuildinKeysFactory),
+        )
+        .register_convert(
+            "common.ExtractTaskParams",
+            Arc::new(convert::ExtractFactory("task_params")),
+        )
+        .register_convert(
+            "common.ExtractMetadata",
+            Arc::new(convert::ExtractFactory("metadata")),
+        );
+}

@@ -1,0 +1,439 @@
+//! End to end against the Redis server named by `SILK_TEST_REDIS` (skipped when unset):
+//! a Redis list inbound feeding Redis list outbounds; RPUSH vs LPUSH for real-time tasks; a
+//! retry / failback / dont-retry scenario driven by result tasks, with the test acting as
+//! the spiders; `max_lag` holding and releasing without dropping; an unreachable outbound
+//! leaving its task in the inbound list. Every test uses its own key prefix.
+
+mod common;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use serde_json::{Value, json};
+use silk_router::{Config, Reason, Router};
+
+async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).expect("redis url");
+    let config =
+        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(15)));
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("redis connection")
+}
+
+fn load(
+    text: &str,
+    url: &str,
+    prefix: &str,
+    extra: &[(&str, &str)],
+) -> (tempfile::TempDir, Config) {
+    let mut pairs = vec![("redis", url), ("p", prefix)];
+    pairs.extend_from_slice(extra);
+    let (dir, result) = common::load(text, &common::vars(&pairs));
+    match result {
+        Ok(config) => (dir, config),
+        Err(e) => panic!(
+            "{}",
+            e.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    }
+}
+
+async fn list(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<Value> {
+    let items: Vec<String> = conn.lrange(key, 0, -1).await.expect("lrange");
+    items
+        .iter()
+        .map(|s| serde_json::from_str(s).expect("json"))
+        .collect()
+}
+
+async fn cleanup(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) {
+    let keys: Vec<String> = conn.keys(format!("{prefix}:*")).await.unwrap_or_default();
+    if !keys.is_empty() {
+        let _: Result<(), _> = conn.del(keys).await;
+    }
+}
+
+/// Pops one task the router pushed to `key` (as a spider would), waiting up to 10 s.
+async fn pop(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Value {
+    let popped: Option<(String, String)> = conn.blpop(key, 10.0).await.expect("blpop");
+    let (_, text) = popped.unwrap_or_else(|| panic!("nothing arrived in {key} within 10 s"));
+    serde_json::from_str(&text).expect("json")
+}
+
+#[tokio::test]
+async fn redis_inbound_to_redis_outbounds() {
+    let Some(url) = common::redis_url() else {
+        return;
+    };
+    let prefix = common::unique("silk-router-e2e");
+    let mut conn = connect(&url).await;
+    let (_dir, config) = load(
+        "
+project: e2e
+inbound:
+  - name: queue
+    class: redis_queue.RedisListInbound
+    init: {url: '{redis}', key: '{p}:in', pop_timeout_s: 1}
+    threads: 3
+outbound:
+  - name: change
+    selector: [\"data_type == 'change'\"]
+    class: redis_queue.RedisListOutbound
+    init: {url: '{redis}', key: '{p}:change'}
+    task_params: [company_name, data_type, seq]
+    priority: 5
+    rt_priority: 50
+  - name: other
+    selector: ['True']
+    class: redis_queue.RedisListOutbound
+    init: {url: '{redis}', key: '{p}:other'}
+",
+        &url,
+        &prefix,
+        &[],
+    );
+    let inbound_key = format!("{prefix}:in");
+    for seq in 0..10 {
+        let rt = seq == 3 || seq == 7;
+        let task = json!({"company_name": format!("c{seq}"), "data_type": "change", "seq": seq, "rt": rt, "noise": 1});
+        let _: () = conn
+            .rpush(&inbound_key, task.to_string())
+            .await
+            .expect("rpush");
+        let other = json!({"data_type": "employee", "seq": seq});
+        let _: () = conn
+            .rpush(&inbound_key, other.to_string())
+            .await
+            .expect("rpush");
+    }
+    let _: () = conn.rpush(&inbound_key, "not json").await.expect("rpush");
+    let router = Router::start(config).await.expect("starts");
+    let all_in = router
+        .wait_until(Duration::from_secs(20), |r| {
+            r.count(Some("change"), Reason::Matched) == 10
+                && r.count(Some("other"), Reason::Matched) == 10
+                && r.count(None, Reason::BadTask) == 1
+        })
+        .await;
+    assert!(all_in, "{}", router.metrics_text());
+    router.shutdown().await;
+
+    let change = list(&mut conn, &format!("{prefix}:change")).await;
+    assert_eq!(change.len(), 10);
+    // Real-time tasks were pushed at the head.
+    let mut head: Vec<i64> = change[..2]
+        .iter()
+        .map(|t| t["seq"].as_i64().expect("seq"))
+        .collect();
+    head.sort_unstable();
+    assert_eq!(head, [3, 7]);
+    for task in &change {
+        let rt = task["rt"].as_bool().expect("rt");
+        assert_eq!(task["priority"], if rt { 50 } else { 5 });
+        assert_eq!(task["outbound"], "change");
+        assert_eq!(task["submitter"], "taskhub");
+        assert!(
+            task.get("noise").is_none(),
+            "only task_params keys and built-ins: {task}"
+        );
+    }
+    assert_eq!(list(&mut conn, &format!("{prefix}:other")).await.len(), 10);
+    let left: u64 = conn.llen(&inbound_key).await.expect("llen");
+    assert_eq!(
+        left, 0,
+        "every task was taken, the bad one recorded and dropped"
+    );
+    cleanup(&mut conn, &prefix).await;
+}
+
+#[tokio::test]
+async fn rt_tasks_go_to_the_head_and_others_to_the_tail() {
+    let Some(url) = common::redis_url() else {
+        return;
+    };
+    let prefix = common::unique("silk-router-rt");
+    let mut conn = connect(&url).await;
+    let (_dir, config) = load(
+        "outbound:\n  - {name: q, selector: ['True'], class: redis_queue.RedisListOutbound, init: {url: '{redis}', key: '{p}:q'}}\n",
+        &url,
+        &prefix,
+        &[],
+    );
+    let router = Router::start(config).await.expect("starts");
+    for (name, rt) in [("a", false), ("b", true), ("c", false), ("d", true)] {
+        router
+            .submit(None, json!({"name": name, "rt": rt}))
+            .await
+            .expect("pushed");
+    }
+    router.shutdown().await;
+    let names: Vec<String> = list(&mut conn, &format!("{prefix}:q"))
+        .await
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_owned())
+        .collect();
+    assert_eq!(names, ["d", "b", "a", "c"]);
+    cleanup(&mut conn, &prefix).await;
+}
+
+const SCENARIO: &str = "
+project: scenario
+routing:
+  terminal_codes: [1000]
+  limits: 10
+  failure: {path: '{failure}', compress: false}
+inbound:
+  - name: submit
+    class: http.HttpInbound
+  - name: results
+    class: redis_queue.RedisListInbound
+    init: {url: '{redis}', key: '{p}:results'}
+    selector: [\"submitter == 'taskhub' and task_result is not None\"]
+    convert: [common.ExtractTaskParams]
+outbound:
+  - name: primary
+    selector: [\"kind == 'company' and task_result is None\"]
+    class: redis_queue.RedisListOutbound
+    init: {url: '{redis}', key: '{p}:primary'}
+    task_params_wrapped: true
+    retry_limits: 1
+    dont_retry_status: [1404]
+    failback: secondary
+  - name: by_url
+    selector: [\"kind == 'company' and task_result == 1404\"]
+    class: redis_queue.RedisListOutbound
+    init: {url: '{redis}', key: '{p}:by_url'}
+    task_params_wrapped: true
+    direct_failback_status: [1403]
+    failback: secondary
+  - name: secondary
+    class: redis_queue.RedisListOutbound
+    init: {url: '{redis}', key: '{p}:secondary'}
+    task_params_wrapped: true
+    reset_retry_times: true
+";
+
+#[tokio::test]
+async fn retry_failback_and_dont_retry_driven_by_result_tasks() {
+    let Some(url) = common::redis_url() else {
+        return;
+    };
+    let prefix = common::unique("silk-router-scenario");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let failure = dir.path().join("failed.jsonl");
+    let failure_text = failure.to_string_lossy().into_owned();
+    let mut conn = connect(&url).await;
+    let (_dir, config) = load(SCENARIO, &url, &prefix, &[("failure", &failure_text)]);
+    let router = Router::start(config).await.expect("starts");
+    let results_key = format!("{prefix}:results");
+    let key = |name: &str| format!("{prefix}:{name}");
+
+    // A spider takes a task and reports a result with the task's params, as a log line.
+    async fn report(
+        conn: &mut redis::aio::MultiplexedConnection,
+        results_key: &str,
+        taken: &Value,
+        code: i64,
+    ) {
+        let log =
+            json!({"task_result": code, "spider_name": "ic", "task_params": taken["task_params"]});
+        let _: () = conn
+            .rpush(results_key, log.to_string())
+            .await
+            .expect("rpush");
+    }
+
+    // T1: fails twice on `primary` (one retry), then succeeds on `secondary`.
+    let t1 = router
+        .submit(Some(0), json!({"kind": "company", "name": "t1"}))
+        .await
+        .expect("routed");
+    assert_eq!(t1.outbound.as_deref(), Some("primary"));
+    let taken = pop(&mut conn, &key("primary")).await;
+    assert_eq!(taken["task_params"]["retry_times"], 0);
+    report(&mut conn, &results_key, &taken, 1500).await;
+    let taken = pop(&mut conn, &key("primary")).await;
+    assert_eq!(
+        taken["task_params"]["retry_times"], 1,
+        "retried on its outbound"
+    );
+    assert_eq!(
+        taken["task_params"]["task_uuid"],
+        t1.task_uuid.clone().expect("uuid").as_str()
+    );
+    report(&mut conn, &results_key, &taken, 1500).await;
+    let taken = pop(&mut conn, &key("secondary")).await;
+    assert_eq!(
+        taken["task_params"]["retry_times"], 0,
+        "reset on entering the failback"
+    );
+    assert_eq!(taken["task_params"]["group_retry_times"], 1);
+    assert_eq!(taken["task_params"]["routed_count"], 3);
+    report(&mut conn, &results_key, &taken, 1000).await;
+
+    // T2: dont-retry status → routed again by the rules (to `by_url`), then a direct-failback
+    // status → `secondary`, then a failure there with no retries left → failure record.
+    router
+        .submit(Some(0), json!({"kind": "company", "name": "t2"}))
+        .await
+        .expect("routed");
+    let taken = pop(&mut conn, &key("primary")).await;
+    report(&mut conn, &results_key, &taken, 1404).await;
+    let taken = pop(&mut conn, &key("by_url")).await;
+    assert_eq!(taken["task_params"]["name"], "t2");
+    report(&mut conn, &results_key, &taken, 1403).await;
+    let taken = pop(&mut conn, &key("secondary")).await;
+    assert_eq!(taken["task_params"]["name"], "t2");
+    report(&mut conn, &results_key, &taken, 1500).await;
+
+    let done = router
+        .wait_until(Duration::from_secs(10), |r| {
+            r.count(Some("secondary"), Reason::TerminalCode) == 1
+                && r.count(Some("secondary"), Reason::RetriesExhausted) == 1
+        })
+        .await;
+    assert!(done, "{}", router.metrics_text());
+    assert_eq!(router.count(Some("primary"), Reason::Retry), 1);
+    assert_eq!(router.count(Some("secondary"), Reason::Failback), 1);
+    assert_eq!(router.count(Some("by_url"), Reason::DontRetry), 1);
+    assert_eq!(router.count(Some("secondary"), Reason::DirectFailback), 1);
+    router.shutdown().await;
+
+    let records: Vec<Value> = std::fs::read_to_string(&failure)
+        .expect("failure record")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["reason"], "retries_exhausted");
+    assert_eq!(records[0]["outbound"], "secondary");
+    assert_eq!(records[0]["inbound"], "results");
+    assert_eq!(records[0]["task"]["name"], "t2");
+    for name in ["results", "primary", "by_url", "secondary"] {
+        let left: u64 = conn.llen(key(name)).await.expect("llen");
+        assert_eq!(left, 0, "{name}");
+    }
+    cleanup(&mut conn, &prefix).await;
+}
+
+#[tokio::test]
+async fn max_lag_holds_without_dropping_and_releases_below_it() {
+    let Some(url) = common::redis_url() else {
+        return;
+    };
+    let prefix = common::unique("silk-router-lag");
+    let mut conn = connect(&url).await;
+    let (_dir, config) = load(
+        "
+outbound:
+  - name: lagged
+    selector: ['True']
+    class: redis_queue.RedisListOutbound
+    init: {url: '{redis}', key: '{p}:lag'}
+    max_lag: 3
+    max_lag_check_ms: 20
+",
+        &url,
+        &prefix,
+        &[],
+    );
+    let router = Router::start(config).await.expect("starts");
+    let key = format!("{prefix}:lag");
+    let submits: Vec<_> = (0..8)
+        .map(|n| {
+            let router = router.clone();
+            tokio::spawn(async move { router.submit(None, json!({"n": n})).await })
+        })
+        .collect();
+    let mut progress = router.progress("lagged").expect("outbound");
+    let mut received = Vec::new();
+    let mut releases = 0;
+    while received.len() < 8 {
+        // Wait until the router holds (backlog at max_lag) or has nothing left to send.
+        loop {
+            let (holding, queued) = router.holding("lagged").expect("outbound");
+            let backlog: u64 = conn.llen(&key).await.expect("llen");
+            assert!(backlog <= 3, "backlog {backlog} above max_lag");
+            if (holding && backlog == 3) || (queued == 0 && backlog as usize + received.len() == 8)
+            {
+                if holding {
+                    assert!(queued > 0, "held tasks stay queued");
+                }
+                break;
+            }
+            tokio::time::timeout(Duration::from_secs(10), progress.changed())
+                .await
+                .expect("progress within 10 s")
+                .expect("router alive");
+        }
+        // A consumer takes two tasks; the router releases as many.
+        for _ in 0..2 {
+            let popped: Option<String> = conn.lpop(&key, None).await.expect("lpop");
+            if let Some(text) = popped {
+                received.push(
+                    serde_json::from_str::<Value>(&text).expect("json")["n"]
+                        .as_i64()
+                        .expect("n"),
+                );
+            }
+        }
+        releases += 1;
+        assert!(releases < 20, "no progress: received {received:?}");
+    }
+    for submit in submits {
+        submit.await.expect("joined").expect("delivered");
+    }
+    received.sort_unstable();
+    assert_eq!(
+        received,
+        (0..8).collect::<Vec<i64>>(),
+        "nothing dropped, nothing doubled"
+    );
+    let status = router.outbound_status("lagged").await;
+    assert_eq!(status[0].max_lag, 3);
+    assert_eq!(status[0].pushed, 8);
+    router.shutdown().await;
+    cleanup(&mut conn, &prefix).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_outbound_leaves_the_task_in_its_inbound_list() {
+    let Some(url) = common::redis_url() else {
+        return;
+    };
+    let prefix = common::unique("silk-router-down");
+    let mut conn = connect(&url).await;
+    let (_dir, config) = load(
+        "
+server: {shutdown_grace_ms: 3000}
+inbound:
+  - {name: queue, class: redis_queue.RedisListInbound, init: {url: '{redis}', key: '{p}:in'}}
+outbound:
+  - {name: dead, selector: ['True'], class: redis_queue.RedisListOutbound, init: {url: 'redis://127.0.0.1:1/0', key: x, timeout_ms: 200}}
+",
+        &url,
+        &prefix,
+        &[],
+    );
+    let key = format!("{prefix}:in");
+    let task = json!({"keep": "me"}).to_string();
+    let _: () = conn.rpush(&key, &task).await.expect("rpush");
+    let router = Router::start(config).await.expect("starts");
+    let mut progress = router.progress("dead").expect("outbound");
+    tokio::time::timeout(Duration::from_secs(15), progress.changed())
+        .await
+        .expect("a push attempt within 15 s")
+        .expect("alive");
+    let status = router.outbound_status("dead").await;
+    assert!(status[0].push_errors >= 1, "{status:?}");
+    assert!(status[0].backlog_error.is_some());
+    router.shutdown().await;
+    let left: Vec<String> = conn.lrange(&key, 0, -1).await.expect("lrange");
+    assert_eq!(left, [task], "the task is back in its inbound list");
+    cleanup(&mut conn, &prefix).await;
+}
