@@ -32,6 +32,7 @@ pub use nats::NatsBus;
 
 pub use subject::{Subject, SubjectClass};
 pub use wire::{
-    Command, Control, Envelope, FetchOutcome, Heartbeat, Kind, LeasedRequest, Message, MessageId,
-    Register, ResultError, RunResult, Timings, TtlPolicy, WIRE_VERSION,
+    BodyEncoding, Command, Control, Envelope, FetchOutcome, Heartbeat, Kind, LeasedRequest,
+    Message, MessageId, Register, ResultBody, ResultError, RunResult, Timings, TtlPolicy,
+    WIRE_VERSION,
 };

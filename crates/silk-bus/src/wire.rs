@@ -31,7 +31,9 @@
 //!   `{"op":"release","run":"r1"}`, `{"op":"shutdown"}`.
 //! - `result` → [`RunResult`]: `run`, `agent`, `lease_id`, `outcome` ([`FetchOutcome`]:
 //!   `status`, `error` ([`ResultError`]: `code`, `message`, `retryable`), `links`, `items`,
-//!   `timings` ([`Timings`]: `fetch_ms`, `parse_ms`, `total_ms`), `bytes`).
+//!   `timings` ([`Timings`]: `fetch_ms`, `parse_ms`, `total_ms`), `bytes`, and, when not
+//!   zero or empty, `redirects`, `bytes_saved`, `proxy`, `body` ([`ResultBody`]: `encoding`
+//!   `text` or `base64`, `data`, `content_type`, `truncated`)).
 //! - `control` → [`Control`], tagged by `op`: `{"op":"pause","run":"r1"}`, `resume`, `stop`.
 //!
 //! # Design constraints
@@ -267,6 +269,55 @@ pub struct FetchOutcome {
     /// Body bytes received.
     #[serde(default)]
     pub bytes: u64,
+    /// For a redirect (a 3xx with a usable `Location`): the redirect count its target
+    /// carries (`request.redirects + 1`); the target is then the only entry of `links` and
+    /// keeps the request's depth. 0 (absent) otherwise. Added in wire version 1.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub redirects: u32,
+    /// Body bytes removed by the run's trimming rules (0, absent, when none ran). Added in
+    /// wire version 1.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub bytes_saved: u64,
+    /// The proxy the request went through, without credentials; absent = direct. Added in
+    /// wire version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+    /// The (trimmed) body, when the run asked for bodies. Added in wire version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<ResultBody>,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// How [`ResultBody::data`] holds the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyEncoding {
+    /// UTF-8 text (an HTML, XML, JSON or text page, decoded from its charset).
+    Text,
+    /// Standard base64 with padding (a body that is not text).
+    Base64,
+}
+
+/// A body returned with a result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultBody {
+    /// How `data` holds the body.
+    pub encoding: BodyEncoding,
+    /// The body.
+    pub data: String,
+    /// The response's `Content-Type`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    /// Whether `data` was cut to the run's size limit for returned bodies.
+    #[serde(default)]
+    pub truncated: bool,
 }
 
 /// The result of one leased request, from an agent to the hubs.
@@ -599,6 +650,15 @@ mod tests {
                         total_ms: 13,
                     },
                     bytes: 1234,
+                    redirects: 1,
+                    bytes_saved: 100,
+                    proxy: Some("http://127.0.0.1:3128/".into()),
+                    body: Some(ResultBody {
+                        encoding: BodyEncoding::Text,
+                        data: "<p>t</p>".into(),
+                        content_type: Some("text/html".into()),
+                        truncated: false,
+                    }),
                 },
             }
             .into(),
@@ -631,6 +691,26 @@ mod tests {
         assert_eq!(
             text,
             r#"{"v":1,"id":"m1","sent_ms":5,"kind":"command","body":{"op":"release","run":"r1"}}"#
+        );
+    }
+
+    #[test]
+    fn result_fields_added_in_v1_are_optional_both_ways() {
+        let plain = FetchOutcome {
+            status: Some(200),
+            ..FetchOutcome::default()
+        };
+        let text = serde_json::to_string(&plain).unwrap();
+        assert_eq!(
+            text,
+            r#"{"status":200,"links":[],"items":[],"timings":{"fetch_ms":0,"parse_ms":0,"total_ms":0},"bytes":0}"#,
+            "defaults of the added fields are not written"
+        );
+        let old: FetchOutcome =
+            serde_json::from_str(r#"{"status":301,"links":["http://h/"]}"#).unwrap();
+        assert_eq!(
+            (old.redirects, old.bytes_saved, old.proxy, old.body),
+            (0, 0, None, None)
         );
     }
 

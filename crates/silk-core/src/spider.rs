@@ -54,7 +54,11 @@ pub struct SpiderSpec {
     #[serde(default)]
     pub ignore_params: Vec<String>,
     /// Regex → replacement rewrites applied, in order, to canonical URLs.
-    #[serde(default, deserialize_with = "ordered_pairs")]
+    #[serde(
+        default,
+        deserialize_with = "ordered_pairs",
+        serialize_with = "pairs_as_map"
+    )]
     pub canonical_rewrites: Vec<(String, String)>,
     /// Requests in flight at once, all hosts together.
     #[serde(default = "default_concurrency")]
@@ -248,6 +252,16 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
         OneOrMany::One(s) => vec![s],
         OneOrMany::Many(v) => v,
     })
+}
+
+/// Writes rewrites as the ordered map the file format uses, so a spec round-trips.
+fn pairs_as_map<S: serde::Serializer>(pairs: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
 }
 
 fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
@@ -628,6 +642,16 @@ mod tests {
             s.canonical_rewrites,
             vec![("b$".into(), "c".into()), ("a".into(), "b".into())]
         );
+    }
+
+    #[test]
+    fn spec_round_trips_through_yaml() {
+        let yaml = format!(
+            "{MINIMAL}canonical_rewrites:\n  'b$': c\n  'a': b\nproxy: [http://127.0.0.1:1]\n"
+        );
+        let spec = SpiderSpec::parse(&yaml, "t.yaml").unwrap();
+        let text = serde_yaml_ng::to_string(&spec).unwrap();
+        assert_eq!(SpiderSpec::parse(&text, "again.yaml").unwrap(), spec);
     }
 
     #[test]

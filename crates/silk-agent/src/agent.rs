@@ -1,0 +1,638 @@
+//! The agent process: [`Agent::start`] and its [`AgentHandle`].
+//!
+//! Three tasks run under a supervisor, independent of each other so that a bus outage in one
+//! never blocks another:
+//! - **presence**: one `Register` (retried forever with back-off while the bus is down),
+//!   then a `Heartbeat` every `heartbeat_interval_ms` (CPU %, memory, active downloaders,
+//!   requests in flight, QPS over `qps_window_ms`), each failed one followed by a back-off,
+//!   forever. Register and heartbeats are separate messages on separate subjects.
+//! - **commands**: a durable subscription to `agent.{id}.cmd` (commands sent while the agent
+//!   was away are delivered when it is back), re-opened forever with back-off. Commands are
+//!   handled in order: `allocate` (then acked), `download` (acked at once, then one task per
+//!   request, at most `capacity` fetching at a time, one `RunResult` each), `release`,
+//!   `shutdown` (acked first, so that a restarted agent does not stop again). Stale
+//!   envelopes never get here: the bus drops them when read.
+//! - **sweeper**: releases downloaders idle for longer than `downloader_idle_ms`.
+//!
+//! A result publish is tried `result_publish_retries + 1` times (the same envelope, so a
+//! JetStream de-duplicates a retry whose first attempt was stored), then dropped and logged:
+//! the hub's lease expires and it re-dispatches the request.
+//!
+//! Result error codes added here (beside the downloader's, see `downloader`):
+//! `no_downloader` (retryable: the run is not allocated here, the hub re-allocates),
+//! `invalid_config` (permanent: the run's allocation was refused; the message says why),
+//! `downloader_unavailable` (retryable: its proxy provider failed), `agent_stopping`
+//! (retryable: the agent stopped before the request got a slot).
+
+use crate::config::{AgentConfig, durable_name, ensure_data_dir, resolve_id};
+use crate::error::AgentError;
+use crate::registry::{Missing, Registry};
+use crate::stats::{AgentCounters, AgentEvent, AgentStats, QpsWindow};
+use crate::system::Probe;
+use silk_bus::{
+    Bus, BusError, Command, Delivery, FetchOutcome, Heartbeat, LeasedRequest, Message, Register,
+    ResultError, RunResult, Subject, SubscribeOpts, TtlPolicy,
+};
+use silk_core::{AgentId, Clock, RunId};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::task::JoinSet;
+
+/// Starts agents. See the module doc for what a running agent does.
+#[derive(Debug)]
+pub struct Agent;
+
+/// What the agent's tasks share.
+struct Shared {
+    id: AgentId,
+    config: AgentConfig,
+    bus: Arc<dyn Bus>,
+    clock: Arc<dyn Clock>,
+    ttl: TtlPolicy,
+    registry: Registry,
+    permits: Arc<Semaphore>,
+    counters: AgentCounters,
+    qps: QpsWindow,
+    events: broadcast::Sender<AgentEvent>,
+    stop: watch::Sender<bool>,
+}
+
+/// Doubling waits between attempts, from `backoff_initial_ms` up to `backoff_max_ms`.
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(config: &AgentConfig) -> Self {
+        let initial = Duration::from_millis(config.backoff_initial_ms);
+        Self {
+            initial,
+            max: Duration::from_millis(config.backoff_max_ms),
+            next: initial,
+        }
+    }
+
+    fn next(&mut self) -> Duration {
+        let wait = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max);
+        wait
+    }
+
+    fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
+/// A failed outcome.
+fn failure(code: &str, message: String, retryable: bool) -> FetchOutcome {
+    FetchOutcome {
+        error: Some(ResultError {
+            code: code.to_owned(),
+            message,
+            retryable,
+        }),
+        ..FetchOutcome::default()
+    }
+}
+
+impl Agent {
+    /// Starts an agent on `bus`: checks the config, creates the data dir, settles the id,
+    /// reloads the allocations file, and starts registering, heartbeating and reading
+    /// commands in the background. Returns without waiting for the bus (a bus that is down
+    /// is waited for, forever). `clock` stamps messages and measures idleness.
+    pub async fn start(
+        config: AgentConfig,
+        bus: Arc<dyn Bus>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<AgentHandle, AgentError> {
+        config.validate()?;
+        ensure_data_dir(&config.data_dir)?;
+        let id = resolve_id(&config)?;
+        let subject = Subject::agent_commands(&id)?;
+        let (events, _) = broadcast::channel(1_024);
+        let (stop, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            ttl: TtlPolicy {
+                heartbeat_interval_ms: config.heartbeat_interval_ms,
+                ..TtlPolicy::default()
+            },
+            registry: Registry::new(&config.data_dir, clock.clone(), events.clone()),
+            permits: Arc::new(Semaphore::new(config.capacity as usize)),
+            counters: AgentCounters::default(),
+            qps: QpsWindow::new(config.qps_window_ms, clock.now_ms()),
+            id,
+            config,
+            bus,
+            clock,
+            events,
+            stop,
+        });
+        shared.registry.reload().await;
+        tracing::info!(agent = %shared.id, data_dir = %shared.config.data_dir.display(), downloaders = shared.registry.len(), "agent starting");
+        let (done_tx, done) = watch::channel(false);
+        tokio::spawn(supervise(shared.clone(), subject, done_tx));
+        Ok(AgentHandle { shared, done })
+    }
+}
+
+/// A running agent. Dropping the handle asks the agent to stop (without waiting);
+/// [`AgentHandle::shutdown`] stops it and waits.
+pub struct AgentHandle {
+    shared: Arc<Shared>,
+    done: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for AgentHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHandle")
+            .field("id", &self.shared.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentHandle {
+    /// The agent's id.
+    pub fn id(&self) -> &AgentId {
+        &self.shared.id
+    }
+
+    /// The agent's data dir.
+    pub fn data_dir(&self) -> &Path {
+        &self.shared.config.data_dir
+    }
+
+    /// The allocations file.
+    pub fn allocations_file(&self) -> PathBuf {
+        self.shared
+            .config
+            .data_dir
+            .join(crate::store::ALLOCATIONS_FILE)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> AgentStats {
+        let s = &self.shared;
+        let c = &s.counters;
+        AgentStats {
+            registered: c.registered.load(Ordering::Relaxed),
+            heartbeats_sent: c.heartbeats_sent.load(Ordering::Relaxed),
+            heartbeats_failed: c.heartbeats_failed.load(Ordering::Relaxed),
+            active_downloaders: u32::try_from(s.registry.len()).unwrap_or(u32::MAX),
+            in_flight: c.in_flight.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            results_published: c.results_published.load(Ordering::Relaxed),
+            results_dropped: c.results_dropped.load(Ordering::Relaxed),
+            bytes_saved: c.bytes_saved.load(Ordering::Relaxed),
+            qps: s.qps.qps(s.clock.now_ms()),
+            runs: s.registry.stats(),
+        }
+    }
+
+    /// The agent's events from now on.
+    pub fn events(&self) -> broadcast::Receiver<AgentEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Releases the downloaders idle for longer than `downloader_idle_ms` now (the sweeper
+    /// does this every `idle_check_ms`); returns their runs.
+    pub async fn release_idle(&self) -> Vec<RunId> {
+        self.shared
+            .registry
+            .release_idle(self.shared.config.downloader_idle_ms)
+            .await
+    }
+
+    /// Stops the agent gracefully and waits until it has stopped: no more commands are
+    /// read, requests being fetched finish (within `shutdown_grace_ms`) and publish their
+    /// results, requests waiting for a slot are answered `agent_stopping`. Allocations stay
+    /// in the allocations file for the next start.
+    pub async fn shutdown(&self) {
+        self.shared.request_stop();
+        self.stopped().await;
+    }
+
+    /// Waits until the agent has stopped (after [`AgentHandle::shutdown`] or a `shutdown`
+    /// command).
+    pub async fn stopped(&self) {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|d| *d).await;
+    }
+
+    /// Whether the agent has stopped.
+    pub fn is_stopped(&self) -> bool {
+        *self.done.borrow()
+    }
+}
+
+impl Drop for AgentHandle {
+    fn drop(&mut self) {
+        self.shared.stop.send_replace(true);
+    }
+}
+
+/// Runs the agent's tasks until it is told to stop, then waits for them.
+async fn supervise(shared: Arc<Shared>, subject: Subject, done: watch::Sender<bool>) {
+    let presence = tokio::spawn(presence_loop(shared.clone()));
+    let sweeper = tokio::spawn(sweep_loop(shared.clone()));
+    let commands = tokio::spawn(command_loop(shared.clone(), subject));
+    for (name, task) in [
+        ("commands", commands),
+        ("presence", presence),
+        ("sweeper", sweeper),
+    ] {
+        if let Err(e) = task.await {
+            tracing::error!(agent = %shared.id, task = name, error = %e, "agent task failed");
+            shared.request_stop();
+        }
+    }
+    tracing::info!(agent = %shared.id, "agent stopped");
+    done.send_replace(true);
+}
+
+impl Shared {
+    fn emit(&self, event: AgentEvent) {
+        let _ = self.events.send(event);
+    }
+
+    fn request_stop(&self) {
+        if !self.stop.send_replace(true) {
+            tracing::info!(agent = %self.id, "agent stopping");
+            self.emit(AgentEvent::Stopping);
+        }
+    }
+
+    /// Waits `wait`, or until the agent stops: whether it is still running.
+    async fn pause(&self, wait: Duration) -> bool {
+        let mut stop = self.stop.subscribe();
+        tokio::select! {
+            biased;
+            () = stopped(&mut stop) => false,
+            () = tokio::time::sleep(wait) => true,
+        }
+    }
+
+    /// Handles one command; `false` when the agent is to stop.
+    async fn handle(self: &Arc<Self>, delivery: Delivery, tasks: &mut JoinSet<()>) -> bool {
+        let received = Instant::now();
+        let Message::Command(command) = &delivery.envelope.body else {
+            ack(delivery).await;
+            return true;
+        };
+        match command.clone() {
+            Command::Allocate { run, config } => {
+                if let Some(alloc) = self.registry.allocate(&run, config).await {
+                    // Build it now (a proxy provider runs up front); a failure here is tried
+                    // again by the first download.
+                    let shared = self.clone();
+                    tasks.spawn(async move {
+                        if let Err(e) = alloc.downloader(&shared.events, &shared.clock).await {
+                            tracing::warn!(run = %run, error = %e, "downloader not ready yet");
+                        }
+                    });
+                }
+                ack(delivery).await;
+            }
+            Command::Download { run, batch } => {
+                ack(delivery).await;
+                for leased in batch {
+                    let shared = self.clone();
+                    let run = run.clone();
+                    tasks.spawn(async move { shared.fetch_one(run, leased, received).await });
+                }
+            }
+            Command::Release { run } => {
+                if !self.registry.release(&run).await {
+                    tracing::debug!(run = %run, "release of a run that is not allocated here");
+                }
+                ack(delivery).await;
+            }
+            Command::Shutdown => {
+                ack(delivery).await;
+                tracing::info!(agent = %self.id, "shutdown command");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Fetches one leased request and publishes its result.
+    async fn fetch_one(self: Arc<Self>, run: RunId, leased: LeasedRequest, received: Instant) {
+        let mut outcome = self.outcome(&run, &leased).await;
+        outcome.timings.total_ms = received.elapsed().as_millis() as u64;
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_saved
+            .fetch_add(outcome.bytes_saved, Ordering::Relaxed);
+        self.qps.record(self.clock.now_ms());
+        let result = RunResult {
+            run,
+            agent: self.id.clone(),
+            lease_id: leased.lease_id,
+            outcome,
+        };
+        self.publish_result(result).await;
+    }
+
+    async fn outcome(&self, run: &RunId, leased: &LeasedRequest) -> FetchOutcome {
+        let guard = match self.registry.begin_use(run) {
+            Ok(g) => g,
+            Err(Missing::Unknown) => {
+                return failure(
+                    "no_downloader",
+                    format!("agent `{}` has no downloader for run `{run}`", self.id),
+                    true,
+                );
+            }
+            Err(Missing::Refused(reason)) => return failure("invalid_config", reason, false),
+        };
+        // Build (or wait for) the run's downloader before taking a slot, so that a slow
+        // proxy provider of one run does not hold slots the other runs could use.
+        let downloader = match guard.allocation.downloader(&self.events, &self.clock).await {
+            Ok(d) => d,
+            Err(e) => {
+                let retryable = !matches!(e, AgentError::InvalidConfig { .. });
+                return failure(e.code(), e.to_string(), retryable);
+            }
+        };
+        let mut stop = self.stop.subscribe();
+        let permit = tokio::select! {
+            biased;
+            () = stopped(&mut stop) => None,
+            p = self.permits.clone().acquire_owned() => p.ok(),
+        };
+        let Some(_permit) = permit else {
+            return failure(
+                "agent_stopping",
+                format!(
+                    "agent `{}` stopped before fetching {}",
+                    self.id, leased.request.url
+                ),
+                true,
+            );
+        };
+        self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        let outcome = downloader.download(&leased.request).await;
+        self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+        drop(guard);
+        outcome
+    }
+
+    /// Publishes a result, retrying `result_publish_retries` times, then drops it.
+    async fn publish_result(&self, mut result: RunResult) {
+        let subject = Subject::results();
+        let mut envelope = self.ttl.envelope(result.clone(), self.clock.now_ms());
+        let attempts = self.config.result_publish_retries.saturating_add(1);
+        let mut backoff = Backoff::new(&self.config);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let error = match self.bus.publish(&subject, &envelope).await {
+                Ok(()) => {
+                    self.counters
+                        .results_published
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.emit(AgentEvent::ResultPublished {
+                        run: result.run,
+                        lease_id: result.lease_id,
+                    });
+                    return;
+                }
+                Err(e) => e,
+            };
+            if matches!(error, BusError::TooLarge { .. }) && result.outcome.body.is_some() {
+                tracing::warn!(run = %result.run, lease = %result.lease_id, error = %error, "result too large for the bus: sent without its body");
+                result.outcome.body = None;
+                envelope = self.ttl.envelope(result.clone(), self.clock.now_ms());
+                attempt -= 1;
+                continue;
+            }
+            if error.is_retryable() && attempt < attempts {
+                tracing::debug!(run = %result.run, lease = %result.lease_id, attempt, error = %error, "result publish failed, retrying");
+                tokio::time::sleep(backoff.next()).await;
+                continue;
+            }
+            tracing::warn!(run = %result.run, lease = %result.lease_id, attempts = attempt, error = %error, "result dropped: the hub's lease will expire and the request be dispatched again");
+            self.counters
+                .results_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            self.emit(AgentEvent::ResultDropped {
+                run: result.run,
+                lease_id: result.lease_id,
+                error: error.to_string(),
+            });
+            return;
+        }
+    }
+}
+
+/// Returns once the agent is told to stop.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn ack(delivery: Delivery) {
+    if let Err(e) = delivery.ack().await {
+        tracing::debug!(error = %e, "could not ack a command (it may be delivered again)");
+    }
+}
+
+/// Registers, then heartbeats until the agent stops.
+async fn presence_loop(shared: Arc<Shared>) {
+    let mut stop = shared.stop.subscribe();
+    let mut probe = Probe::new();
+    let machine = probe.machine();
+    let mut backoff = Backoff::new(&shared.config);
+    let register = Register {
+        agent: shared.id.clone(),
+        host: machine.host,
+        version: shared.config.version.clone(),
+        cores: machine.cores,
+        memory_bytes: machine.memory_bytes,
+        labels: shared.config.labels.clone(),
+        capacity: shared.config.capacity,
+    };
+    // One envelope for every attempt: a retry whose first attempt was stored is stored once.
+    let envelope = shared.ttl.envelope(register, shared.clock.now_ms());
+    let registrations = Subject::registrations();
+    let heartbeats = Subject::heartbeats();
+    loop {
+        let published = tokio::select! {
+            biased;
+            () = stopped(&mut stop) => return,
+            r = shared.bus.publish(&registrations, &envelope) => r,
+        };
+        match published {
+            Ok(()) => {
+                shared.counters.registered.store(true, Ordering::Relaxed);
+                tracing::info!(agent = %shared.id, "registered");
+                shared.emit(AgentEvent::Registered);
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(agent = %shared.id, error = %e, "registration failed, retrying");
+                shared.emit(AgentEvent::RegisterFailed {
+                    error: e.to_string(),
+                });
+                if !shared.pause(backoff.next()).await {
+                    return;
+                }
+            }
+        }
+    }
+    backoff.reset();
+    let interval = Duration::from_millis(shared.config.heartbeat_interval_ms);
+    let mut seq = 0u64;
+    let mut failing = false;
+    loop {
+        seq += 1;
+        let started = tokio::time::Instant::now();
+        let usage = probe.usage();
+        let now = shared.clock.now_ms();
+        let heartbeat = Heartbeat {
+            agent: shared.id.clone(),
+            cpu_pct: usage.cpu_pct,
+            memory_bytes: usage.memory_bytes,
+            active_downloaders: u32::try_from(shared.registry.len()).unwrap_or(u32::MAX),
+            in_flight: shared.counters.in_flight.load(Ordering::Relaxed),
+            qps: shared.qps.qps(now),
+            seq,
+        };
+        let envelope = shared.ttl.envelope(heartbeat, now);
+        let published = tokio::select! {
+            biased;
+            () = stopped(&mut stop) => return,
+            r = shared.bus.publish(&heartbeats, &envelope) => r,
+        };
+        let next = match published {
+            Ok(()) => {
+                if std::mem::take(&mut failing) {
+                    tracing::info!(agent = %shared.id, seq, "heartbeats resumed");
+                }
+                shared
+                    .counters
+                    .heartbeats_sent
+                    .fetch_add(1, Ordering::Relaxed);
+                shared.emit(AgentEvent::HeartbeatSent { seq });
+                backoff.reset();
+                started + interval
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(agent = %shared.id, seq, error = %e, "heartbeat failed; retrying with back-off");
+                }
+                shared
+                    .counters
+                    .heartbeats_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                shared.emit(AgentEvent::HeartbeatFailed {
+                    seq,
+                    error: e.to_string(),
+                });
+                tokio::time::Instant::now() + backoff.next()
+            }
+        };
+        tokio::select! {
+            biased;
+            () = stopped(&mut stop) => return,
+            () = tokio::time::sleep_until(next) => {}
+        }
+    }
+}
+
+/// Releases idle downloaders every `idle_check_ms` until the agent stops.
+async fn sweep_loop(shared: Arc<Shared>) {
+    let mut stop = shared.stop.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_millis(shared.config.idle_check_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            () = stopped(&mut stop) => return,
+            _ = tick.tick() => {
+                shared.registry.release_idle(shared.config.downloader_idle_ms).await;
+            }
+        }
+    }
+}
+
+/// Reads commands until the agent stops (re-subscribing forever), then lets the running
+/// requests finish within the grace period.
+async fn command_loop(shared: Arc<Shared>, subject: Subject) {
+    let mut stop = shared.stop.subscribe();
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut backoff = Backoff::new(&shared.config);
+    let opts = SubscribeOpts::durable(durable_name(&shared.id));
+    'subscribe: loop {
+        let subscribed = tokio::select! {
+            biased;
+            () = stopped(&mut stop) => break 'subscribe,
+            r = shared.bus.subscribe(&subject, opts.clone()) => r,
+        };
+        let mut subscription = match subscribed {
+            Ok(s) => {
+                backoff.reset();
+                tracing::info!(agent = %shared.id, subject = %subject, "reading commands");
+                shared.emit(AgentEvent::Subscribed);
+                s
+            }
+            Err(e) => {
+                tracing::warn!(agent = %shared.id, error = %e, "subscribing to commands failed, retrying");
+                shared.emit(AgentEvent::SubscribeFailed {
+                    error: e.to_string(),
+                });
+                if shared.pause(backoff.next()).await {
+                    continue;
+                }
+                break;
+            }
+        };
+        loop {
+            tokio::select! {
+                biased;
+                () = stopped(&mut stop) => break 'subscribe,
+                Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                    if let Err(e) = joined && e.is_panic() {
+                        tracing::error!(agent = %shared.id, error = %e, "a request task panicked");
+                    }
+                }
+                next = subscription.next() => match next {
+                    Some(Ok(delivery)) => {
+                        if !shared.handle(delivery, &mut tasks).await {
+                            shared.request_stop();
+                            break 'subscribe;
+                        }
+                    }
+                    Some(Err(e @ (BusError::Malformed { .. } | BusError::UnsupportedVersion { .. }))) => {
+                        tracing::warn!(agent = %shared.id, error = %e, "unreadable command skipped");
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(agent = %shared.id, error = %e, "command subscription failed; subscribing again");
+                        if shared.pause(backoff.next()).await {
+                            continue 'subscribe;
+                        }
+                        break 'subscribe;
+                    }
+                    None => {
+                        tracing::warn!(agent = %shared.id, "command subscription closed; subscribing again");
+                        if shared.pause(backoff.next()).await {
+                            continue 'subscribe;
+                        }
+                        break 'subscribe;
+                    }
+                },
+            }
+        }
+    }
+    let grace = Duration::from_millis(shared.config.shutdown_grace_ms);
+    let drained =
+        tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::warn!(agent = %shared.id, left = tasks.len(), "requests still running after the shutdown grace period were abandoned");
+        tasks.shutdown().await;
+    }
+}

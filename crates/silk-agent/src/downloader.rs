@@ -1,0 +1,610 @@
+//! A run's downloader: one per run on an agent, isolated from every other run — its own
+//! `Fetcher` (cookie jar, headers, user agent, timeout, body limit, connection pools), its own
+//! proxy rotation and ban handling, its own rate limiter, its own robots.txt cache, its own
+//! `Extractor` and trimming rules.
+//!
+//! [`Downloader::download`] turns one leased request into the `FetchOutcome` of its result:
+//! robots.txt → rate limit → fetch (redirects not followed) → ban check (status, body regex)
+//! → redirect (the target goes back as the only link, with `redirects` + 1: the hub's
+//! frontier dedups it) → status classification → trimming → parsing (links canonical and
+//! through the spider's allowed domains and depth; one item with `url` when `item_when`
+//! matches) → returned body.
+//!
+//! Error codes in results (`error.code`, retryable or not): the fetch error kinds of
+//! `silk-fetch` (`timeout`, `connect`, `dns`, `proxy`, `truncated` retryable; `tls`,
+//! `body_too_large`, `protocol`, `invalid_url` permanent); `http_{status}` (retryable for the
+//! spider's `retry_statuses`); `proxy_banned` (retryable); `too_many_redirects`,
+//! `invalid_redirect`, `robots_disallowed` (permanent); `robots_unavailable` (retryable).
+//!
+//! What it must not do: retry (the hub's frontier owns back-off), decide dedup or
+//! politeness across agents, or let one run's state (cookies, bans, pauses for a redial)
+//! touch another run.
+
+use crate::command::run_command;
+use crate::downloader_config::{CompiledConfig, parse_proxy_lines};
+use crate::error::AgentError;
+use crate::stats::{AgentEvent, RunCounters};
+use base64::Engine as _;
+use silk_bus::{BodyEncoding, FetchOutcome, ResultBody, ResultError};
+use silk_core::{Clock, Request, RunId};
+use silk_fetch::robots::{RobotsCache, RobotsVerdict};
+use silk_fetch::{FetchError, Fetcher, Response, Retry, Wants, decode_html_cow};
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+use url::Url;
+
+/// What one fetch goes through: replaced as a whole when a provider gives new proxies.
+#[derive(Clone)]
+struct Session {
+    fetcher: Fetcher,
+    robots: Option<Arc<RobotsCache>>,
+}
+
+/// Spaces request starts evenly at the run's QPS cap.
+#[derive(Debug)]
+struct RateLimiter {
+    interval: Duration,
+    next: std::sync::Mutex<tokio::time::Instant>,
+}
+
+impl RateLimiter {
+    fn new(qps: f64) -> Self {
+        Self {
+            interval: Duration::from_secs_f64(1.0 / qps),
+            next: std::sync::Mutex::new(tokio::time::Instant::now()),
+        }
+    }
+
+    /// Waits for this request's slot.
+    async fn wait(&self) {
+        let slot = {
+            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+            let slot = (*next).max(tokio::time::Instant::now());
+            *next = slot + self.interval;
+            slot
+        };
+        tokio::time::sleep_until(slot).await;
+    }
+}
+
+/// The downloader of one run.
+pub(crate) struct Downloader {
+    run: RunId,
+    cfg: Arc<CompiledConfig>,
+    session: RwLock<Session>,
+    /// Held while a redial (or a proxy refresh) runs; every fetch passes it first, so that
+    /// the run's requests wait for the new address.
+    gate: tokio::sync::Mutex<()>,
+    /// Bumped by each ban handling: a ban seen by a request that started before the last
+    /// one was handled does not redial again.
+    epoch: AtomicU64,
+    limiter: Option<RateLimiter>,
+    counters: Arc<RunCounters>,
+    events: broadcast::Sender<AgentEvent>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Downloader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Downloader")
+            .field("run", &self.run)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failed outcome.
+fn failure(code: &str, message: impl Into<String>, retryable: bool) -> FetchOutcome {
+    FetchOutcome {
+        error: Some(ResultError {
+            code: code.to_owned(),
+            message: message.into(),
+            retryable,
+        }),
+        ..FetchOutcome::default()
+    }
+}
+
+impl Downloader {
+    /// Builds the downloader of `run`: runs the proxy provider if the run has one.
+    pub(crate) async fn build(
+        run: RunId,
+        cfg: Arc<CompiledConfig>,
+        counters: Arc<RunCounters>,
+        events: broadcast::Sender<AgentEvent>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, AgentError> {
+        let fetcher = match (&cfg.provider, &cfg.fetcher) {
+            (Some(_), _) => provider_fetcher(&run, &cfg, &events).await?,
+            (None, Some(f)) => f.clone(),
+            (None, None) => {
+                Fetcher::new(cfg.fetch.clone()).map_err(|e| AgentError::InvalidConfig {
+                    run: run.clone(),
+                    problems: vec![e.to_string()],
+                })?
+            }
+        };
+        let session = new_session(fetcher, &cfg, &clock);
+        Ok(Self {
+            limiter: cfg.qps.map(RateLimiter::new),
+            run,
+            cfg,
+            session: RwLock::new(session),
+            gate: tokio::sync::Mutex::new(()),
+            epoch: AtomicU64::new(0),
+            counters,
+            events,
+            clock,
+        })
+    }
+
+    fn session(&self) -> Session {
+        self.session
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn emit(&self, event: AgentEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// Fetches and parses one request. Never fails: every problem is an outcome with an
+    /// error. `timings.total_ms` is left to the caller.
+    pub(crate) async fn download(&self, req: &Request) -> FetchOutcome {
+        let outcome = self.download_inner(req).await;
+        let c = &self.counters;
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        c.bytes.fetch_add(outcome.bytes, Ordering::Relaxed);
+        c.bytes_saved
+            .fetch_add(outcome.bytes_saved, Ordering::Relaxed);
+        if outcome.error.is_some() {
+            c.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    async fn download_inner(&self, req: &Request) -> FetchOutcome {
+        let url = match Url::parse(&req.url) {
+            Ok(u) => u,
+            Err(e) => {
+                return failure(
+                    "invalid_url",
+                    format!("invalid url `{}`: {e}", req.url),
+                    false,
+                );
+            }
+        };
+        if let Some(limiter) = &self.limiter {
+            limiter.wait().await;
+        }
+        // Wait for a redial in progress, then note which "address epoch" this request uses.
+        drop(self.gate.lock().await);
+        let epoch = self.epoch.load(Ordering::SeqCst);
+        let session = self.session();
+        if let Some(robots) = &session.robots {
+            match robots.check(&url).await {
+                RobotsVerdict::Allowed => {}
+                RobotsVerdict::Disallowed => {
+                    return failure(
+                        "robots_disallowed",
+                        format!("{}: disallowed by robots.txt", req.url),
+                        false,
+                    );
+                }
+                RobotsVerdict::Unavailable { retry_in } => {
+                    return failure(
+                        "robots_unavailable",
+                        format!(
+                            "{}: robots.txt unavailable; asked again in {} ms",
+                            req.url,
+                            retry_in.as_millis()
+                        ),
+                        true,
+                    );
+                }
+            }
+        }
+        match session.fetcher.fetch(req).await {
+            Ok(resp) => self.on_response(req, &url, resp, &session, epoch).await,
+            Err(e) => self.on_fetch_error(e, &session, epoch).await,
+        }
+    }
+
+    async fn on_fetch_error(&self, e: FetchError, session: &Session, epoch: u64) -> FetchOutcome {
+        if let FetchError::Proxy { proxy, .. } = &e {
+            let pool = session.fetcher.proxies();
+            // The pool takes a proxy out after `switch_after_failures` proxy errors in a row.
+            if let Some(i) = (0..pool.len()).find(|&i| pool.display(i) == proxy)
+                && pool.is_bad(i)
+            {
+                let reason = format!("{} failures in a row", self.cfg.fetch.proxy_max_failures);
+                self.note_switch(proxy.clone(), reason);
+                self.after_ban(epoch).await;
+            }
+        }
+        tracing::debug!(run = %self.run, error = %e, "fetch failed");
+        failure(
+            e.kind().as_str(),
+            e.to_string(),
+            e.retry() != Retry::Permanent,
+        )
+    }
+
+    fn note_switch(&self, proxy: String, reason: String) {
+        self.counters.proxy_switches.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(run = %self.run, proxy = %proxy, reason = %reason, "proxy switched");
+        self.emit(AgentEvent::ProxySwitched {
+            run: self.run.clone(),
+            proxy,
+            reason,
+        });
+    }
+
+    /// Why `resp` looks like a ban, if it does.
+    fn ban_reason(&self, resp: &Response) -> Option<String> {
+        let ban = &self.cfg.ban;
+        if !ban.active {
+            return None;
+        }
+        if ban.statuses.contains(&resp.status) {
+            return Some(format!("status {}", resp.status));
+        }
+        let regex = ban.regex.as_ref()?;
+        let text = decode_html_cow(&resp.body, resp.content_type.as_deref());
+        regex
+            .is_match(&text)
+            .then(|| "body matches switch_on_regex".to_owned())
+    }
+
+    /// After a ban (or a proxy taken out for failures): refresh the proxies if every one is
+    /// out and a provider exists, then redial, once per epoch; the run's requests wait.
+    async fn after_ban(&self, epoch: u64) {
+        if self.cfg.redial.is_none() && self.cfg.provider.is_none() {
+            return;
+        }
+        let _gate = self.gate.lock().await;
+        if self
+            .epoch
+            .compare_exchange(epoch, epoch + 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return;
+        }
+        let pool_all_bad = {
+            let session = self.session();
+            let pool = session.fetcher.proxies();
+            !pool.is_empty() && (0..pool.len()).all(|i| pool.is_bad(i))
+        };
+        if pool_all_bad && self.cfg.provider.is_some() {
+            match provider_fetcher(&self.run, &self.cfg, &self.events).await {
+                Ok(fetcher) => {
+                    // The new fetcher has a new cookie jar: sessions do not survive a proxy
+                    // refresh (a new address is a new visitor anyway).
+                    let session = new_session(fetcher, &self.cfg, &self.clock);
+                    *self.session.write().unwrap_or_else(|p| p.into_inner()) = session;
+                }
+                Err(e) => tracing::warn!(run = %self.run, error = %e, "proxy refresh failed"),
+            }
+        }
+        if let Some(redial) = &self.cfg.redial {
+            self.counters.redials.fetch_add(1, Ordering::Relaxed);
+            let result = run_command(&self.run, "redial", &redial.command, redial.timeout_ms).await;
+            let error = result.err().map(|e| e.to_string());
+            match &error {
+                None => tracing::info!(run = %self.run, "redial done"),
+                Some(e) => tracing::warn!(run = %self.run, error = %e, "redial failed; continuing"),
+            }
+            self.emit(AgentEvent::Redialed {
+                run: self.run.clone(),
+                error,
+            });
+        }
+    }
+
+    async fn on_response(
+        &self,
+        req: &Request,
+        url: &Url,
+        resp: Response,
+        session: &Session,
+        epoch: u64,
+    ) -> FetchOutcome {
+        let status = resp.status;
+        let proxy = resp
+            .proxy
+            .map(|i| session.fetcher.proxies().display(i).to_owned());
+        let mut out = FetchOutcome {
+            status: Some(status),
+            bytes: resp.body.len() as u64,
+            proxy: proxy.clone(),
+            ..FetchOutcome::default()
+        };
+        out.timings.fetch_ms = resp.elapsed_ms;
+        let with_error = |code: &str, message: String, retryable: bool| FetchOutcome {
+            error: failure(code, message, retryable).error,
+            status: Some(status),
+            bytes: resp.body.len() as u64,
+            proxy: proxy.clone(),
+            timings: silk_bus::Timings {
+                fetch_ms: resp.elapsed_ms,
+                ..silk_bus::Timings::default()
+            },
+            ..FetchOutcome::default()
+        };
+        if let Some(reason) = self.ban_reason(&resp) {
+            if let Some(i) = resp.proxy {
+                session.fetcher.proxies().mark_bad(i);
+                self.note_switch(proxy.clone().unwrap_or_default(), reason.clone());
+            }
+            self.after_ban(epoch).await;
+            let via = proxy
+                .as_deref()
+                .map(|p| format!(" via {p}"))
+                .unwrap_or_default();
+            return with_error(
+                "proxy_banned",
+                format!("{}: banned{via}: {reason}", req.url),
+                true,
+            );
+        }
+        let spider = &self.cfg.spider;
+        if resp.is_redirect() {
+            let location = resp.location.as_deref().unwrap_or_default();
+            if req.redirects >= spider.spec.max_redirects {
+                return with_error(
+                    "too_many_redirects",
+                    format!(
+                        "{}: more than {} redirects",
+                        req.url, spider.spec.max_redirects
+                    ),
+                    false,
+                );
+            }
+            return match Request::get(location, Some(url), &spider.canon) {
+                Err(e) => with_error("invalid_redirect", format!("{}: {e}", req.url), false),
+                Ok(next) if !spider.canonical_host_allowed(&next.url) => {
+                    tracing::debug!(run = %self.run, from = %req.url, to = %next.url, "redirect off the allowed domains dropped");
+                    out
+                }
+                Ok(next) => {
+                    out.links = vec![next.url];
+                    out.redirects = req.redirects + 1;
+                    out
+                }
+            };
+        }
+        if let Some(retry) = resp.retry(&spider.spec.retry_statuses) {
+            return with_error(
+                &format!("http_{status}"),
+                format!("{}: http status {status}", req.url),
+                retry != Retry::Permanent,
+            );
+        }
+        if !(200..300).contains(&status) {
+            return with_error(
+                &format!("http_{status}"),
+                format!("{}: http status {status}", req.url),
+                false,
+            );
+        }
+        let parse_started = Instant::now();
+        self.parse(req, url, &resp, &mut out);
+        out.timings.parse_ms = parse_started.elapsed().as_millis() as u64;
+        out
+    }
+
+    /// Trims, parses and fills links, items, `bytes_saved` and the returned body.
+    fn parse(&self, req: &Request, url: &Url, resp: &Response, out: &mut FetchOutcome) {
+        let cfg = &self.cfg;
+        let content_type = resp.content_type.as_deref();
+        let text_page = is_text(content_type);
+        let mut parse_body: Cow<'_, [u8]> = Cow::Borrowed(&resp.body);
+        let mut parse_type: Option<String> = resp.content_type.clone();
+        let mut returned: Option<ResultBody> = None;
+        let trim = cfg
+            .trimmer
+            .as_ref()
+            .filter(|_| text_page && (cfg.return_body || cfg.parse_trimmed));
+        if let Some(trimmer) = trim {
+            let text = decode_html_cow(&resp.body, content_type);
+            let trimmed = trimmer.apply(&text);
+            if trimmed.missed {
+                self.counters.trim_misses.fetch_add(1, Ordering::Relaxed);
+            }
+            out.bytes_saved = (resp.body.len() as u64).saturating_sub(trimmed.text.len() as u64);
+            if cfg.parse_trimmed {
+                // The trimmed text is UTF-8 whatever the page's charset was.
+                parse_type = Some(format!("{}; charset=utf-8", essence(content_type)));
+                parse_body = Cow::Owned(trimmed.text.clone().into_bytes());
+            }
+            if cfg.return_body {
+                returned = Some(text_body(
+                    trimmed.text,
+                    content_type,
+                    cfg.max_return_body_bytes,
+                ));
+            }
+        } else if cfg.return_body {
+            returned = Some(if text_page {
+                text_body(
+                    decode_html_cow(&resp.body, content_type).into_owned(),
+                    content_type,
+                    cfg.max_return_body_bytes,
+                )
+            } else {
+                binary_body(&resp.body, content_type, cfg.max_return_body_bytes)
+            });
+        }
+        let spider = &cfg.spider;
+        let wants = Wants {
+            links: spider.depth_allowed(req.depth.saturating_add(1)),
+            fields: spider.wants_item(&req.url),
+        };
+        let page = cfg
+            .extractor
+            .parse_with(url, &parse_body, parse_type.as_deref(), wants);
+        if wants.links {
+            out.links = page
+                .links
+                .into_iter()
+                .filter(|l| spider.canonical_host_allowed(l))
+                .collect();
+        }
+        if wants.fields {
+            let mut item = page.fields;
+            item.insert("url".into(), serde_json::Value::String(req.url.clone()));
+            out.items = vec![serde_json::Value::Object(item)];
+        }
+        out.body = returned;
+    }
+}
+
+/// Runs the provider and builds a fetcher over its proxies.
+async fn provider_fetcher(
+    run: &RunId,
+    cfg: &CompiledConfig,
+    events: &broadcast::Sender<AgentEvent>,
+) -> Result<Fetcher, AgentError> {
+    let Some((spec, timeout_ms)) = &cfg.provider else {
+        return Fetcher::new(cfg.fetch.clone()).map_err(|e| AgentError::InvalidConfig {
+            run: run.clone(),
+            problems: vec![e.to_string()],
+        });
+    };
+    let fail = |reason: String| AgentError::Command {
+        run: run.clone(),
+        what: "proxy provider",
+        command: spec.to_string(),
+        reason,
+    };
+    let stdout = run_command(run, "proxy provider", spec, *timeout_ms).await?;
+    let proxies = parse_proxy_lines(&stdout).map_err(fail)?;
+    let count = proxies.len();
+    let mut fetch = cfg.fetch.clone();
+    fetch.proxies = proxies;
+    let fetcher = Fetcher::new(fetch).map_err(|e| fail(e.to_string()))?;
+    tracing::info!(run = %run, count, "proxies from the provider");
+    let _ = events.send(AgentEvent::ProxiesRefreshed {
+        run: run.clone(),
+        count,
+    });
+    Ok(fetcher)
+}
+
+fn new_session(fetcher: Fetcher, cfg: &CompiledConfig, clock: &Arc<dyn Clock>) -> Session {
+    let spec = &cfg.spider.spec;
+    let robots = spec.robots.then(|| {
+        Arc::new(RobotsCache::new(fetcher.clone(), &spec.user_agent).with_clock(clock.clone()))
+    });
+    Session { fetcher, robots }
+}
+
+/// The media type of a `Content-Type`, lower-case (`text/html` when there is none).
+fn essence(content_type: Option<&str>) -> String {
+    let mime = content_type
+        .and_then(|c| c.split(';').next())
+        .map(|m| m.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    if mime.is_empty() {
+        "text/html".into()
+    } else {
+        mime
+    }
+}
+
+/// Whether a body of this type is text (trimmed and returned as UTF-8) rather than bytes.
+fn is_text(content_type: Option<&str>) -> bool {
+    let mime = essence(content_type);
+    mime.starts_with("text/")
+        || ["html", "xml", "json", "javascript", "ecmascript"]
+            .iter()
+            .any(|t| mime.contains(t))
+}
+
+/// A text body, cut at a character boundary to at most `max` bytes.
+fn text_body(mut text: String, content_type: Option<&str>, max: usize) -> ResultBody {
+    let truncated = text.len() > max;
+    if truncated {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    ResultBody {
+        encoding: BodyEncoding::Text,
+        data: text,
+        content_type: content_type.map(str::to_owned),
+        truncated,
+    }
+}
+
+/// A binary body in base64, cut so that the encoded text is at most `max` bytes.
+fn binary_body(bytes: &[u8], content_type: Option<&str>, max: usize) -> ResultBody {
+    let keep = (max / 4).saturating_mul(3).min(bytes.len());
+    ResultBody {
+        encoding: BodyEncoding::Base64,
+        data: base64::engine::general_purpose::STANDARD.encode(&bytes[..keep]),
+        content_type: content_type.map(str::to_owned),
+        truncated: keep < bytes.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_and_binary_bodies_fit_their_limit() {
+        let b = text_body("héllo".into(), Some("text/html"), 2);
+        assert_eq!((b.data.as_str(), b.truncated), ("h", true));
+        let b = text_body("abc".into(), None, 10);
+        assert_eq!((b.data.as_str(), b.truncated), ("abc", false));
+        let b = binary_body(&[0, 1, 2, 3, 4, 5, 6], Some("image/png"), 8);
+        assert_eq!(b.encoding, BodyEncoding::Base64);
+        assert_eq!((b.data.as_str(), b.truncated), ("AAECAwQF", true));
+        assert!(b.data.len() <= 8);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_limiter_spaces_request_starts() {
+        let limiter = RateLimiter::new(4.0);
+        let start = tokio::time::Instant::now();
+        let mut starts = Vec::new();
+        for _ in 0..5 {
+            limiter.wait().await;
+            starts.push(start.elapsed().as_millis());
+        }
+        assert_eq!(starts, [0, 250, 500, 750, 1_000]);
+        // Idle time is not saved up for a burst.
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let before = tokio::time::Instant::now();
+        limiter.wait().await;
+        limiter.wait().await;
+        assert_eq!(before.elapsed().as_millis(), 250);
+    }
+
+    #[test]
+    fn text_types() {
+        for t in [
+            None,
+            Some("text/html; charset=gbk"),
+            Some("application/json"),
+            Some("application/xhtml+xml"),
+            Some(""),
+        ] {
+            assert!(is_text(t), "{t:?}");
+        }
+        for t in [
+            Some("image/png"),
+            Some("application/octet-stream"),
+            Some("application/pdf"),
+        ] {
+            assert!(!is_text(t), "{t:?}");
+        }
+        assert_eq!(essence(Some("Text/HTML; charset=x")), "text/html");
+    }
+}

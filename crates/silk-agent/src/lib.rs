@@ -1,0 +1,40 @@
+//! `silk-agent`: the agent runtime of Silk's download center (design §4; in the seeds:
+//! 下载器代理, downloader agent). An agent registers with the hubs, heartbeats, reads the
+//! commands sent to its own bus subject, keeps one isolated downloader per run, fetches and
+//! parses near the data, and sends back only results.
+//!
+//! Map:
+//! - [`Agent::start`] / [`AgentHandle`] (`agent`): the tasks — presence (register, then
+//!   heartbeats), commands (allocate, download, release, shutdown), idle sweeper — and
+//!   result publishing with retries.
+//! - [`AgentConfig`] (`config`): the agent's own settings and how its id is chosen.
+//! - [`DownloaderConfig`] (`downloader_config`): what an `allocate` command carries, with its
+//!   JSON format; `downloader`: one run's downloader (fetch, ban detection, redirects,
+//!   trimming, parsing); `trim`: trimming rules; `command`: provider and redial commands.
+//! - `registry` and `store`: the allocations in memory and in `{data_dir}/allocations.json`.
+//! - `system`: CPU, memory, host name (`sysinfo`); [`stats`]: counters, QPS, events.
+//!
+//! **API boundary:** the hub talks to agents only through `silk-bus` messages; this crate
+//! exposes nothing to the hub but what it publishes. **Invariant:** nothing a run sends
+//! (a bad config, a hostile page, a failing command) stops the agent or touches another run.
+
+mod agent;
+mod command;
+pub mod config;
+mod downloader;
+pub mod downloader_config;
+pub mod error;
+mod registry;
+pub mod stats;
+mod store;
+mod system;
+mod trim;
+
+pub use agent::{Agent, AgentHandle};
+pub use config::{AGENT_ID_FILE, AgentConfig};
+pub use downloader_config::{
+    CommandSpec, DownloaderConfig, ProxyConfig, RedialConfig, SpiderSource, TrimConfig, TrimRule,
+};
+pub use error::AgentError;
+pub use stats::{AgentEvent, AgentStats, ReleaseReason, RunStats};
+pub use store::ALLOCATIONS_FILE;

@@ -1,0 +1,340 @@
+//! The runs an agent holds: one [`Allocation`] per run (its config as received, the compiled
+//! form, the downloader built lazily from it, counters, last use), the runs whose allocation
+//! was refused (so that their downloads say why), and the allocations file behind them.
+//!
+//! **Invariant:** the allocations file lists exactly the runs in the map after every change
+//! (allocate, release, idle release, a stored entry that no longer compiles): each change
+//! rewrites it from a snapshot of the map, writes serialised, so the last change wins.
+//!
+//! Use and idle release are decided under the map's lock: a request holds a [`UseGuard`]
+//! from lookup to result, and the idle sweep releases only allocations nobody uses.
+//! This module must not touch the bus.
+
+use crate::downloader::Downloader;
+use crate::downloader_config::{CompiledConfig, DownloaderConfig};
+use crate::error::AgentError;
+use crate::stats::{AgentEvent, ReleaseReason, RunCounters, RunStats};
+use crate::store::{AllocationStore, StoredAllocation};
+use silk_core::{Clock, RunId};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{OnceCell, broadcast};
+
+/// One run's downloader on this agent.
+pub(crate) struct Allocation {
+    run: RunId,
+    raw: serde_json::Value,
+    allocated_ms: u64,
+    compiled: Arc<CompiledConfig>,
+    downloader: OnceCell<Arc<Downloader>>,
+    pub(crate) counters: Arc<RunCounters>,
+    last_used_ms: AtomicU64,
+}
+
+impl Allocation {
+    fn new(
+        run: RunId,
+        raw: serde_json::Value,
+        compiled: CompiledConfig,
+        now_ms: u64,
+        allocated_ms: u64,
+    ) -> Self {
+        Self {
+            run,
+            raw,
+            allocated_ms,
+            compiled: Arc::new(compiled),
+            downloader: OnceCell::new(),
+            counters: Arc::new(RunCounters::default()),
+            last_used_ms: AtomicU64::new(now_ms),
+        }
+    }
+
+    fn touch(&self, now_ms: u64) {
+        self.last_used_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// The downloader, built on first use (a failure is returned and tried again next time).
+    pub(crate) async fn downloader(
+        &self,
+        events: &broadcast::Sender<AgentEvent>,
+        clock: &Arc<dyn Clock>,
+    ) -> Result<Arc<Downloader>, AgentError> {
+        self.downloader
+            .get_or_try_init(|| async {
+                Downloader::build(
+                    self.run.clone(),
+                    self.compiled.clone(),
+                    self.counters.clone(),
+                    events.clone(),
+                    clock.clone(),
+                )
+                .await
+                .map(Arc::new)
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// A request's use of an allocation: keeps it from being released as idle, and marks it
+/// used when the request ends.
+pub(crate) struct UseGuard {
+    pub(crate) allocation: Arc<Allocation>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Drop for UseGuard {
+    fn drop(&mut self) {
+        self.allocation.touch(self.clock.now_ms());
+        self.allocation
+            .counters
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Why a download found no usable allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Missing {
+    /// The run is not allocated here.
+    Unknown,
+    /// Its allocation was refused: the reason.
+    Refused(String),
+}
+
+/// The runs of one agent.
+pub(crate) struct Registry {
+    runs: Mutex<HashMap<RunId, Arc<Allocation>>>,
+    refused: Mutex<HashMap<RunId, String>>,
+    store: AllocationStore,
+    clock: Arc<dyn Clock>,
+    events: broadcast::Sender<AgentEvent>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn compile(run: &RunId, raw: &serde_json::Value) -> Result<CompiledConfig, AgentError> {
+    DownloaderConfig::from_json(run, raw.clone()).and_then(|c| c.compile(run))
+}
+
+impl Registry {
+    pub(crate) fn new(
+        data_dir: &Path,
+        clock: Arc<dyn Clock>,
+        events: broadcast::Sender<AgentEvent>,
+    ) -> Self {
+        Self {
+            runs: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
+            store: AllocationStore::new(data_dir),
+            clock,
+            events,
+        }
+    }
+
+    fn emit(&self, event: AgentEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// Loads the allocations file (downloaders are built on first use). Entries that no
+    /// longer compile are dropped from the file, with a warning.
+    pub(crate) async fn reload(&self) {
+        let (stored, err) = self.store.load();
+        if let Some(e) = err {
+            tracing::warn!(error = %e, "allocations file unreadable; starting without allocations");
+        }
+        let now = self.clock.now_ms();
+        let mut dropped = false;
+        for (run, entry) in stored {
+            match compile(&run, &entry.config) {
+                Ok(compiled) => {
+                    let alloc = Allocation::new(
+                        run.clone(),
+                        entry.config,
+                        compiled,
+                        now,
+                        entry.allocated_ms,
+                    );
+                    lock(&self.runs).insert(run.clone(), Arc::new(alloc));
+                    tracing::info!(run = %run, "allocation reloaded");
+                    self.emit(AgentEvent::Allocated {
+                        run,
+                        reloaded: true,
+                        existing: false,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(run = %run, error = %e, "stored allocation no longer valid; dropped");
+                    self.emit(AgentEvent::AllocationFailed {
+                        run,
+                        error: e.to_string(),
+                    });
+                    dropped = true;
+                }
+            }
+        }
+        if dropped {
+            self.persist().await;
+        }
+    }
+
+    /// Writes the allocations file from the map; a failure is logged (the allocations stay
+    /// in memory, the next change tries again).
+    async fn persist(&self) {
+        let result = self
+            .store
+            .save(|| {
+                lock(&self.runs)
+                    .iter()
+                    .map(|(run, a)| {
+                        (
+                            run.clone(),
+                            StoredAllocation {
+                                config: a.raw.clone(),
+                                allocated_ms: a.allocated_ms,
+                            },
+                        )
+                    })
+                    .collect()
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "could not write the allocations file");
+        }
+    }
+
+    /// Handles an `allocate`: keeps an existing allocation (idempotent), or compiles and
+    /// stores a new one. Returns the new allocation (for an early build), if any.
+    pub(crate) async fn allocate(
+        &self,
+        run: &RunId,
+        config: serde_json::Value,
+    ) -> Option<Arc<Allocation>> {
+        let now = self.clock.now_ms();
+        let existing = lock(&self.runs).get(run).cloned();
+        if let Some(alloc) = existing {
+            alloc.touch(now);
+            if alloc.raw != config {
+                tracing::warn!(run = %run, "allocate with another config for an allocated run: the existing downloader is kept (release it first to change it)");
+            }
+            self.emit(AgentEvent::Allocated {
+                run: run.clone(),
+                reloaded: false,
+                existing: true,
+            });
+            return None;
+        }
+        match compile(run, &config) {
+            Err(e) => {
+                tracing::error!(run = %run, error = %e, "allocation refused");
+                lock(&self.refused).insert(run.clone(), e.to_string());
+                self.emit(AgentEvent::AllocationFailed {
+                    run: run.clone(),
+                    error: e.to_string(),
+                });
+                None
+            }
+            Ok(compiled) => {
+                let alloc = Arc::new(Allocation::new(run.clone(), config, compiled, now, now));
+                lock(&self.runs).insert(run.clone(), alloc.clone());
+                lock(&self.refused).remove(run);
+                self.persist().await;
+                tracing::info!(run = %run, "downloader allocated");
+                self.emit(AgentEvent::Allocated {
+                    run: run.clone(),
+                    reloaded: false,
+                    existing: false,
+                });
+                Some(alloc)
+            }
+        }
+    }
+
+    /// Drops a run's allocation (and a refused one's reason); whether it existed.
+    pub(crate) async fn release(&self, run: &RunId) -> bool {
+        lock(&self.refused).remove(run);
+        let removed = lock(&self.runs).remove(run).is_some();
+        if removed {
+            self.persist().await;
+            tracing::info!(run = %run, "downloader released");
+            self.emit(AgentEvent::Released {
+                run: run.clone(),
+                reason: ReleaseReason::Command,
+            });
+        }
+        removed
+    }
+
+    /// Releases the allocations nobody used for longer than `idle_ms`.
+    pub(crate) async fn release_idle(&self, idle_ms: u64) -> Vec<RunId> {
+        let now = self.clock.now_ms();
+        let released: Vec<RunId> = {
+            let mut runs = lock(&self.runs);
+            let idle: Vec<RunId> = runs
+                .iter()
+                .filter(|(_, a)| {
+                    a.counters.in_flight.load(Ordering::Relaxed) == 0
+                        && now.saturating_sub(a.last_used_ms.load(Ordering::Relaxed)) > idle_ms
+                })
+                .map(|(run, _)| run.clone())
+                .collect();
+            for run in &idle {
+                runs.remove(run);
+            }
+            idle
+        };
+        if !released.is_empty() {
+            self.persist().await;
+            for run in &released {
+                tracing::info!(run = %run, idle_ms, "idle downloader released");
+                self.emit(AgentEvent::Released {
+                    run: run.clone(),
+                    reason: ReleaseReason::Idle,
+                });
+            }
+        }
+        released
+    }
+
+    /// The allocation of `run`, marked in use until the guard is dropped.
+    pub(crate) fn begin_use(&self, run: &RunId) -> Result<UseGuard, Missing> {
+        let runs = lock(&self.runs);
+        match runs.get(run) {
+            Some(alloc) => {
+                alloc.touch(self.clock.now_ms());
+                alloc.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+                Ok(UseGuard {
+                    allocation: alloc.clone(),
+                    clock: self.clock.clone(),
+                })
+            }
+            None => Err(lock(&self.refused)
+                .get(run)
+                .cloned()
+                .map_or(Missing::Unknown, Missing::Refused)),
+        }
+    }
+
+    /// How many runs are allocated.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.runs).len()
+    }
+
+    /// The counters of every allocated run.
+    pub(crate) fn stats(&self) -> BTreeMap<RunId, RunStats> {
+        lock(&self.runs)
+            .iter()
+            .map(|(run, a)| {
+                (
+                    run.clone(),
+                    a.counters.snapshot(a.last_used_ms.load(Ordering::Relaxed)),
+                )
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,65 @@
+//! The agent over a real NATS JetStream (`SILK_TEST_NATS=nats://127.0.0.1:4222`): register,
+//! heartbeat, allocate and download the demo site. Skipped (with a line saying so) when the
+//! variable is not set.
+
+use crate::support::*;
+use silk_agent::{Agent, DownloaderConfig};
+use silk_bus::{Bus, BusConfig, NatsBus};
+use silk_core::SystemClock;
+use silk_testkit::{DemoConfig, DemoSite};
+use std::sync::Arc;
+
+#[tokio::test]
+async fn allocate_and_download_over_nats() {
+    let url = match std::env::var("SILK_TEST_NATS") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            println!("skipped: SILK_TEST_NATS not set");
+            return;
+        }
+    };
+    let namespace = format!("agent{}", std::process::id());
+    let nats = NatsBus::connect(&url, BusConfig::with_namespace(namespace))
+        .await
+        .expect("connect to SILK_TEST_NATS");
+    let bus: Arc<dyn Bus> = Arc::new(nats.clone());
+    let site = DemoSite::start(DemoConfig {
+        hosts: 1,
+        pages: 10,
+        ..DemoConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut regs = registrations(bus.as_ref(), "hub-regs").await;
+    let mut beats = heartbeats(bus.as_ref()).await;
+    let mut hub = Hub::new(bus.clone(), "a-nats").await;
+    let agent = Agent::start(
+        agent_config(dir.path(), "a-nats"),
+        bus.clone(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    assert_eq!(next_register(&mut regs).await.agent.as_str(), "a-nats");
+    assert_eq!(next_heartbeat(&mut beats).await.agent.as_str(), "a-nats");
+    hub.allocate(
+        "r1",
+        &DownloaderConfig::for_spider_yaml(spider_yaml(
+            &site.start_url(),
+            "extract:\n  heading: {css: h1.title}\n",
+        )),
+    )
+    .await;
+    let r = hub.fetch("r1", &site.page_url(1, 3)).await;
+    assert_eq!(r.outcome.status, Some(200));
+    assert_eq!(
+        r.outcome.items[0]["heading"],
+        site.page_info(1, 3).unwrap().heading.as_str()
+    );
+    assert!(!r.outcome.links.is_empty());
+    agent.shutdown().await;
+    nats.delete_stream()
+        .await
+        .expect("clean up the test's stream");
+}

@@ -1,0 +1,289 @@
+//! The tests' stand-in for the hub: it publishes commands to an agent's subject and reads
+//! registrations, heartbeats and results from the bus, as the hub will. Also small local
+//! HTTP servers, agent configs with short intervals, and waiting for agent events.
+//!
+//! Every wait here awaits a message or an event; the timeouts only turn a hang into a
+//! failure.
+
+#![allow(dead_code)]
+
+use silk_agent::{Agent, AgentConfig, AgentEvent, AgentHandle, DownloaderConfig};
+use silk_bus::{
+    Bus, BusConfig, Command, Deliver, Heartbeat, InProcessBus, LeasedRequest, Message, Register,
+    RetryPolicy, RunResult, Subject, SubscribeOpts, Subscription, TtlPolicy,
+};
+use silk_core::{AgentId, Clock, Request, RunId, SystemClock};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, broadcast, mpsc};
+
+/// The longest any single wait may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// Awaits `f`, failing the test after [`WAIT`].
+pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+/// An in-process bus whose own retries are quick (bus-down tests stay short).
+pub fn bus() -> InProcessBus {
+    bus_with_clock(Arc::new(SystemClock))
+}
+
+/// [`bus`] with a clock.
+pub fn bus_with_clock(clock: Arc<dyn Clock>) -> InProcessBus {
+    let config = BusConfig {
+        retry: RetryPolicy {
+            retries: 1,
+            backoff_initial_ms: 10,
+            backoff_max_ms: 20,
+        },
+        ..BusConfig::with_namespace("t")
+    };
+    InProcessBus::with_clock(config, clock).expect("in-process bus")
+}
+
+/// An agent config with short intervals.
+pub fn agent_config(dir: &Path, id: &str) -> AgentConfig {
+    AgentConfig {
+        id: Some(AgentId::new(id)),
+        labels: [("pool".to_owned(), "test".to_owned())].into(),
+        capacity: 8,
+        heartbeat_interval_ms: 100,
+        idle_check_ms: 20,
+        backoff_initial_ms: 10,
+        backoff_max_ms: 100,
+        shutdown_grace_ms: 5_000,
+        ..AgentConfig::new(dir)
+    }
+}
+
+/// Starts an agent with the system clock.
+pub async fn start(config: AgentConfig, bus: &InProcessBus) -> AgentHandle {
+    Agent::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
+        .await
+        .expect("agent starts")
+}
+
+/// Waits for the first event that `pick` maps to `Some`.
+pub async fn event<T>(
+    rx: &mut broadcast::Receiver<AgentEvent>,
+    what: &str,
+    mut pick: impl FnMut(&AgentEvent) -> Option<T>,
+) -> T {
+    within(what, async {
+        loop {
+            match rx.recv().await {
+                Ok(e) => {
+                    if let Some(v) = pick(&e) {
+                        return v;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => panic!("events closed: {what}"),
+            }
+        }
+    })
+    .await
+}
+
+/// The hub's side of the bus, for one agent.
+pub struct Hub {
+    pub bus: Arc<dyn Bus>,
+    pub clock: Arc<dyn Clock>,
+    pub agent: AgentId,
+    results: Subscription,
+    next_lease: u64,
+}
+
+impl Hub {
+    /// Reads results (durably, so none is missed) for commands it sends to `agent`.
+    pub async fn new(bus: Arc<dyn Bus>, agent: &str) -> Hub {
+        Self::with_clock(bus, agent, Arc::new(SystemClock)).await
+    }
+
+    /// [`Hub::new`] stamping commands with `clock`.
+    pub async fn with_clock(bus: Arc<dyn Bus>, agent: &str, clock: Arc<dyn Clock>) -> Hub {
+        let results = bus
+            .subscribe(
+                &Subject::results(),
+                SubscribeOpts::durable(format!("hub-results-{agent}")).deliver(Deliver::New),
+            )
+            .await
+            .expect("subscribe results");
+        Hub {
+            bus,
+            clock,
+            agent: AgentId::new(agent),
+            results,
+            next_lease: 0,
+        }
+    }
+
+    /// Publishes a command to the agent.
+    pub async fn send(&self, command: Command) {
+        let subject = Subject::agent_commands(&self.agent).unwrap();
+        let envelope = TtlPolicy::default().envelope(command, self.clock.now_ms());
+        self.bus
+            .publish(&subject, &envelope)
+            .await
+            .expect("publish command");
+    }
+
+    /// Allocates `config` for `run`.
+    pub async fn allocate(&self, run: &str, config: &DownloaderConfig) {
+        self.send(Command::Allocate {
+            run: RunId::new(run),
+            config: config.to_json(),
+        })
+        .await;
+    }
+
+    /// Sends a download of `urls` for `run`; returns the lease ids in order.
+    pub async fn download(&mut self, run: &str, urls: &[String]) -> Vec<String> {
+        let batch: Vec<LeasedRequest> = urls
+            .iter()
+            .map(|u| {
+                self.next_lease += 1;
+                LeasedRequest {
+                    lease_id: format!("lease-{}", self.next_lease),
+                    request: Request::from_canonical(u.clone()),
+                }
+            })
+            .collect();
+        let leases = batch.iter().map(|l| l.lease_id.clone()).collect();
+        self.send(Command::Download {
+            run: RunId::new(run),
+            batch,
+        })
+        .await;
+        leases
+    }
+
+    /// The next result.
+    pub async fn result(&mut self) -> RunResult {
+        within("a result", async {
+            loop {
+                let d = self
+                    .results
+                    .next()
+                    .await
+                    .expect("results subscription open")
+                    .expect("a readable result");
+                let body = d.envelope.body.clone();
+                let _ = d.ack().await;
+                if let Message::Result(r) = body {
+                    return r;
+                }
+            }
+        })
+        .await
+    }
+
+    /// The results of `leases`, by lease id.
+    pub async fn results(&mut self, leases: &[String]) -> BTreeMap<String, RunResult> {
+        let mut out = BTreeMap::new();
+        while out.len() < leases.len() {
+            let r = self.result().await;
+            if leases.contains(&r.lease_id) {
+                out.insert(r.lease_id.clone(), r);
+            }
+        }
+        out
+    }
+
+    /// Downloads one URL and returns its result.
+    pub async fn fetch(&mut self, run: &str, url: &str) -> RunResult {
+        let leases = self.download(run, &[url.to_owned()]).await;
+        self.results(&leases).await.remove(&leases[0]).unwrap()
+    }
+}
+
+/// Registrations, from the start of the subject.
+pub async fn registrations(bus: &dyn Bus, name: &str) -> Subscription {
+    bus.subscribe(&Subject::registrations(), SubscribeOpts::durable(name))
+        .await
+        .expect("subscribe registrations")
+}
+
+/// The next registration.
+pub async fn next_register(sub: &mut Subscription) -> Register {
+    within("a registration", async {
+        loop {
+            let d = sub.next().await.unwrap().unwrap();
+            let body = d.envelope.body.clone();
+            let _ = d.ack().await;
+            if let Message::Register(r) = body {
+                return r;
+            }
+        }
+    })
+    .await
+}
+
+/// Heartbeats from now on (plain: heartbeats are not stored).
+pub async fn heartbeats(bus: &dyn Bus) -> Subscription {
+    bus.subscribe(&Subject::heartbeats(), SubscribeOpts::live())
+        .await
+        .expect("subscribe heartbeats")
+}
+
+/// The next heartbeat.
+pub async fn next_heartbeat(sub: &mut Subscription) -> Heartbeat {
+    within("a heartbeat", async {
+        loop {
+            let d = sub.next().await.unwrap().unwrap();
+            if let Message::Heartbeat(h) = d.envelope.body {
+                return h;
+            }
+        }
+    })
+    .await
+}
+
+/// Serves `app` on `127.0.0.1:0`; returns its address. The server lives as long as the
+/// test's runtime.
+pub async fn serve(app: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// A spider YAML for `start` with the given extra lines.
+pub fn spider_yaml(start: &str, extra: &str) -> String {
+    format!("name: test\nstart_urls: [\"{start}\"]\n{extra}")
+}
+
+/// A page that answers only when `release` is notified; each request is announced on
+/// `arrived` first.
+pub async fn gated_site() -> (String, mpsc::UnboundedReceiver<()>, Arc<Notify>) {
+    let (tx, arrived) = mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let gate = release.clone();
+    let app = axum::Router::new().route(
+        "/slow",
+        axum::routing::get(move || {
+            let tx = tx.clone();
+            let gate = gate.clone();
+            async move {
+                let opened = gate.notified();
+                let _ = tx.send(());
+                opened.await;
+                axum::response::Html("<h1>late</h1>")
+            }
+        }),
+    );
+    (format!("http://{}", serve(app).await), arrived, release)
+}
