@@ -54,11 +54,7 @@ pub struct SpiderSpec {
     #[serde(default)]
     pub ignore_params: Vec<String>,
     /// Regex → replacement rewrites applied, in order, to canonical URLs.
-    #[serde(
-        default,
-        deserialize_with = "ordered_pairs",
-        serialize_with = "pairs_as_map"
-    )]
+    #[serde(default, deserialize_with = "ordered_pairs")]
     pub canonical_rewrites: Vec<(String, String)>,
     /// Requests in flight at once, all hosts together.
     #[serde(default = "default_concurrency")]
@@ -254,22 +250,24 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
     })
 }
 
-/// Writes rewrites as the ordered map the file format uses, so a spec round-trips.
-fn pairs_as_map<S: serde::Serializer>(pairs: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut map = s.serialize_map(Some(pairs.len()))?;
-    for (k, v) in pairs {
-        map.serialize_entry(k, v)?;
-    }
-    map.end()
-}
-
 fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
     struct V;
     impl<'de> serde::de::Visitor<'de> for V {
         type Value = Vec<(String, String)>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a map of regex: replacement")
+            f.write_str("a map of regex: replacement (or a list of [regex, replacement] pairs)")
+        }
+        // Written back (and sent on the bus) as a list of pairs: a JSON object would lose the
+        // order, and the order of rewrites matters.
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut q: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(pair) = q.next_element::<(String, String)>()? {
+                out.push(pair);
+            }
+            Ok(out)
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(
             self,
@@ -282,7 +280,7 @@ fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)
             Ok(out)
         }
     }
-    d.deserialize_map(V)
+    d.deserialize_any(V)
 }
 
 impl SpiderSpec {
