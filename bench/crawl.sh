@@ -70,6 +70,7 @@ print(f"wall                  {float(wall):.2f} s")
 print(f"pages/s               {fetched / float(stats['elapsed_s']):.0f} (crawler's own clock)")
 print(f"CPU ms per page       {(float(user) + float(sys_)) * 1000 / fetched:.3f}")
 print(f"peak RSS              {int(rss_kb) / 1024:.1f} MB")
-print(f"frontier bytes/URL    bloom {stats['frontier'].get('bloom_bytes', 0) / max(1, stats['frontier'].get('seen_urls', 1)):.2f}")
+fr = stats["frontier"]
+print(f"frontier              {fr['seen_urls']} URLs seen; Bloom {fr['bloom_bytes'] / 1e6:.2f} MB (sized for expected_urls), store {fr['store_bytes'] / 1e6:.1f} MB")
 PY
 echo "(raw output in $OUT)"
