@@ -256,6 +256,7 @@ impl Crawl {
         // Polling the frontier's stats on every turn would cost more than the turn: count this
         // session's successes here, on top of those of earlier sessions.
         let earlier_success = shared.frontier.stats().await?.success;
+        let mut stop_open = true;
         let finish = loop {
             if *stop.borrow() {
                 break Finish::Stopped;
@@ -317,7 +318,10 @@ impl Crawl {
             tokio::select! {
                 _ = shared.wake.notified() => {}
                 _ = tokio::time::sleep(wait) => {}
-                _ = stop.changed() => {}
+                changed = stop.changed(), if stop_open => {
+                    // A dropped sender can never ask to stop: stop listening rather than spin.
+                    stop_open = changed.is_ok();
+                }
             }
         };
         // Let the requests in flight finish: their results are acked, not thrown away.
