@@ -1,0 +1,297 @@
+//! Allocation strategies: which agents a run's requests go to (design §4).
+//!
+//! - `random` — each request to a random live agent.
+//! - `fixed:N` — N distinct live agents picked at random when the run starts, then only
+//!   those.
+//! - `chained:N` — as `fixed:N`, and a request that carries an agent
+//!   ([`Request::agent`], set on links discovered from a page that agent fetched) must be
+//!   fetched by that agent.
+//!
+//! [`allocate`] decides synchronously at run start (a run that cannot be allocated fails to
+//! start with the [`HubError`]); the [`Allocation`] is serialisable so it can be stored with
+//! the run. [`Allocation::route`] then picks the agent of each request against the live
+//! agents of the moment, following the run's [`OnAgentLost`] policy when agents died:
+//!
+//! | strategy | request | situation | `fail` | `reassign` |
+//! |---|---|---|---|---|
+//! | random | any | some agent live | `To(random live)` | same |
+//! | random | any | none live | `Unavailable` | same |
+//! | fixed, chained | no agent | an allocated agent live | `To(random live allocated)` | same |
+//! | fixed, chained | no agent | all allocated dead | `Lost(first allocated)` | new agents allocated, `To(one)`; `Unavailable` if none live |
+//! | chained | carries m | m live | `To(m)` | same |
+//! | chained | carries m | m dead | `Lost(m)` | as "no agent" |
+//!
+//! A reassignment replaces the allocated agents with up to N live ones picked at random
+//! (fewer if fewer are live) and bumps [`Allocation::generation`], so the caller knows to
+//! store the allocation again. Pure: randomness comes in as a `rand::Rng`.
+
+use crate::error::HubError;
+use rand::Rng;
+use rand::seq::IndexedRandom;
+use serde::{Deserialize, Serialize};
+use silk_core::{AgentId, Request};
+use std::fmt;
+use std::str::FromStr;
+
+/// How a run's requests are spread over agents. On the wire and in stores it is the same
+/// string users type: `random`, `fixed:N`, `chained:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Strategy {
+    /// Each request to a random live agent.
+    Random,
+    /// N agents fixed at run start.
+    Fixed(u32),
+    /// N agents fixed at run start, with affinity of discovered requests.
+    Chained(u32),
+}
+
+impl Strategy {
+    /// How many distinct live agents the strategy needs at run start.
+    pub fn agents_needed(self) -> usize {
+        match self {
+            Strategy::Random => 1,
+            Strategy::Fixed(n) | Strategy::Chained(n) => n as usize,
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Strategy::Random => f.write_str("random"),
+            Strategy::Fixed(n) => write!(f, "fixed:{n}"),
+            Strategy::Chained(n) => write!(f, "chained:{n}"),
+        }
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = HubError;
+
+    fn from_str(input: &str) -> Result<Self, HubError> {
+        let bad = |reason: &str| HubError::BadStrategy {
+            input: input.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let text = input.trim();
+        if text == "random" {
+            return Ok(Strategy::Random);
+        }
+        let (name, n) = match text.split_once(':') {
+            Some((name, n)) => (name, Some(n)),
+            None => (text, None),
+        };
+        let make = match name {
+            "fixed" => Strategy::Fixed,
+            "chained" => Strategy::Chained,
+            "random" => return Err(bad("`random` takes no agent count")),
+            _ => return Err(bad("unknown strategy")),
+        };
+        let n = n.ok_or_else(|| bad("missing the agent count N"))?;
+        let n: u32 = n
+            .parse()
+            .map_err(|_| bad("the agent count N must be a whole number"))?;
+        if n == 0 {
+            return Err(bad("the agent count N must be at least 1"));
+        }
+        Ok(make(n))
+    }
+}
+
+impl TryFrom<String> for Strategy {
+    type Error = HubError;
+    fn try_from(s: String) -> Result<Self, HubError> {
+        s.parse()
+    }
+}
+
+impl From<Strategy> for String {
+    fn from(s: Strategy) -> String {
+        s.to_string()
+    }
+}
+
+/// What happens to a request whose agent died (`chained`), or to any request of a
+/// `fixed`/`chained` run whose allocated agents all died.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAgentLost {
+    /// The request fails with `agent_lost` (the default, as the seeds).
+    #[default]
+    Fail,
+    /// The request goes to another live agent, newly allocated if need be.
+    Reassign,
+}
+
+impl OnAgentLost {
+    /// `fail` or `reassign`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnAgentLost::Fail => "fail",
+            OnAgentLost::Reassign => "reassign",
+        }
+    }
+}
+
+impl fmt::Display for OnAgentLost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OnAgentLost {
+    type Err = HubError;
+
+    fn from_str(input: &str) -> Result<Self, HubError> {
+        match input.trim() {
+            "fail" => Ok(OnAgentLost::Fail),
+            "reassign" => Ok(OnAgentLost::Reassign),
+            _ => Err(HubError::BadPolicy {
+                input: input.to_owned(),
+            }),
+        }
+    }
+}
+
+/// Where one request goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Send it to this agent.
+    To(AgentId),
+    /// Its agent is dead and the policy is `fail`: the request fails with `agent_lost`.
+    Lost(AgentId),
+    /// No live agent can take it now: hold it (back-pressure decides how long).
+    Unavailable,
+}
+
+/// The agents of a run, decided at run start; store it with the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    strategy: Strategy,
+    #[serde(default)]
+    on_agent_lost: OnAgentLost,
+    /// Sorted; empty for `random`.
+    #[serde(default)]
+    agents: Vec<AgentId>,
+    /// 0 at run start, +1 per reassignment.
+    #[serde(default)]
+    generation: u32,
+}
+
+/// Decides the allocation of a run at its start, from the agents live now: `fixed:N` and
+/// `chained:N` pick N distinct ones at random, `random` only checks that one is live.
+/// Fails with [`HubError::NotEnoughAgents`] naming the live agents when there are too few.
+pub fn allocate<R: Rng + ?Sized>(
+    strategy: Strategy,
+    on_agent_lost: OnAgentLost,
+    live_agents: &[AgentId],
+    rng: &mut R,
+) -> Result<Allocation, HubError> {
+    let mut live = live_agents.to_vec();
+    live.sort();
+    live.dedup();
+    let needed = strategy.agents_needed();
+    if live.len() < needed {
+        return Err(HubError::NotEnoughAgents {
+            strategy,
+            needed,
+            alive: live,
+        });
+    }
+    let agents = match strategy {
+        Strategy::Random => Vec::new(),
+        Strategy::Fixed(_) | Strategy::Chained(_) => pick(&live, needed, rng),
+    };
+    Ok(Allocation {
+        strategy,
+        on_agent_lost,
+        agents,
+        generation: 0,
+    })
+}
+
+/// `n` distinct agents of `candidates` (sorted, distinct) at random, sorted.
+fn pick<R: Rng + ?Sized>(candidates: &[AgentId], n: usize, rng: &mut R) -> Vec<AgentId> {
+    let mut out: Vec<AgentId> = candidates.choose_multiple(rng, n).cloned().collect();
+    out.sort();
+    out
+}
+
+impl Allocation {
+    /// The strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The `on_agent_lost` policy.
+    pub fn on_agent_lost(&self) -> OnAgentLost {
+        self.on_agent_lost
+    }
+
+    /// The allocated agents, sorted (empty for `random`): what `silk runs` shows.
+    pub fn agents(&self) -> &[AgentId] {
+        &self.agents
+    }
+
+    /// How many times the agents were reassigned; store the allocation again when it grows.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// Where `request` goes, given the agents live now (see the module docs' table).
+    /// Under `reassign`, may replace the allocated agents (bumping [`Self::generation`]).
+    pub fn route<R: Rng + ?Sized>(
+        &mut self,
+        request: &Request,
+        live_now: &[AgentId],
+        rng: &mut R,
+    ) -> Route {
+        match self.strategy {
+            Strategy::Random => live_now
+                .choose(rng)
+                .map_or(Route::Unavailable, |a| Route::To(a.clone())),
+            Strategy::Fixed(_) => self.route_allocated(live_now, rng),
+            Strategy::Chained(_) => match &request.agent {
+                Some(m) if live_now.contains(m) => Route::To(m.clone()),
+                Some(m) if self.on_agent_lost == OnAgentLost::Fail => Route::Lost(m.clone()),
+                _ => self.route_allocated(live_now, rng),
+            },
+        }
+    }
+
+    fn route_allocated<R: Rng + ?Sized>(&mut self, live_now: &[AgentId], rng: &mut R) -> Route {
+        let alive: Vec<&AgentId> = self
+            .agents
+            .iter()
+            .filter(|a| live_now.contains(a))
+            .collect();
+        if let Some(a) = alive.choose(rng) {
+            return Route::To((*a).clone());
+        }
+        match self.on_agent_lost {
+            OnAgentLost::Fail => self
+                .agents
+                .first()
+                .map_or(Route::Unavailable, |a| Route::Lost(a.clone())),
+            OnAgentLost::Reassign => {
+                let mut live = live_now.to_vec();
+                live.sort();
+                live.dedup();
+                if live.is_empty() {
+                    return Route::Unavailable;
+                }
+                let n = self.strategy.agents_needed().min(live.len());
+                self.agents = pick(&live, n, rng);
+                self.generation += 1;
+                self.agents
+                    .choose(rng)
+                    .map_or(Route::Unavailable, |a| Route::To(a.clone()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "allocation_tests.rs"]
+mod tests;
