@@ -2,7 +2,9 @@
 //! a Redis list inbound feeding Redis list outbounds; RPUSH vs LPUSH for real-time tasks; a
 //! retry / failback / dont-retry scenario driven by result tasks, with the test acting as
 //! the spiders; `max_lag` holding and releasing without dropping; an unreachable outbound
-//! leaving its task in the inbound list. Every test uses its own key prefix.
+//! leaving its task in the inbound list; the inbound's processing lists (a task being
+//! routed is in one, a task left in one by a crash is routed at the next start, routing
+//! leaves them empty). Every test uses its own key prefix.
 
 mod common;
 
@@ -52,9 +54,32 @@ async fn list(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<Va
 }
 
 async fn cleanup(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) {
-    let keys: Vec<String> = conn.keys(format!("{prefix}:*")).await.unwrap_or_default();
-    if !keys.is_empty() {
-        let _: Result<(), _> = conn.del(keys).await;
+    // Processing lists and sets start with `{list key}`.
+    for pattern in [format!("{prefix}:*"), format!("{{{prefix}:*")] {
+        let keys: Vec<String> = conn.keys(pattern).await.unwrap_or_default();
+        if !keys.is_empty() {
+            let _: Result<(), _> = conn.del(keys).await;
+        }
+    }
+}
+
+/// The processing list of consumer `n` of inbound `inbound` reading list `key` (a key
+/// without a hash tag).
+fn processing(key: &str, inbound: &str, n: usize) -> String {
+    format!("{{{key}}}:processing:{inbound}:{n}")
+}
+
+/// Asserts that the processing lists of consumers `0..threads` are empty.
+async fn assert_processing_empty(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    inbound: &str,
+    threads: usize,
+) {
+    for n in 0..threads {
+        let list = processing(key, inbound, n);
+        let left: Vec<String> = conn.lrange(&list, 0, -1).await.expect("lrange");
+        assert!(left.is_empty(), "{list} still holds {left:?}");
     }
 }
 
@@ -148,6 +173,7 @@ outbound:
         left, 0,
         "every task was taken, the bad one recorded and dropped"
     );
+    assert_processing_empty(&mut conn, &inbound_key, "queue", 3).await;
     cleanup(&mut conn, &prefix).await;
 }
 
@@ -318,6 +344,7 @@ async fn retry_failback_and_dont_retry_driven_by_result_tasks() {
         let left: u64 = conn.llen(key(name)).await.expect("llen");
         assert_eq!(left, 0, "{name}");
     }
+    assert_processing_empty(&mut conn, &results_key, "results", 1).await;
     cleanup(&mut conn, &prefix).await;
 }
 
@@ -435,5 +462,145 @@ outbound:
     router.shutdown().await;
     let left: Vec<String> = conn.lrange(&key, 0, -1).await.expect("lrange");
     assert_eq!(left, [task], "the task is back in its inbound list");
+    assert_processing_empty(&mut conn, &key, "queue", 1).await;
+    cleanup(&mut conn, &prefix).await;
+}
+
+#[tokio::test]
+async fn a_task_left_in_a_processing_list_by_a_crash_is_routed_at_the_next_start() {
+    let Some(url) = common::redis_url() else {
+        return;
+    };
+    let prefix = common::unique("silk-router-crash");
+    let mut conn = connect(&url).await;
+    let (_dir, config) = load(
+        "
+inbound:
+  - {name: queue, class: redis_queue.RedisListInbound, init: {url: '{redis}', key: '{p}:in'}, threads: 2}
+outbound:
+  - {name: out, selector: ['True'], class: redis_queue.RedisListOutbound, init: {url: '{redis}', key: '{p}:out'}}
+",
+        &url,
+        &prefix,
+        &[],
+    );
+    let key = format!("{prefix}:in");
+    let set = format!("{{{key}}}:processing:queue");
+    // As a crash leaves them: consumer 1 had taken `in_flight` and not routed it; an earlier
+    // run with 5 consumers had taken `orphan` on its consumer 4, which this run lacks.
+    let in_flight = json!({"name": "in_flight"}).to_string();
+    let orphan = json!({"name": "orphan"}).to_string();
+    let _: () = conn
+        .lpush(processing(&key, "queue", 1), &in_flight)
+        .await
+        .expect("lpush");
+    let _: () = conn
+        .lpush(processing(&key, "queue", 4), &orphan)
+        .await
+        .expect("lpush");
+    let _: () = conn
+        .sadd(&set, processing(&key, "queue", 4))
+        .await
+        .expect("sadd");
+    let _: () = conn
+        .rpush(&key, json!({"name": "queued"}).to_string())
+        .await
+        .expect("rpush");
+
+    let router = Router::start(config).await.expect("starts");
+    let routed = router
+        .wait_until(Duration::from_secs(15), |r| {
+            r.count(Some("out"), Reason::Matched) == 3
+        })
+        .await;
+    assert!(routed, "{}", router.metrics_text());
+    router.shutdown().await;
+
+    let mut names: Vec<String> = list(&mut conn, &format!("{prefix}:out"))
+        .await
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_owned())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["in_flight", "orphan", "queued"], "each once");
+    assert_processing_empty(&mut conn, &key, "queue", 5).await;
+    let left: u64 = conn.llen(&key).await.expect("llen");
+    assert_eq!(left, 0);
+    let mut known: Vec<String> = conn.smembers(&set).await.expect("smembers");
+    known.sort_unstable();
+    assert_eq!(
+        known,
+        [processing(&key, "queue", 0), processing(&key, "queue", 1)],
+        "the orphaned list is forgotten"
+    );
+    cleanup(&mut conn, &prefix).await;
+}
+
+#[tokio::test]
+async fn a_task_being_routed_is_in_its_consumers_processing_list() {
+    let Some(url) = common::redis_url() else {
+        return;
+    };
+    let prefix = common::unique("silk-router-inflight");
+    let mut conn = connect(&url).await;
+    let (_dir, config) = load(
+        "
+inbound:
+  - {name: queue, class: redis_queue.RedisListInbound, init: {url: '{redis}', key: '{p}:in'}}
+outbound:
+  - {name: held, selector: ['True'], class: redis_queue.RedisListOutbound, init: {url: '{redis}', key: '{p}:held'}, max_lag: 1, max_lag_check_ms: 20}
+",
+        &url,
+        &prefix,
+        &[],
+    );
+    let key = format!("{prefix}:in");
+    let held = format!("{prefix}:held");
+    // The outbound's backlog is at `max_lag`: the router holds the task while routing it.
+    let _: () = conn.rpush(&held, "backlog").await.expect("rpush");
+    let task = json!({"name": "t"}).to_string();
+    let _: () = conn.rpush(&key, &task).await.expect("rpush");
+    let router = Router::start(config).await.expect("starts");
+    let in_processing = processing(&key, "queue", 0);
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..150 {
+        seen = conn.lrange(&in_processing, 0, -1).await.expect("lrange");
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        seen,
+        std::slice::from_ref(&task),
+        "taken into the processing list"
+    );
+    let left: u64 = conn.llen(&key).await.expect("llen");
+    assert_eq!(left, 0, "and out of the inbound list");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let still: Vec<String> = conn.lrange(&in_processing, 0, -1).await.expect("lrange");
+    assert_eq!(still, [task], "there while the outbound holds");
+
+    // A spider takes the backlog; the task is pushed and leaves the processing list.
+    let _: Option<String> = conn.lpop(&held, None).await.expect("lpop");
+    let pushed = pop(&mut conn, &held).await;
+    assert_eq!(pushed["name"], "t");
+    let done = router
+        .wait_until(Duration::from_secs(10), |r| {
+            r.count(Some("held"), Reason::Matched) == 1
+        })
+        .await;
+    assert!(done, "{}", router.metrics_text());
+    let mut empty = false;
+    for _ in 0..150 {
+        let len: u64 = conn.llen(&in_processing).await.expect("llen");
+        if len == 0 {
+            empty = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(empty, "removed from the processing list once routed");
+    router.shutdown().await;
     cleanup(&mut conn, &prefix).await;
 }

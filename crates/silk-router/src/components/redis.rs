@@ -4,19 +4,37 @@
 //! # Layout
 //!
 //! One Redis list per `key` holds task JSON texts. Consumers take tasks from the **head**
-//! (`LPOP`/`BLPOP`). The outbound appends normal tasks at the tail (`RPUSH`) and puts
-//! real-time tasks (`rt` true) at the head (`LPUSH`), so they are taken first; a batch is
-//! one pipeline (`RPUSH key t1 t2 …` then `LPUSH key r1 r2 …`, which leaves the last
-//! real-time task first, exactly as one `LPUSH` per task would). The backlog (`max_lag`) is
-//! `LLEN key`.
+//! (`LPOP`/`BLPOP`, or `BLMOVE` as the inbound below does). The outbound appends normal
+//! tasks at the tail (`RPUSH`) and puts real-time tasks (`rt` true) at the head (`LPUSH`),
+//! so they are taken first; a batch is one pipeline (`RPUSH key t1 t2 …` then
+//! `LPUSH key r1 r2 …`, which leaves the last real-time task first, exactly as one `LPUSH`
+//! per task would). The backlog (`max_lag`) is `LLEN key`.
 //!
 //! The inbound runs `threads` consumers, each on its own connection (a blocking pop holds
-//! its connection), popping with `BLPOP key pop_timeout_s`. A pop in flight is never
-//! cancelled (its task would be lost); shutdown waits for it, at most `pop_timeout_s`. A
-//! task the router cannot take (target down, shutting down) is pushed back at the head
-//! (`LPUSH`), so it is the next one taken and nothing is lost; a popped task is only in the
-//! router's memory while it is routed (a crash then loses at most `threads` tasks; Redis
-//! has no acknowledgement for plain lists).
+//! its connection). It is a reliable queue: consumer `n` takes a task with
+//! `BLMOVE key P:processing:{inbound}:{n} LEFT LEFT pop_timeout_s` (Redis ≥ 6.2), which
+//! moves it from the head of the list to the head of the consumer's **processing list** in
+//! one step, so an accepted task is always in Redis. Once the task is routed (in its
+//! outbound, ended, or recorded as failed) the consumer removes it with
+//! `LREM P:processing:{inbound}:{n} 1 task`. A task the router cannot take (target down,
+//! shutting down) is moved back to the head of the list in one transaction
+//! (`MULTI; LREM processing 1 task; LPUSH key task; EXEC`), so it is the next one taken.
+//!
+//! Before a consumer takes anything — at start and after every reconnection — it moves
+//! whatever its processing list still holds back to the head of the list
+//! (`LMOVE processing key LEFT LEFT` until empty, which leaves the oldest first): tasks a
+//! crashed run had taken but not finished are routed again. Delivery is therefore
+//! **at least once**: a task routed just before a crash, whose `LREM` did not happen, is
+//! routed a second time.
+//!
+//! `P` is `key` itself when it has a Redis Cluster hash tag (`{…}`), else `{key}`, so the
+//! processing lists hash to the same slot as the list. Every processing list a consumer
+//! uses is added to the set `P:processing:{inbound}`; at start consumer 0 also empties
+//! (into the list) and forgets the lists of that set this run has no consumer for (an
+//! earlier run had more `threads`). Two routers consuming one list under the same inbound
+//! name share processing lists: the start of one puts the other's tasks in flight back
+//! in the list, which routes them twice — never loses them. A pop in flight is not
+//! cancelled; shutdown waits for it, at most `pop_timeout_s`.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -203,6 +221,46 @@ impl Inbound for RedisListInbound {
     }
 }
 
+/// What a consumer does after routing one task.
+enum Next {
+    /// Take the next task on the same connection.
+    Pop,
+    /// The connection failed: reconnect (and recover) before taking another task.
+    Reconnect,
+    /// The task was routed but could not be removed from the processing list: remove it
+    /// after reconnecting.
+    Forget(Vec<u8>),
+}
+
+/// Whether Redis Cluster hashes `key` by a hash tag: the text between its first `{` and
+/// the first `}` after it, when that text is not empty.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|close| close > 0)
+}
+
+/// The start of the keys an inbound on `key` keeps beside its list: `key` itself when it
+/// already has a hash tag, else `{key}`. Either way they hash to the same cluster slot
+/// as `key`, so the moves between them are allowed in a cluster.
+fn slot_prefix(key: &str) -> String {
+    if has_hash_tag(key) {
+        key.to_owned()
+    } else {
+        format!("{{{key}}}")
+    }
+}
+
+/// The processing list of consumer `n` of inbound `inbound` on list `key`.
+fn processing_key(key: &str, inbound: &str, n: usize) -> String {
+    format!("{}:processing:{inbound}:{n}", slot_prefix(key))
+}
+
+/// The set naming every processing list the inbound `inbound` on `key` has used.
+fn processing_set(key: &str, inbound: &str) -> String {
+    format!("{}:processing:{inbound}", slot_prefix(key))
+}
+
 impl RedisListInbound {
     async fn connect(&self) -> Result<redis::aio::MultiplexedConnection, redis::RedisError> {
         let config = redis::AsyncConnectionConfig::new()
@@ -221,15 +279,92 @@ impl RedisListInbound {
         }
     }
 
+    /// Moves every task in `processing` back to the head of the list, oldest first (the
+    /// newest is at the head of `processing`, and each move puts its task in front of the
+    /// ones moved before it). Returns how many were moved.
+    async fn requeue(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        processing: &str,
+    ) -> Result<usize, redis::RedisError> {
+        let mut moved = 0;
+        loop {
+            let task: Option<Vec<u8>> = redis::cmd("LMOVE")
+                .arg(processing)
+                .arg(&self.key)
+                .arg("LEFT")
+                .arg("LEFT")
+                .query_async(conn)
+                .await?;
+            if task.is_none() {
+                return Ok(moved);
+            }
+            moved += 1;
+        }
+    }
+
+    /// Before consumer `n` takes tasks (at start and after every reconnection): removes a
+    /// routed task it could not remove before (`forget`), registers its processing list
+    /// and puts back at the head of the list whatever is left in it — tasks that were
+    /// taken but not routed when a previous run crashed or lost its connection. Consumer
+    /// 0 also empties the processing lists of consumers this run does not have (an earlier
+    /// run had more `threads`).
+    async fn recover(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        ctx: &InboundContext,
+        n: usize,
+        forget: &mut Option<Vec<u8>>,
+        orphans_done: &mut bool,
+    ) -> Result<(), redis::RedisError> {
+        let processing = processing_key(&self.key, ctx.name(), n);
+        let set = processing_set(&self.key, ctx.name());
+        if let Some(message) = forget.as_ref() {
+            let _: i64 = conn.lrem(&processing, 1, message).await?;
+            *forget = None;
+        }
+        let _: i64 = conn.sadd(&set, &processing).await?;
+        let moved = self.requeue(conn, &processing).await?;
+        if moved > 0 {
+            tracing::warn!(inbound = ctx.name(), consumer = n, tasks = moved, list = %processing, "tasks taken but not routed by an earlier run put back at the head of the list");
+        }
+        if n == 0 && !*orphans_done {
+            let current: Vec<String> = (0..ctx.threads())
+                .map(|i| processing_key(&self.key, ctx.name(), i))
+                .collect();
+            let known: Vec<String> = conn.smembers(&set).await?;
+            for other in known.iter().filter(|k| !current.contains(k)) {
+                let moved = self.requeue(conn, other).await?;
+                if moved > 0 {
+                    tracing::warn!(inbound = ctx.name(), tasks = moved, list = %other, "tasks left by a consumer this run does not have put back at the head of the list");
+                }
+                let _: i64 = conn.srem(&set, other).await?;
+            }
+            *orphans_done = true;
+        }
+        Ok(())
+    }
+
     async fn consume(&self, n: usize, ctx: InboundContext) {
+        let processing = processing_key(&self.key, ctx.name(), n);
         let mut failures = 0u32;
+        let mut forget: Option<Vec<u8>> = None;
+        let mut orphans_done = false;
+        let mut refusals = 0u32;
         while !ctx.is_stopping() {
-            let mut conn = match self.connect().await {
+            let connected = match self.connect().await {
+                Ok(mut conn) => self
+                    .recover(&mut conn, &ctx, n, &mut forget, &mut orphans_done)
+                    .await
+                    .map(|()| conn),
+                Err(e) => Err(e),
+            };
+            let mut conn = match connected {
                 Ok(c) => c,
                 Err(e) => {
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(30) {
-                        tracing::warn!(inbound = ctx.name(), consumer = n, source = %self.source, error = ?e.kind(), "cannot connect; retrying");
+                        tracing::warn!(inbound = ctx.name(), consumer = n, source = %self.source, error = ?e.kind(), "cannot connect or recover; retrying");
                     }
                     Self::pause(&ctx, backoff_ms(failures)).await;
                     continue;
@@ -237,61 +372,99 @@ impl RedisListInbound {
             };
             failures = 0;
             while !ctx.is_stopping() {
-                let popped: Result<Option<(String, Vec<u8>)>, _> = redis::cmd("BLPOP")
+                // The task moves to this consumer's processing list in the same step, so
+                // it is never only in the router's memory.
+                let popped: Result<Option<Vec<u8>>, _> = redis::cmd("BLMOVE")
                     .arg(&self.key)
+                    .arg(&processing)
+                    .arg("LEFT")
+                    .arg("LEFT")
                     .arg(self.pop_timeout_s)
                     .query_async(&mut conn)
                     .await;
-                match popped {
-                    Ok(None) => {}
-                    Ok(Some((_, message))) => self.route(&ctx, &mut conn, message).await,
+                let next = match popped {
+                    Ok(None) => Next::Pop,
+                    Ok(Some(message)) => {
+                        self.route(&ctx, &mut conn, &processing, message, &mut refusals)
+                            .await
+                    }
                     Err(e) => {
                         tracing::warn!(inbound = ctx.name(), consumer = n, error = ?e.kind(), "pop failed; reconnecting");
+                        Next::Reconnect
+                    }
+                };
+                match next {
+                    Next::Pop => {}
+                    Next::Reconnect => {
+                        Self::pause(&ctx, 500).await;
+                        break;
+                    }
+                    Next::Forget(message) => {
+                        forget = Some(message);
                         Self::pause(&ctx, 500).await;
                         break;
                     }
                 }
             }
         }
+        if let Some(message) = forget {
+            tracing::warn!(
+                inbound = ctx.name(),
+                consumer = n,
+                list = %processing,
+                task = %String::from_utf8_lossy(&message),
+                "a routed task is still in the processing list; the next start routes it again"
+            );
+        }
     }
 
-    /// Routes one popped task; on failure puts it back at the head of the list.
+    /// Routes one task taken into `processing`; then removes it from there. When the
+    /// router cannot take it, moves it back to the head of the list (in one transaction)
+    /// and backs off, longer after each refusal in a row (`refusals`).
     async fn route(
         &self,
         ctx: &InboundContext,
         conn: &mut redis::aio::MultiplexedConnection,
+        processing: &str,
         message: Vec<u8>,
-    ) {
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let error = match ctx.submit_bytes(&message).await {
-                Ok(_) => return,
-                Err(e) => e,
-            };
-            let pushed_back: Result<(), _> = conn.lpush(&self.key, &message).await;
-            match pushed_back {
-                Ok(()) => {
-                    if !matches!(error, RouterError::ShuttingDown) {
-                        tracing::warn!(inbound = ctx.name(), error = %error, "task not routed; put back at the head of the list");
-                        Self::pause(ctx, backoff_ms(attempt)).await;
+        refusals: &mut u32,
+    ) -> Next {
+        let error = match ctx.submit_bytes(&message).await {
+            Ok(_) => {
+                *refusals = 0;
+                let removed: Result<i64, _> = conn.lrem(processing, 1, &message).await;
+                return match removed {
+                    Ok(_) => Next::Pop,
+                    Err(e) => {
+                        tracing::warn!(inbound = ctx.name(), error = ?e.kind(), "task routed but not removed from the processing list; reconnecting");
+                        Next::Forget(message)
                     }
-                    return;
+                };
+            }
+            Err(e) => e,
+        };
+        let pushed_back: Result<(), _> = redis::pipe()
+            .atomic()
+            .lrem(processing, 1, &message)
+            .ignore()
+            .lpush(&self.key, &message)
+            .ignore()
+            .query_async(conn)
+            .await;
+        match pushed_back {
+            Ok(()) => {
+                if !matches!(error, RouterError::ShuttingDown) {
+                    tracing::warn!(inbound = ctx.name(), error = %error, "task not routed; put back at the head of the list");
+                    Self::pause(ctx, backoff_ms(*refusals)).await;
+                    *refusals = refusals.saturating_add(1);
                 }
-                Err(e) if attempt < 20 => {
-                    tracing::warn!(inbound = ctx.name(), error = %error, push_back_error = ?e.kind(), "task not routed and not put back; retrying");
-                    tokio::time::sleep(Duration::from_millis(backoff_ms(attempt))).await;
-                }
-                Err(e) => {
-                    tracing::error!(
-                        inbound = ctx.name(),
-                        error = %error,
-                        push_back_error = ?e.kind(),
-                        task = %String::from_utf8_lossy(&message),
-                        "task lost: neither routed nor put back after 20 attempts"
-                    );
-                    return;
-                }
+                Next::Pop
+            }
+            Err(e) => {
+                // It stays in the processing list; recovery after reconnecting (or the
+                // next start) puts it back.
+                tracing::warn!(inbound = ctx.name(), error = %error, push_back_error = ?e.kind(), "task not routed and not put back yet; reconnecting");
+                Next::Reconnect
             }
         }
     }
@@ -300,4 +473,35 @@ impl RedisListInbound {
 /// 100 ms doubling to at most 30 s.
 pub(crate) fn backoff_ms(attempt: u32) -> u64 {
     (100u64 << attempt.min(9)).min(30_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processing_keys_share_the_lists_slot() {
+        assert_eq!(
+            processing_key("spider-log", "spider_log", 3),
+            "{spider-log}:processing:spider_log:3"
+        );
+        assert_eq!(
+            processing_set("spider-log", "q"),
+            "{spider-log}:processing:q"
+        );
+        // A key with a hash tag keeps it: the slot is the tag's.
+        assert_eq!(
+            processing_key("{ic}:log", "q", 0),
+            "{ic}:log:processing:q:0"
+        );
+        assert_eq!(
+            processing_key("a{b}c{d}", "q", 0),
+            "a{b}c{d}:processing:q:0"
+        );
+        // Braces that are no hash tag: the whole key is the tag.
+        assert!(!has_hash_tag("a{}b"));
+        assert!(!has_hash_tag("a}b{"));
+        assert!(has_hash_tag("x{y}"));
+        assert_eq!(slot_prefix("plain"), "{plain}");
+    }
 }
