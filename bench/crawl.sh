@@ -67,7 +67,8 @@ print(f"content pages fetched {len(per_page)} (fetched more than once: {twice})"
 print(f"items                 {items}")
 print(f"requests fetched      {fetched} (all kinds: pages, robots.txt, 404s, redirects)")
 print(f"wall                  {float(wall):.2f} s")
-print(f"pages/s               {fetched / float(stats['elapsed_s']):.0f} (crawler's own clock)")
+print(f"requests/s            {fetched / float(stats['elapsed_s']):.0f} (all requests, crawler's own clock)")
+print(f"unique pages/s        {len(per_page) / float(wall):.0f} (content pages, wall clock with start-up)")
 print(f"CPU ms per page       {(float(user) + float(sys_)) * 1000 / fetched:.3f}")
 print(f"peak RSS              {int(rss_kb) / 1024:.1f} MB")
 fr = stats["frontier"]

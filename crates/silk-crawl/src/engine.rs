@@ -44,6 +44,8 @@ pub struct Progress {
     pub frontier: FrontierStats,
     /// Pages fetched in this session (any status).
     pub fetched: u64,
+    /// Requests finished in this session, whatever the outcome (fetched, failed, dropped).
+    pub processed: u64,
     /// Items written in this session.
     pub items: u64,
     /// Items not written because their key was already in the output.
@@ -99,6 +101,8 @@ struct Shared {
     fetched: AtomicU64,
     /// Requests acked as succeeded in this session.
     succeeded: AtomicU64,
+    /// Requests acked in this session, any outcome.
+    processed: AtomicU64,
     items: AtomicU64,
     duplicate_items: AtomicU64,
     robots_denied: AtomicU64,
@@ -220,6 +224,7 @@ impl Crawl {
             wake: Notify::new(),
             fetched: AtomicU64::new(0),
             succeeded: AtomicU64::new(0),
+            processed: AtomicU64::new(0),
             items: AtomicU64::new(0),
             duplicate_items: AtomicU64::new(0),
             robots_denied: AtomicU64::new(0),
@@ -351,6 +356,7 @@ impl Crawl {
         let p = Progress {
             frontier,
             fetched,
+            processed: s.processed.load(Ordering::Relaxed),
             items: s.items.load(Ordering::Relaxed),
             duplicate_items: s.duplicate_items.load(Ordering::Relaxed),
             robots_denied: s.robots_denied.load(Ordering::Relaxed),
@@ -396,6 +402,9 @@ impl Shared {
             .await
         {
             Ok((ack, _)) => {
+                if ack.applied() {
+                    self.processed.fetch_add(1, Ordering::Relaxed);
+                }
                 if ack == AckResult::Succeeded {
                     self.succeeded.fetch_add(1, Ordering::Relaxed);
                 }

@@ -156,15 +156,22 @@ async fn politeness_holds_per_host() {
             .windows(2)
             .map(|p| (p[1] - p[0]) as f64 / 1000.0)
             .collect();
-        for gap_ms in &gaps_ms {
-            // The crawler spaces its sends by the delay (frontier leases, then the send gate);
-            // the server sees arrivals, which loopback transport and thread scheduling on a
-            // loaded 2-core machine (other tests run beside this one) shift by a few ms
-            // either way. A tenth of the delay is that allowance.
-            assert!(
-                *gap_ms >= delay_ms as f64 * 0.9,
-                "host {host}: two starts {gap_ms:.1} ms apart: {gaps_ms:?}"
-            );
+        // The crawler spaces its sends by the delay (frontier leases, then the send gate); the
+        // server sees arrivals, each shifted by loopback transport and thread scheduling on a
+        // loaded 2-core machine. A late arrival shortens one gap and lengthens the one before,
+        // so the shifts do not add up: any k consecutive gaps span at least k delays, less
+        // one jitter allowance. Requests sent together would fail this at once.
+        let jitter_ms = 25.0;
+        let starts_ms: Vec<f64> = starts.iter().map(|us| *us as f64 / 1000.0).collect();
+        for i in 0..starts_ms.len() {
+            for j in i + 1..starts_ms.len() {
+                let span = starts_ms[j] - starts_ms[i];
+                let least = (j - i) as f64 * delay_ms as f64 - jitter_ms;
+                assert!(
+                    span >= least,
+                    "host {host}: starts {i}..{j} span {span:.1} ms < {least:.1} ms: {gaps_ms:?}"
+                );
+            }
         }
         let mean = gaps_ms.iter().sum::<f64>() / gaps_ms.len().max(1) as f64;
         assert!(
@@ -181,6 +188,35 @@ async fn politeness_holds_per_host() {
         !stats.hits.keys().any(|u| u.contains("/private/")),
         "robots.txt disallowed path fetched"
     );
+}
+
+/// `per_host_concurrency` holds on the wire: with slow answers the crawler keeps exactly that
+/// many requests in flight per host, never more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_host_concurrency_holds_on_the_wire() {
+    let site = DemoSite::start_dedicated(DemoConfig {
+        port: 0,
+        hosts: 2,
+        pages: 30,
+        latency_ms: Some(60),
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = demo_spider(
+        &site,
+        "concurrency: 16\nper_host_concurrency: 3\nper_host_delay_ms: 0\n",
+    );
+    let summary = crawl(spider(&yaml), dir.path()).await;
+    assert_eq!(summary.finish, Finish::Complete);
+    let stats = site.stats();
+    assert_eq!(stats.per_host_max_in_flight.len(), 2);
+    for (host, max) in &stats.per_host_max_in_flight {
+        assert_eq!(
+            *max, 3,
+            "host {host}: at most {max} requests in flight at once"
+        );
+    }
 }
 
 /// Ctrl-C semantics through the library: a stopped crawl resumes from the same data dir, and

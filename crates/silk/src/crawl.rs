@@ -123,6 +123,9 @@ pub async fn run(args: CrawlArgs) -> anyhow::Result<ExitCode> {
             "failed": p.frontier.failed,
             "dropped": p.frontier.dropped,
             "duplicates": p.frontier.duplicates,
+            "bloom_bytes_per_url": p.frontier.bloom_bytes_per_url(),
+            "store_bytes_per_url": p.frontier.store_bytes_per_url(),
+            "processed": p.processed,
             "fetched": p.fetched,
             "items": p.items,
             "duplicate_items": p.duplicate_items,
@@ -164,7 +167,7 @@ fn final_line(finish: Finish, p: &Progress, out: &std::path::Path) -> String {
         Finish::Stopped => "stopped (run again with the same --data-dir to resume)",
     };
     let mut text = format!("{how}: {} -> {}", line(p), out.display());
-    if finish == Finish::Complete && p.fetched == 0 && p.frontier.total > 0 {
+    if finish == Finish::Complete && p.processed == 0 && p.frontier.total > 0 {
         text.push_str(
             "\nnothing was left to fetch: this data dir already crawled every URL of the current \
              recrawl segment (use another --data-dir to start over)",

@@ -144,9 +144,43 @@ fn compile_css(css: &str) -> Result<Css, String> {
     if let Ok(s) = lol_html::Selector::from_str(css) {
         return Ok(Css::Stream(s));
     }
-    scraper::Selector::parse(css)
-        .map(Css::Dom)
-        .map_err(|e| format!("invalid selector `{css}`: {e}"))
+    scraper::Selector::parse(css).map(Css::Dom).map_err(|e| {
+        format!(
+            "invalid selector `{css}`: {}",
+            selector_reason(&e.to_string())
+        )
+    })
+}
+
+/// scraper words some parse errors as "Unexpected error occurred. Please report this to the
+/// developer NoQualifiedNameInAttributeSelector"; say "no qualified name in attribute
+/// selector" instead, which is what the user needs to read.
+fn selector_reason(message: &str) -> String {
+    const NOISE: &str = "Please report this to the developer";
+    let Some(at) = message.find(NOISE) else {
+        return message.to_owned();
+    };
+    let kind = message[at + NOISE.len()..].trim();
+    let mut out = String::with_capacity(kind.len() + 8);
+    for (i, ch) in kind.chars().enumerate() {
+        if ch.is_uppercase() && i > 0 {
+            out.push(' ');
+        }
+        out.extend(ch.to_lowercase());
+    }
+    if out.is_empty() {
+        message.to_owned()
+    } else {
+        out
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn selector_reasons_are_readable() {
+    let e = compile_css("h1[[").err().unwrap();
+    assert!(!e.contains("report this"), "{e}");
+    assert!(e.starts_with("invalid selector `h1[[`: "), "{e}");
 }
 
 fn internal_selector(css: &str) -> lol_html::Selector {
