@@ -40,6 +40,11 @@ pub struct FetchConfig {
     pub proxy_max_failures: u32,
     /// How long a proxy marked bad stays out of rotation, ms.
     pub proxy_cooldown_ms: u64,
+    /// Extra trusted root certificates, each the PEM text of one or more certificates
+    /// (`-----BEGIN CERTIFICATE-----`): for sites behind a private CA (or a self-signed test
+    /// server). They are trusted in addition to the system roots, never instead of them. A
+    /// value without a parsable certificate makes `Fetcher::new` fail with `invalid_config`.
+    pub extra_root_certs_pem: Vec<String>,
 }
 
 impl std::fmt::Debug for FetchConfig {
@@ -68,6 +73,7 @@ impl std::fmt::Debug for FetchConfig {
             .field("pool_idle_timeout_ms", &self.pool_idle_timeout_ms)
             .field("proxy_max_failures", &self.proxy_max_failures)
             .field("proxy_cooldown_ms", &self.proxy_cooldown_ms)
+            .field("extra_root_certs_pem", &self.extra_root_certs_pem.len())
             .finish()
     }
 }
@@ -86,6 +92,7 @@ impl Default for FetchConfig {
             pool_idle_timeout_ms: 90_000,
             proxy_max_failures: 3,
             proxy_cooldown_ms: 60_000,
+            extra_root_certs_pem: Vec::new(),
         }
     }
 }

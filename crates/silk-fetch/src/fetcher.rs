@@ -114,8 +114,8 @@ const ACCEPT_HTML: &str = "text/html,application/xhtml+xml,application/xml;q=0.9
 const ACCEPT_ENCODING: &str = "gzip, deflate, br";
 
 impl Fetcher {
-    /// Builds the clients for `config`; every invalid value (header, proxy, timeout) is
-    /// reported at once.
+    /// Builds the clients for `config`; every invalid value (header, proxy, timeout, extra
+    /// root certificate) is reported at once.
     pub fn new(config: FetchConfig) -> Result<Self, FetchError> {
         let mut problems = Vec::new();
         let mut headers = HeaderMap::new();
@@ -166,6 +166,19 @@ impl Fetcher {
                 None
             }
         };
+        let mut roots = Vec::new();
+        for (i, pem) in config.extra_root_certs_pem.iter().enumerate() {
+            match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
+                Ok(certs) if !certs.is_empty() => roots.extend(certs),
+                Ok(_) => problems.push(format!(
+                    "extra_root_certs_pem[{i}]: no PEM certificate (`-----BEGIN CERTIFICATE-----`) found"
+                )),
+                Err(e) => problems.push(format!(
+                    "extra_root_certs_pem[{i}]: invalid PEM certificate: {}",
+                    chain(&e)
+                )),
+            }
+        }
         let proxies = match proxies {
             Some(p) if problems.is_empty() => p,
             _ => return Err(FetchError::InvalidConfig { problems }),
@@ -187,7 +200,8 @@ impl Fetcher {
                 .connect_timeout(connect_timeout)
                 .pool_max_idle_per_host(config.pool_max_idle_per_host)
                 .pool_idle_timeout(Duration::from_millis(config.pool_idle_timeout_ms))
-                .tcp_nodelay(true);
+                .tcp_nodelay(true)
+                .tls_certs_merge(roots.clone());
             match &jar {
                 Some(jar) => b.cookie_provider(jar.clone()),
                 None => b,
