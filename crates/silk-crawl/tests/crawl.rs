@@ -43,6 +43,23 @@ fn items(dir: &Path) -> Vec<serde_json::Map<String, Value>> {
         .collect()
 }
 
+/// Asserts the item file holds every content page of `site` exactly once; returns the items.
+fn assert_every_page_once(dir: &Path, site: &DemoSite) -> Vec<serde_json::Map<String, Value>> {
+    let items = items(dir);
+    let keys: BTreeSet<String> = items
+        .iter()
+        .map(|i| i["url"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys.len(), items.len(), "an item was written twice");
+    let expected: BTreeSet<String> = site
+        .expected_pages()
+        .into_iter()
+        .filter(|u| u.contains("/p/"))
+        .collect();
+    assert_eq!(keys, expected, "items differ from the site's content pages");
+    items
+}
+
 fn demo_spider(site: &DemoSite, extra: &str) -> String {
     let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
     format!(
@@ -73,22 +90,7 @@ async fn full_crawl_fetches_every_page_exactly_once() {
     let summary = crawl(spider(&yaml), dir.path()).await;
     assert_eq!(summary.finish, Finish::Complete);
 
-    let items = items(dir.path());
-    let urls: Vec<String> = items
-        .iter()
-        .map(|i| i["url"].as_str().unwrap().to_owned())
-        .collect();
-    let unique: BTreeSet<String> = urls.iter().cloned().collect();
-    assert_eq!(urls.len(), unique.len(), "an item was written twice");
-    let expected: BTreeSet<String> = site
-        .expected_pages()
-        .into_iter()
-        .filter(|u| u.contains("/p/"))
-        .collect();
-    assert_eq!(
-        unique, expected,
-        "items differ from the site's content pages"
-    );
+    let items = assert_every_page_once(dir.path(), &site);
     for item in &items {
         let url = item["url"].as_str().unwrap();
         assert!(
@@ -263,18 +265,7 @@ async fn stopped_crawl_resumes_without_duplicates() {
         .await
         .unwrap();
     assert_eq!(resumed.finish, Finish::Complete);
-    let all = items(dir.path());
-    let keys: BTreeSet<_> = all
-        .iter()
-        .map(|i| i["url"].as_str().unwrap().to_owned())
-        .collect();
-    assert_eq!(keys.len(), all.len(), "duplicate items after resume");
-    let expected: BTreeSet<String> = site
-        .expected_pages()
-        .into_iter()
-        .filter(|u| u.contains("/p/"))
-        .collect();
-    assert_eq!(keys, expected);
+    assert_every_page_once(dir.path(), &site);
 }
 
 /// `max_pages` stops the crawl at the limit.

@@ -48,6 +48,19 @@ fn item_urls(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Asserts the output holds every content page of `site` exactly once (by item key).
+fn assert_every_page_once(dir: &Path, site: &DemoSite) {
+    let urls = item_urls(dir);
+    let unique: BTreeSet<String> = urls.iter().cloned().collect();
+    assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
+    let expected: BTreeSet<String> = site
+        .expected_pages()
+        .into_iter()
+        .filter(|u| u.contains("/p/"))
+        .collect();
+    assert_eq!(unique, expected);
+}
+
 fn content_hits(site: &DemoSite) -> BTreeMap<String, u32> {
     let mut per_page = BTreeMap::new();
     for (url, n) in site.stats().hits {
@@ -99,15 +112,7 @@ async fn sigkill_mid_crawl_then_restart_loses_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let urls = item_urls(dir.path());
-    let unique: BTreeSet<String> = urls.iter().cloned().collect();
-    assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
-    let expected: BTreeSet<String> = site
-        .expected_pages()
-        .into_iter()
-        .filter(|u| u.contains("/p/"))
-        .collect();
-    assert_eq!(unique, expected);
+    assert_every_page_once(dir.path(), &site);
     let twice = content_hits(&site).values().filter(|n| **n > 1).count();
     assert!(
         twice <= kills * concurrency as usize,
@@ -163,15 +168,7 @@ async fn sigint_stops_gracefully_and_the_same_command_resumes() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let urls = item_urls(dir.path());
-    let unique: BTreeSet<String> = urls.iter().cloned().collect();
-    assert_eq!(urls.len(), unique.len());
-    let expected: BTreeSet<String> = site
-        .expected_pages()
-        .into_iter()
-        .filter(|u| u.contains("/p/"))
-        .collect();
-    assert_eq!(unique, expected);
+    assert_every_page_once(dir.path(), &site);
     // A graceful stop acks everything in flight: nothing fetched before it is fetched again.
     let hits_after = content_hits(&site);
     let refetched: Vec<_> = hits_before.keys().filter(|u| hits_after[*u] > 1).collect();
