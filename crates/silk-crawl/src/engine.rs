@@ -109,8 +109,6 @@ struct Shared {
     bytes: AtomicU64,
     fatal: std::sync::Mutex<Option<CrawlError>>,
     failing: AtomicBool,
-    /// Hosts whose robots.txt crawl-delay was given to the frontier.
-    delay_applied: std::sync::Mutex<std::collections::HashSet<String>>,
     gate: HostGate,
 }
 
@@ -178,13 +176,15 @@ impl Crawl {
     /// Opens the frontier in `opts.data_dir`, the item file, and seeds the start URLs (a
     /// resumed crawl's dedup ignores them).
     pub async fn open(spider: Spider, opts: CrawlOptions) -> Result<Self, CrawlError> {
+        // What the spider asks for is compiled first: a bad rule is reported before anything
+        // is written (see `CrawlError::is_bad_spider`).
+        let spec = &spider.spec;
+        let extractor = Extractor::compile(&spider)?;
+        let fetcher = Fetcher::new(FetchConfig::from_spider(spec))?;
         std::fs::create_dir_all(&opts.data_dir).map_err(|e| CrawlError::DataDir {
             path: opts.data_dir.clone(),
             reason: e.to_string(),
         })?;
-        let spec = &spider.spec;
-        let extractor = Extractor::compile(&spider)?;
-        let fetcher = Fetcher::new(FetchConfig::from_spider(spec))?;
         let robots = spec
             .robots
             .then(|| RobotsCache::new(fetcher.clone(), &spec.user_agent));
@@ -231,7 +231,6 @@ impl Crawl {
             bytes: AtomicU64::new(0),
             fatal: std::sync::Mutex::new(None),
             failing: AtomicBool::new(false),
-            delay_applied: std::sync::Mutex::new(std::collections::HashSet::new()),
             gate: HostGate::new(per_host_delay),
         });
         let (progress_tx, _) = watch::channel(Progress::default());
@@ -434,16 +433,18 @@ impl Shared {
             if first_contact {
                 self.gate.wait(req).await;
             }
-            match robots.check(&url).await {
+            let verdict = robots.check(&url).await;
+            if first_contact {
+                self.apply_crawl_delay(robots, &url, req).await?;
+            }
+            match verdict {
                 RobotsVerdict::Allowed if first_contact => {
-                    self.apply_crawl_delay(robots, &url, req).await?;
                     return done(Outcome::Release {
                         reason: "robots_fetched".into(),
                     });
                 }
                 RobotsVerdict::Allowed => {}
                 RobotsVerdict::Disallowed => {
-                    self.apply_crawl_delay(robots, &url, req).await?;
                     self.robots_denied.fetch_add(1, Ordering::Relaxed);
                     return done(Outcome::Dropped {
                         reason: "robots".into(),
@@ -493,7 +494,7 @@ impl Shared {
                     });
                 }
             };
-            if !Url::parse(&next.url).is_ok_and(|t| self.spider.host_allowed(&t)) {
+            if !self.spider.canonical_host_allowed(&next.url) {
                 return done(Outcome::Dropped {
                     reason: "redirect_off_domain".into(),
                 });
@@ -552,32 +553,21 @@ impl Shared {
         Ok((Outcome::Done, links))
     }
 
-    /// Tells the frontier a host's robots.txt crawl-delay, once per host.
+    /// Tells the frontier (and the send gate) a host's robots.txt crawl-delay; called when
+    /// the host's robots.txt has just been read.
     async fn apply_crawl_delay(
         &self,
         robots: &RobotsCache,
         url: &Url,
         req: &Request,
     ) -> Result<(), CrawlError> {
-        let host = req.host_key();
-        if self
-            .delay_applied
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&host)
-        {
-            return Ok(());
-        }
         if let Some(delay) = robots.crawl_delay(url).await {
+            let host = req.host_key();
             self.frontier
                 .set_host_delay(&host, delay.as_millis() as u64)
                 .await?;
             self.gate.set_delay(&host, delay);
         }
-        self.delay_applied
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(host);
         Ok(())
     }
 }

@@ -25,3 +25,14 @@ pub enum CrawlError {
     #[error("data dir {path}: {reason}")]
     DataDir { path: PathBuf, reason: String },
 }
+
+impl CrawlError {
+    /// Whether the error is the spider file's fault (an invalid value, a CSS / XPath / JSON
+    /// path rule or a proxy / header that does not compile), as opposed to the machine's.
+    pub fn is_bad_spider(&self) -> bool {
+        matches!(
+            self,
+            CrawlError::Spider(_) | CrawlError::Fetch(silk_fetch::FetchError::InvalidConfig { .. })
+        )
+    }
+}

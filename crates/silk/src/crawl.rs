@@ -51,29 +51,7 @@ pub async fn run(args: CrawlArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    // CSS, XPath and JSON-path rules are compiled by the parser crate: a bad one is a bad
-    // spider file too, reported before anything starts.
-    if let Err(e) = silk_fetch::Extractor::compile(&spider) {
-        eprintln!("error: {file}: {e}");
-        return Ok(ExitCode::from(2));
-    }
     let name = spider.spec.name.clone();
-    let _demo = if args.with_demo_site {
-        let port = spider
-            .start_urls()
-            .first()
-            .and_then(|u| u.port_or_known_default())
-            .unwrap_or(8700);
-        let site = crate::demo::start(silk_testkit::demo::DemoConfig {
-            port,
-            ..Default::default()
-        })
-        .await?;
-        eprintln!("demo site serving at {}", site.start_url());
-        Some(site)
-    } else {
-        None
-    };
     let out = args
         .out
         .clone()
@@ -82,7 +60,14 @@ pub async fn run(args: CrawlArgs) -> anyhow::Result<ExitCode> {
         .data_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(".silk/crawl").join(&name));
-    let crawl = Crawl::open(
+    // CSS, XPath and JSON-path rules (and proxies, headers) compile when the crawl opens: a
+    // bad one is a bad spider file too.
+    let demo_port = spider
+        .start_urls()
+        .first()
+        .and_then(|u| u.port_or_known_default())
+        .unwrap_or(8700);
+    let opened = Crawl::open(
         spider,
         CrawlOptions {
             data_dir: data_dir.clone(),
@@ -90,8 +75,29 @@ pub async fn run(args: CrawlArgs) -> anyhow::Result<ExitCode> {
             clock: Arc::new(SystemClock),
         },
     )
-    .await
-    .with_context(|| format!("cannot open the crawl in {}", data_dir.display()))?;
+    .await;
+    let crawl = match opened {
+        Ok(crawl) => crawl,
+        Err(e) if e.is_bad_spider() => {
+            eprintln!("error: {file}: {e}");
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e))
+                .with_context(|| format!("cannot open the crawl in {}", data_dir.display()));
+        }
+    };
+    let _demo = if args.with_demo_site {
+        let site = crate::demo::start(silk_testkit::demo::DemoConfig {
+            port: demo_port,
+            ..Default::default()
+        })
+        .await?;
+        eprintln!("demo site serving at {}", site.start_url());
+        Some(site)
+    } else {
+        None
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
