@@ -205,9 +205,4 @@ impl<'a> InitReader<'a> {
                 .collect()
         })
     }
-
-    /// An optional value of any shape, as JSON.
-    pub fn opt_json(&mut self, key: &str) -> Option<serde_json::Value> {
-        self.find(key).map(Node::to_json)
-    }
 }

@@ -311,11 +311,6 @@ impl EmbeddedFrontier {
         })
     }
 
-    /// The configuration this frontier was opened with.
-    pub fn config(&self) -> &FrontierConfig {
-        &self.cfg
-    }
-
     fn lock(&self) -> Result<MutexGuard<'_, Option<Inner>>, FrontierError> {
         let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if guard.is_none() {

@@ -51,13 +51,6 @@ impl DemoStats {
             .map(|(u, n)| (u.clone(), *n))
             .collect()
     }
-
-    /// Smallest gap in microseconds between two consecutive request starts on `host_ip`,
-    /// `None` with fewer than two recorded starts.
-    pub fn min_start_gap_us(&self, host_ip: &str) -> Option<u64> {
-        let starts = self.per_host_starts.get(host_ip)?;
-        starts.windows(2).map(|w| w[1] - w[0]).min()
-    }
 }
 
 /// The path-and-query part of `http://ip:port/path?query`.
