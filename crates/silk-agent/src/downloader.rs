@@ -352,7 +352,15 @@ impl Downloader {
         }
         let spider = &self.cfg.spider;
         if resp.is_redirect() {
-            let location = resp.location.as_deref().unwrap_or_default();
+            // A 3xx without Location is not a redirect to the page itself (an empty target
+            // would resolve to it, and loop up to max_redirects): it is a failed request.
+            let Some(location) = resp.location.as_deref() else {
+                return with_error(
+                    &format!("http_{status}_without_location"),
+                    format!("{}: {status} without a Location header", req.url),
+                    false,
+                );
+            };
             if req.redirects >= spider.spec.max_redirects {
                 return with_error(
                     "too_many_redirects",
