@@ -240,8 +240,7 @@ impl Loader<'_> {
                     }
                 }
                 other => {
-                    let hint = rules::near(other, TOP_KEYS)
-                        .map_or(String::new(), |k| format!(" (did you mean `{k}`?)"));
+                    let hint = rules::suggestion(other, TOP_KEYS);
                     self.err(
                         &file,
                         key.pos,
@@ -495,8 +494,7 @@ impl Loader<'_> {
         };
         for (key, _) in &entries {
             if !known.contains(&key.text.as_str()) {
-                let hint = rules::near(&key.text, known.iter().copied())
-                    .map_or(String::new(), |k| format!(" (did you mean `{k}`?)"));
+                let hint = rules::suggestion(&key.text, known.iter().copied());
                 self.err(
                     &section.file,
                     key.pos,
@@ -618,8 +616,7 @@ impl Loader<'_> {
                         .unwrap_or(false)
                 }
                 other => {
-                    let hint = rules::near(other, ["path", "compress"])
-                        .map_or(String::new(), |k| format!(" (did you mean `{k}`?)"));
+                    let hint = rules::suggestion(other, ["path", "compress"]);
                     self.err(
                         file,
                         key.pos,

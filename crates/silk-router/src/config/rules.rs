@@ -107,7 +107,7 @@ pub(super) fn near<'k>(key: &str, known: impl IntoIterator<Item = &'k str>) -> O
         .map(|(_, k)| k)
 }
 
-fn suggestion<'k>(key: &str, known: impl IntoIterator<Item = &'k str>) -> String {
+pub(super) fn suggestion<'k>(key: &str, known: impl IntoIterator<Item = &'k str>) -> String {
     near(key, known).map_or(String::new(), |k| format!(" (did you mean `{k}`?)"))
 }
 
