@@ -8,15 +8,25 @@
 //!   forever. Register and heartbeats are separate messages on separate subjects.
 //! - **commands**: a durable subscription to `agent.{id}.cmd` (commands sent while the agent
 //!   was away are delivered when it is back), re-opened forever with back-off. Commands are
-//!   handled in order: `allocate` (then acked), `download` (acked at once, then one task per
-//!   request, at most `capacity` fetching at a time, one `RunResult` each), `release`,
-//!   `shutdown` (acked first, so that a restarted agent does not stop again). Stale
-//!   envelopes never get here: the bus drops them when read.
+//!   handled in order: `allocate` (then acked; a task builds the downloader and answers),
+//!   `download` (acked at once, then one task per request, at most `capacity` fetching at a
+//!   time, one `RunResult` each), `release`, `shutdown` (acked first, so that a restarted
+//!   agent does not stop again). Stale envelopes never get here: the bus drops them when
+//!   read.
 //! - **sweeper**: releases downloaders idle for longer than `downloader_idle_ms`.
 //!
 //! A result publish is tried `result_publish_retries + 1` times (the same envelope, so a
 //! JetStream de-duplicates a retry whose first attempt was stored), then dropped and logged:
 //! the hub's lease expires and it re-dispatches the request.
+//!
+//! Every `allocate` is answered with an [`AllocationReply`] on `allocations` (allocation is
+//! synchronous at run start: the hub waits for it): `ok` once the downloader is built (for
+//! a repeated `allocate` of a run held here, once the existing one is built: a build that
+//! failed before is tried again), or `ok: false` with the refusal (an invalid config) or the
+//! build error (a failing proxy provider). The build and the reply run in a task, never in
+//! the command loop; the reply is tried `result_publish_retries + 1` times with back-off,
+//! then dropped with a warning (the hub counts a missing reply as a failed allocation). A
+//! downloader whose build failed stays allocated, and its downloads try the build again.
 //!
 //! Result error codes added here (beside the downloader's, see `downloader`):
 //! `no_downloader` (retryable: the run is not allocated here, the hub re-allocates),
@@ -26,12 +36,12 @@
 
 use crate::config::{AgentConfig, durable_name, ensure_data_dir, resolve_id};
 use crate::error::AgentError;
-use crate::registry::{Missing, Registry};
+use crate::registry::{Allocated, Missing, Registry};
 use crate::stats::{AgentCounters, AgentEvent, AgentStats, QpsWindow};
 use crate::system::Probe;
 use silk_bus::{
-    Bus, BusError, Command, Delivery, FetchOutcome, Heartbeat, LeasedRequest, Message, Register,
-    ResultError, RunResult, Subject, SubscribeOpts, TtlPolicy,
+    AllocationReply, Bus, BusError, Command, Delivery, FetchOutcome, Heartbeat, LeasedRequest,
+    Message, Register, ResultError, RetryPolicy, RunResult, Subject, SubscribeOpts, TtlPolicy,
 };
 use silk_core::{AgentId, Clock, RunId};
 use std::path::{Path, PathBuf};
@@ -285,16 +295,24 @@ impl Shared {
         };
         match command.clone() {
             Command::Allocate { run, config } => {
-                if let Some(alloc) = self.registry.allocate(&run, config).await {
-                    // Build it now (a proxy provider runs up front); a failure here is tried
-                    // again by the first download.
-                    let shared = self.clone();
-                    tasks.spawn(async move {
-                        if let Err(e) = alloc.downloader(&shared.events, &shared.clock).await {
-                            tracing::warn!(run = %run, error = %e, "downloader not ready yet");
-                        }
-                    });
-                }
+                let allocated = self.registry.allocate(&run, config).await;
+                let shared = self.clone();
+                tasks.spawn(async move {
+                    let error = match allocated {
+                        // Build it now (a proxy provider runs up front), then answer; a
+                        // failure here is tried again by the first download.
+                        Allocated::New(alloc) | Allocated::Existing(alloc) => alloc
+                            .downloader(&shared.events, &shared.clock)
+                            .await
+                            .err()
+                            .map(|e| {
+                                tracing::warn!(run = %run, error = %e, "downloader not ready");
+                                e.to_string()
+                            }),
+                        Allocated::Refused(reason) => Some(reason),
+                    };
+                    shared.reply_allocation(run, error).await;
+                });
                 ack(delivery).await;
             }
             Command::Download { run, batch } => {
@@ -380,6 +398,46 @@ impl Shared {
         self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
         drop(guard);
         outcome
+    }
+
+    /// Publishes the reply to an `allocate` (`error: None` = ok), retrying
+    /// `result_publish_retries` times with back-off, then drops it.
+    async fn reply_allocation(&self, run: RunId, error: Option<String>) {
+        let ok = error.is_none();
+        let reply = AllocationReply {
+            run: run.clone(),
+            agent: self.id.clone(),
+            ok,
+            error,
+        };
+        // One envelope for every attempt (one id; the reply is not stored, so nothing is
+        // de-duplicated, but a hub reading it twice sees the same message).
+        let envelope = self.ttl.envelope(reply, self.clock.now_ms());
+        let subject = Subject::allocations();
+        let retry = RetryPolicy {
+            retries: self.config.result_publish_retries,
+            backoff_initial_ms: self.config.backoff_initial_ms,
+            backoff_max_ms: self.config.backoff_max_ms,
+        };
+        let published = retry
+            .run("publish", subject.as_str(), || {
+                self.bus.publish(&subject, &envelope)
+            })
+            .await;
+        match published {
+            Ok(()) => {
+                tracing::info!(run = %run, ok, "allocation reply sent");
+                self.emit(AgentEvent::AllocationReplied { run, ok });
+            }
+            Err(e) => {
+                tracing::warn!(run = %run, ok, error = %e, "allocation reply dropped: the hub will count the allocation as failed");
+                self.emit(AgentEvent::AllocationReplyDropped {
+                    run,
+                    ok,
+                    error: e.to_string(),
+                });
+            }
+        }
     }
 
     /// Publishes a result, retrying `result_publish_retries` times, then drops it.
@@ -566,7 +624,8 @@ async fn command_loop(shared: Arc<Shared>, subject: Subject) {
     let mut stop = shared.stop.subscribe();
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut backoff = Backoff::new(&shared.config);
-    let opts = SubscribeOpts::durable(durable_name(&shared.id));
+    // A few commands at a time: each download command already carries a batch of requests.
+    let opts = SubscribeOpts::durable(durable_name(&shared.id)).batch(8);
     'subscribe: loop {
         let subscribed = tokio::select! {
             biased;

@@ -8,7 +8,9 @@
 //! → redirect (the target goes back as the only link, with `redirects` + 1: the hub's
 //! frontier dedups it) → status classification → trimming → parsing (links canonical and
 //! through the spider's allowed domains and depth; one item with `url` when `item_when`
-//! matches) → returned body.
+//! matches) → returned body. When the run reads robots.txt and the host's file gives the
+//! run's user agent a `Crawl-delay`, every result of that host carries it (`crawl_delay_ms`):
+//! the agent reports it, the hub's frontier applies it.
 //!
 //! Error codes in results (`error.code`, retryable or not): the fetch error kinds of
 //! `silk-fetch` (`timeout`, `connect`, `dns`, `proxy`, `truncated` retryable; `tls`,
@@ -184,33 +186,46 @@ impl Downloader {
         drop(self.gate.lock().await);
         let epoch = self.epoch.load(Ordering::SeqCst);
         let session = self.session();
-        if let Some(robots) = &session.robots {
-            match robots.check(&url).await {
-                RobotsVerdict::Allowed => {}
-                RobotsVerdict::Disallowed => {
-                    return failure(
-                        "robots_disallowed",
-                        format!("{}: disallowed by robots.txt", req.url),
-                        false,
-                    );
+        let mut crawl_delay_ms = None;
+        let mut out = 'outcome: {
+            if let Some(robots) = &session.robots {
+                let verdict = robots.check(&url).await;
+                if !matches!(verdict, RobotsVerdict::Unavailable { .. }) {
+                    // The file is loaded by now: this is a cache lookup.
+                    crawl_delay_ms = robots
+                        .crawl_delay(&url)
+                        .await
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                 }
-                RobotsVerdict::Unavailable { retry_in } => {
-                    return failure(
-                        "robots_unavailable",
-                        format!(
-                            "{}: robots.txt unavailable; asked again in {} ms",
-                            req.url,
-                            retry_in.as_millis()
-                        ),
-                        true,
-                    );
+                match verdict {
+                    RobotsVerdict::Allowed => {}
+                    RobotsVerdict::Disallowed => {
+                        break 'outcome failure(
+                            "robots_disallowed",
+                            format!("{}: disallowed by robots.txt", req.url),
+                            false,
+                        );
+                    }
+                    RobotsVerdict::Unavailable { retry_in } => {
+                        break 'outcome failure(
+                            "robots_unavailable",
+                            format!(
+                                "{}: robots.txt unavailable; asked again in {} ms",
+                                req.url,
+                                retry_in.as_millis()
+                            ),
+                            true,
+                        );
+                    }
                 }
             }
-        }
-        match session.fetcher.fetch(req).await {
-            Ok(resp) => self.on_response(req, &url, resp, &session, epoch).await,
-            Err(e) => self.on_fetch_error(e, &session, epoch).await,
-        }
+            match session.fetcher.fetch(req).await {
+                Ok(resp) => self.on_response(req, &url, resp, &session, epoch).await,
+                Err(e) => self.on_fetch_error(e, &session, epoch).await,
+            }
+        };
+        out.crawl_delay_ms = crawl_delay_ms;
+        out
     }
 
     async fn on_fetch_error(&self, e: FetchError, session: &Session, epoch: u64) -> FetchOutcome {

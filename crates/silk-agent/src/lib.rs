@@ -5,8 +5,8 @@
 //!
 //! Map:
 //! - [`Agent::start`] / [`AgentHandle`] (`agent`): the tasks — presence (register, then
-//!   heartbeats), commands (allocate, download, release, shutdown), idle sweeper — and
-//!   result publishing with retries.
+//!   heartbeats), commands (allocate — answered on `allocations` —, download, release,
+//!   shutdown), idle sweeper — and result and allocation-reply publishing with retries.
 //! - [`AgentConfig`] (`config`): the agent's own settings and how its id is chosen.
 //! - [`DownloaderConfig`] (`downloader_config`): what an `allocate` command carries, with its
 //!   JSON format; `downloader`: one run's downloader (fetch, ban detection, redirects,

@@ -96,6 +96,17 @@ impl Drop for UseGuard {
     }
 }
 
+/// What an `allocate` came to.
+pub(crate) enum Allocated {
+    /// A new allocation (its downloader not built yet).
+    New(Arc<Allocation>),
+    /// The run was allocated already: the existing allocation is kept (whatever config the
+    /// repeated `allocate` carried).
+    Existing(Arc<Allocation>),
+    /// The config was refused: why (every problem, each naming its key).
+    Refused(String),
+}
+
 /// Why a download found no usable allocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Missing {
@@ -209,12 +220,8 @@ impl Registry {
     }
 
     /// Handles an `allocate`: keeps an existing allocation (idempotent), or compiles and
-    /// stores a new one. Returns the new allocation (for an early build), if any.
-    pub(crate) async fn allocate(
-        &self,
-        run: &RunId,
-        config: serde_json::Value,
-    ) -> Option<Arc<Allocation>> {
+    /// stores a new one, or records why the config was refused.
+    pub(crate) async fn allocate(&self, run: &RunId, config: serde_json::Value) -> Allocated {
         let now = self.clock.now_ms();
         let existing = lock(&self.runs).get(run).cloned();
         if let Some(alloc) = existing {
@@ -227,17 +234,18 @@ impl Registry {
                 reloaded: false,
                 existing: true,
             });
-            return None;
+            return Allocated::Existing(alloc);
         }
         match compile(run, &config) {
             Err(e) => {
-                tracing::error!(run = %run, error = %e, "allocation refused");
-                lock(&self.refused).insert(run.clone(), e.to_string());
+                let reason = e.to_string();
+                tracing::error!(run = %run, error = %reason, "allocation refused");
+                lock(&self.refused).insert(run.clone(), reason.clone());
                 self.emit(AgentEvent::AllocationFailed {
                     run: run.clone(),
-                    error: e.to_string(),
+                    error: reason.clone(),
                 });
-                None
+                Allocated::Refused(reason)
             }
             Ok(compiled) => {
                 let alloc = Arc::new(Allocation::new(run.clone(), config, compiled, now, now));
@@ -250,7 +258,7 @@ impl Registry {
                     reloaded: false,
                     existing: false,
                 });
-                Some(alloc)
+                Allocated::New(alloc)
             }
         }
     }

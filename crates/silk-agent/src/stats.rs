@@ -57,6 +57,23 @@ pub enum AgentEvent {
         /// What was wrong.
         error: String,
     },
+    /// The reply to an `allocate` was published on `allocations`.
+    AllocationReplied {
+        /// The run.
+        run: RunId,
+        /// What it said: the downloader is ready (`true`), or the allocation failed.
+        ok: bool,
+    },
+    /// The reply to an `allocate` could not be published after its retries and was dropped
+    /// (the hub counts the missing reply as a failed allocation).
+    AllocationReplyDropped {
+        /// The run.
+        run: RunId,
+        /// What it would have said.
+        ok: bool,
+        /// The last error.
+        error: String,
+    },
     /// A run's downloader was dropped.
     Released {
         /// The run.

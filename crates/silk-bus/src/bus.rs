@@ -81,6 +81,12 @@ pub struct SubscribeOpts {
     /// For a durable being created: how long a delivery may stay unacked before it is
     /// delivered again. `None` = the bus's `ack_wait_ms`.
     pub ack_wait_ms: Option<u64>,
+    /// For a durable: how many messages a subscriber may hold unacked at once (a NATS pull
+    /// batch). 1 (the default) shares work finest between subscribers of one durable; a
+    /// high-volume reader (the hub's results) raises it so that a message does not cost a
+    /// round trip. Every held message's ack timer runs, so keep `batch` well below what the
+    /// reader handles within `ack_wait`.
+    pub batch: usize,
 }
 
 impl SubscribeOpts {
@@ -90,6 +96,7 @@ impl SubscribeOpts {
             durable: None,
             deliver: Deliver::New,
             ack_wait_ms: None,
+            batch: 1,
         }
     }
 
@@ -99,6 +106,7 @@ impl SubscribeOpts {
             durable: Some(name.into()),
             deliver: Deliver::All,
             ack_wait_ms: None,
+            batch: 1,
         }
     }
 
@@ -111,6 +119,12 @@ impl SubscribeOpts {
     /// Sets the ack wait of a durable being created.
     pub fn ack_wait_ms(mut self, ms: u64) -> Self {
         self.ack_wait_ms = Some(ms);
+        self
+    }
+
+    /// Sets the pull batch of a durable (at least 1).
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
         self
     }
 

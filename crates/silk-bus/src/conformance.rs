@@ -20,8 +20,8 @@ use crate::bus::{Bus, BusConfig, Deliver, Delivery, RetryPolicy, SubscribeOpts, 
 use crate::error::BusError;
 use crate::subject::Subject;
 use crate::wire::{
-    Command, Control, Envelope, FetchOutcome, Heartbeat, LeasedRequest, Message, Register,
-    RunResult, TtlPolicy,
+    AllocationReply, Command, Control, Envelope, FetchOutcome, Heartbeat, LeasedRequest, Message,
+    Register, RunResult, TtlPolicy,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -57,7 +57,8 @@ macro_rules! bus_conformance_tests {
             agent_subjects_are_isolated, shared_subjects_fan_out,
             durable_keeps_messages_published_before_subscribing, deliver_all_replays_without_durable,
             durable_work_is_shared, unacked_and_naked_are_redelivered,
-            stale_messages_are_dropped_registrations_kept, malformed_payloads_are_errors,
+            stale_messages_are_dropped_registrations_kept,
+            allocation_replies_are_live_and_stale_ones_dropped, malformed_payloads_are_errors,
             publishes_and_subscriptions_are_checked, duplicate_publishes_are_stored_once,
             unreachable_bus_fails_after_retries);
     };
@@ -187,6 +188,15 @@ fn register(agent: &str) -> Register {
         memory_bytes: 1,
         labels: Default::default(),
         capacity: 1,
+    }
+}
+
+fn allocated(run: &str, ok: bool) -> AllocationReply {
+    AllocationReply {
+        run: RunId::new(run),
+        agent: AgentId::new("a1"),
+        ok,
+        error: (!ok).then(|| format!("run `{run}`: refused")),
     }
 }
 
@@ -629,6 +639,93 @@ pub async fn stale_messages_are_dropped_registrations_kept<F: BusFactory>(f: &F)
     );
     assert_eq!(stats.dropped_expired(), 3);
     ack(d, "fence").await;
+    f.cleanup(&c.ns).await;
+}
+
+/// Allocation replies on `allocations` reach every live subscriber (fan-out), carry only
+/// `allocated` messages, are not persisted (no durable, no replay), and a stale one (older
+/// than `allocate_ttl_ms` on the reader's clock, when sent or when read) is dropped.
+pub async fn allocation_replies_are_live_and_stale_ones_dropped<F: BusFactory>(f: &F) {
+    let c = setup(f).await;
+    let allocations = Subject::allocations();
+    let mut hub1 = c.subscribe(&allocations, SubscribeOpts::live()).await;
+    let mut hub2 = c.subscribe(&allocations, SubscribeOpts::live()).await;
+    let old = c.clock.now_ms() - 600_000;
+    let stale = c.ttl.envelope(allocated("r-stale", true), old);
+    assert_eq!(
+        stale.ttl_ms,
+        Some(c.ttl.allocate_ttl_ms),
+        "an allocation reply lives as long as an allocate command"
+    );
+    let ok = c.env(allocated("r1", true));
+    let refused = c.env(allocated("r2", false));
+    c.publish(&allocations, &stale).await;
+    c.publish(&allocations, &ok).await;
+    // Other subjects' messages do not show up on `allocations`.
+    c.publish(&Subject::heartbeats(), &c.env(heartbeat(1)))
+        .await;
+    c.publish(&allocations, &refused).await;
+    for (sub, name) in [(&mut hub1, "hub 1"), (&mut hub2, "hub 2")] {
+        let d = expect(sub, &ok, name).await;
+        assert_eq!(d.subject, allocations, "{name}: subject");
+        assert!(!d.is_durable(), "{name}: a live delivery");
+        let d = expect(sub, &refused, name).await;
+        let Message::Allocated(reply) = &d.envelope.body else {
+            panic!("{name}: not an allocation reply: {:?}", d.envelope.body);
+        };
+        assert_eq!(
+            (reply.ok, reply.error.as_deref()),
+            (false, Some("run `r2`: refused")),
+            "{name}"
+        );
+        assert_eq!(
+            sub.dropped_expired(),
+            1,
+            "{name}: the stale reply was dropped"
+        );
+    }
+
+    // Fresh when published, stale when read: the reader's clock decides.
+    let soon_stale = c.env(allocated("r3", true));
+    c.publish(&allocations, &soon_stale).await;
+    expect(&mut hub2, &soon_stale, "hub 2 reads it in time").await;
+    c.clock.advance(c.ttl.allocate_ttl_ms + 1);
+    let fence = c.env(allocated("fence", true));
+    c.publish(&allocations, &fence).await;
+    expect(&mut hub1, &fence, "hub 1, after the reply went stale").await;
+    assert_eq!(
+        hub1.dropped_expired(),
+        2,
+        "the reply that went stale before it was read was dropped"
+    );
+
+    // Not persisted: no durable, no replay; and only `allocated` messages go there.
+    for opts in [
+        SubscribeOpts::durable("hub-allocations"),
+        SubscribeOpts::live().deliver(Deliver::All),
+    ] {
+        match c.bus.subscribe(&allocations, opts.clone()).await {
+            Err(BusError::NotPersisted { .. }) => {}
+            other => panic!("{opts:?} on allocations: expected NotPersisted, got {other:?}"),
+        }
+    }
+    for (subject, envelope, what) in [
+        (
+            &allocations,
+            c.env(heartbeat(2)),
+            "a heartbeat on allocations",
+        ),
+        (
+            &Subject::results(),
+            c.env(allocated("r4", true)),
+            "an allocation reply on results",
+        ),
+    ] {
+        match c.bus.publish(subject, &envelope).await {
+            Err(BusError::WrongSubject { .. }) => {}
+            other => panic!("{what}: expected WrongSubject, got {other:?}"),
+        }
+    }
     f.cleanup(&c.ns).await;
 }
 

@@ -75,7 +75,8 @@ pub enum BusError {
         kind: String,
     },
     /// **Permanent.** A durable subscription, or a replay of old messages, asked on a subject
-    /// that is not persisted (heartbeats travel as plain messages, see `wire`).
+    /// that is not persisted (heartbeats and allocation replies travel as plain messages, see
+    /// `subject`).
     #[error(
         "subject `{subject}` is not persisted: durable subscriptions and replay are not available on it"
     )]

@@ -6,7 +6,8 @@
 //!
 //! Map:
 //! - [`wire`] — the [`Envelope`] (version, id, timestamp, TTL) and the typed messages:
-//!   [`Register`], [`Heartbeat`], [`Command`], [`RunResult`], [`Control`]; TTL defaults.
+//!   [`Register`], [`Heartbeat`], [`Command`], [`RunResult`], [`Control`],
+//!   [`AllocationReply`]; TTL defaults.
 //! - [`subject`] — every subject, and the validation that keeps ids from injecting tokens.
 //! - [`bus`] — the trait, options, retries, [`Subscription`] (decode, drop stale, count).
 //! - [`in_process`], [`nats`] — the two backends.
@@ -32,7 +33,7 @@ pub use nats::NatsBus;
 
 pub use subject::{Subject, SubjectClass};
 pub use wire::{
-    BodyEncoding, Command, Control, Envelope, FetchOutcome, Heartbeat, Kind, LeasedRequest,
-    Message, MessageId, Register, ResultBody, ResultError, RunResult, Timings, TtlPolicy,
-    WIRE_VERSION,
+    AllocationReply, BodyEncoding, Command, Control, Envelope, FetchOutcome, Heartbeat, Kind,
+    LeasedRequest, Message, MessageId, Register, ResultBody, ResultError, RunResult, Timings,
+    TtlPolicy, WIRE_VERSION,
 };

@@ -19,10 +19,10 @@
 //!   - `Nats-Msg-Id` = envelope id: a publish retried after a lost ack is stored once.
 //! - **Durable subscriptions** are durable *pull* consumers on that stream, named by the
 //!   durable name, with `filter_subject` = the subscribed subject, explicit acks, `ack_wait`
-//!   from the options, unlimited redeliveries. Subscribers pull one message at a time
-//!   (batch 1), so several subscribers of one durable share the work and no message waits in
-//!   a client buffer while its ack timer runs. A pulled message arrives within one round
-//!   trip of the previous one; raise the batch here if throughput ever needs it.
+//!   from the options, unlimited redeliveries. Subscribers pull `SubscribeOpts::batch`
+//!   messages at a time: 1 by default, so several subscribers of one durable share the work
+//!   and no message waits in a client buffer while its ack timer runs; a high-volume reader
+//!   (the hub's results) asks for more, since each pull costs a round trip.
 //! - **Plain subscriptions** are core NATS subscriptions (JetStream publishes are also seen
 //!   by core subscribers); `Deliver::All` without a durable is an ordered ephemeral consumer.
 //! - **Heartbeats** go over core NATS only (`ns.heartbeats`, not in the stream): every hub
@@ -30,6 +30,11 @@
 //!   interval later and the failure detector tolerates gaps), and stored ones would be stale
 //!   by the time anyone read them after an outage. Publishing one flushes the connection, so
 //!   `Ok` means the server has it.
+//! - **Allocation replies** go over core NATS the same way (`ns.allocations`, not in the
+//!   stream): they are read live by the hub that waits for them (subscribed before it sends
+//!   the `allocate` commands), and a reply nobody waits for is worth nothing. `Ok` from a
+//!   publish means the server has it, not that a hub read it: the hub treats a reply that
+//!   did not come as a failed allocation.
 //!
 //! # Connection
 //!
@@ -430,7 +435,7 @@ impl Inner {
             }
             (Some(name), _) => {
                 let consumer = self.open_durable(name, &full, opts).await?;
-                let messages = pull_messages(&consumer)
+                let messages = pull_messages(&consumer, opts.batch)
                     .await
                     .map_err(|e| BusError::unavailable("subscribe", full.as_str(), e))?;
                 let durable = DurableSource {
@@ -453,10 +458,11 @@ impl Inner {
 
 async fn pull_messages(
     consumer: &consumer::PullConsumer,
+    batch: usize,
 ) -> Result<consumer::pull::Stream, consumer::StreamError> {
     consumer
         .stream()
-        .max_messages_per_batch(1)
+        .max_messages_per_batch(batch.max(1))
         .expires(Duration::from_secs(30))
         .heartbeat(Duration::from_secs(5))
         .messages()
@@ -502,7 +508,7 @@ impl DurableSource {
                     .open_durable(&self.name, &self.filter, &self.opts)
                     .await
                 {
-                    Ok(consumer) => match pull_messages(&consumer).await {
+                    Ok(consumer) => match pull_messages(&consumer, self.opts.batch).await {
                         Ok(m) => {
                             tracing::info!(durable = %self.name, "durable subscription reopened");
                             self.messages = Some(m);

@@ -12,6 +12,7 @@
 //! | `registrations`        | `silk.registrations`      | `register`   | yes       | hubs (one durable, work shared) |
 //! | `run.{id}.control`     | `silk.run.{id}.control`   | `control`    | yes       | the agents and programs of run `{id}` |
 //! | `heartbeats`           | `silk.heartbeats`         | `heartbeat`  | **no**    | every hub (fan-out, each runs its failure detector) |
+//! | `allocations`          | `silk.allocations`        | `allocated`  | **no**    | every hub (fan-out; a hub waiting for a run's allocation replies is subscribed while it waits) |
 //!
 //! Wildcards for readers: `agent.*.cmd` and `run.*.control`.
 //!
@@ -26,6 +27,10 @@
 //! - Heartbeats are not persisted: a heartbeat is worth nothing once the next one is sent,
 //!   every hub replica needs every heartbeat (fan-out, not work sharing), and storing one per
 //!   agent per second would write to disk for nothing. See `nats` for the stream layout.
+//! - Allocation replies are not persisted either: only the hub that is starting the run
+//!   waits for them, and it subscribes before it sends the `allocate` commands; a reply that
+//!   nobody waits for any more is worth nothing (the hub counts a missing reply as a failed
+//!   allocation), and a stored one would be stale by the time anyone read it.
 
 use crate::error::BusError;
 use crate::wire::Kind;
@@ -44,6 +49,8 @@ pub enum SubjectClass {
     Registrations,
     /// `heartbeats`: agent heartbeats (not persisted).
     Heartbeats,
+    /// `allocations`: agents' replies to `allocate` commands (not persisted).
+    Allocations,
     /// `run.{id}.control`: pause / resume / stop of one run.
     RunControl,
 }
@@ -57,12 +64,13 @@ impl SubjectClass {
             SubjectClass::Registrations => Kind::Register,
             SubjectClass::Heartbeats => Kind::Heartbeat,
             SubjectClass::RunControl => Kind::Control,
+            SubjectClass::Allocations => Kind::Allocated,
         }
     }
 
     /// Whether messages of this class are stored (JetStream) and can be read durably.
     pub fn is_persisted(self) -> bool {
-        !matches!(self, SubjectClass::Heartbeats)
+        !matches!(self, SubjectClass::Heartbeats | SubjectClass::Allocations)
     }
 }
 
@@ -116,6 +124,14 @@ impl Subject {
         }
     }
 
+    /// `allocations`: replies to `allocate` commands (not persisted).
+    pub fn allocations() -> Subject {
+        Subject {
+            text: "allocations".into(),
+            class: SubjectClass::Allocations,
+        }
+    }
+
     /// `run.{id}.control`: control messages of one run.
     pub fn run_control(run: &RunId) -> Result<Subject, BusError> {
         check_token("run id", run.as_str())?;
@@ -166,6 +182,7 @@ impl Subject {
             ["results"] => Ok(Subject::results()),
             ["registrations"] => Ok(Subject::registrations()),
             ["heartbeats"] => Ok(Subject::heartbeats()),
+            ["allocations"] => Ok(Subject::allocations()),
             _ => Err(bad()),
         }
     }
@@ -316,6 +333,7 @@ mod tests {
             Subject::results(),
             Subject::registrations(),
             Subject::heartbeats(),
+            Subject::allocations(),
             Subject::run_control(&RunId::new("r1")).unwrap(),
             Subject::all_run_controls(),
         ] {
@@ -345,6 +363,8 @@ mod tests {
         assert!(!Subject::all_agent_commands().matches(&Subject::results()));
         assert!(Subject::all_agent_commands().is_wildcard() && !a.is_wildcard());
         assert!(!Subject::heartbeats().is_persisted() && Subject::results().is_persisted());
+        assert!(!Subject::allocations().is_persisted());
+        assert_eq!(Subject::allocations().class().kind(), Kind::Allocated);
     }
 
     #[test]

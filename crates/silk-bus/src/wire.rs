@@ -18,7 +18,7 @@
 //! | `id`      | string      | unique message id (UUIDv7, time-ordered): readers de-duplicate on it, JetStream de-duplicates retried publishes on it (`Nats-Msg-Id`) |
 //! | `sent_ms` | u64         | when the publisher built the message, ms since the Unix epoch (publisher's clock) |
 //! | `ttl_ms`  | u64 or absent | the message is stale when `now - sent_ms > ttl_ms` (reader's clock); absent = never |
-//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control` |
+//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated` |
 //! | `body`    | object      | the message of that kind, below |
 //!
 //! Bodies (field names are the Rust field names of the types below):
@@ -33,8 +33,17 @@
 //!   `status`, `error` ([`ResultError`]: `code`, `message`, `retryable`), `links`, `items`,
 //!   `timings` ([`Timings`]: `fetch_ms`, `parse_ms`, `total_ms`), `bytes`, and, when not
 //!   zero or empty, `redirects`, `bytes_saved`, `proxy`, `body` ([`ResultBody`]: `encoding`
-//!   `text` or `base64`, `data`, `content_type`, `truncated`)).
+//!   `text` or `base64`, `data`, `content_type`, `truncated`), `crawl_delay_ms` (the
+//!   `Crawl-delay` of the request's host's robots.txt for the run's user agent, in ms, when
+//!   it has one: the agent reads robots.txt, the hub's frontier decides politeness)).
 //! - `control` → [`Control`], tagged by `op`: `{"op":"pause","run":"r1"}`, `resume`, `stop`.
+//! - `allocated` → [`AllocationReply`]: an agent's answer to an `allocate` command, sent once
+//!   the run's config was accepted and its downloader built (`ok: true`, also for a repeated
+//!   `allocate` of a run it already holds), or refused (`ok: false`, `error` saying why):
+//!   `{"run":"r1","agent":"a1","ok":false,"error":"…for people…"}`.
+//!   `error` is absent or `null` when `ok`. Allocation is synchronous at run start: the hub
+//!   waits for the replies of the agents it allocated on, and treats no reply within its
+//!   timeout as a failure.
 //!
 //! # Design constraints
 //!
@@ -46,13 +55,13 @@
 //! - **Nothing panics on input.** A payload that is not JSON, misses a field, has a wrong
 //!   type or an unknown kind decodes to [`BusError::Malformed`] naming the subject and what
 //!   was wrong (serde's line and column where it has one).
-//! - **Staleness is decided by the reader.** Heartbeats, allocations, downloads and
-//!   shutdowns carry a TTL ([`TtlPolicy`]); a reader drops them when they are older than
-//!   that on its clock, so a hub coming back after an outage does not act on old news.
-//!   Registrations never expire, whatever their `ttl_ms` says; results, releases and run
-//!   control carry no TTL (a late result is still processed once, idempotently). Clocks of
-//!   hub and agents are assumed NTP-synchronised to well under the TTLs (seconds); a message
-//!   from the future (`sent_ms > now`) is not stale.
+//! - **Staleness is decided by the reader.** Heartbeats, allocations, allocation replies,
+//!   downloads and shutdowns carry a TTL ([`TtlPolicy`]); a reader drops them when they are
+//!   older than that on its clock, so a hub coming back after an outage does not act on old
+//!   news. Registrations never expire, whatever their `ttl_ms` says; results, releases and
+//!   run control carry no TTL (a late result is still processed once, idempotently). Clocks
+//!   of hub and agents are assumed NTP-synchronised to well under the TTLs (seconds); a
+//!   message from the future (`sent_ms > now`) is not stale.
 //! - **Idempotent handling.** Every bus delivers at least once; a reader that must not act
 //!   twice keys on `id` (and the hub on `lease_id` for results).
 //! - **Floats.** `cpu_pct` and `qps` read `null` (what JSON makes of NaN) as 0.
@@ -102,6 +111,8 @@ pub enum Kind {
     Result,
     /// [`Control`]
     Control,
+    /// [`AllocationReply`]
+    Allocated,
 }
 
 impl Kind {
@@ -113,6 +124,7 @@ impl Kind {
             Kind::Command => "command",
             Kind::Result => "result",
             Kind::Control => "control",
+            Kind::Allocated => "allocated",
         }
     }
 
@@ -123,6 +135,7 @@ impl Kind {
             "command" => Kind::Command,
             "result" => Kind::Result,
             "control" => Kind::Control,
+            "allocated" => Kind::Allocated,
             _ => return None,
         })
     }
@@ -285,6 +298,12 @@ pub struct FetchOutcome {
     /// The (trimmed) body, when the run asked for bodies. Added in wire version 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<ResultBody>,
+    /// The `Crawl-delay` (ms) that the robots.txt of the request's host gives the run's user
+    /// agent, when it gives one (absent otherwise, and when the run does not read robots.txt).
+    /// Set on every result of such a host; the hub's frontier applies it. Added in wire
+    /// version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crawl_delay_ms: Option<u64>,
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -354,7 +373,26 @@ pub enum Control {
     },
 }
 
+/// An agent's answer to [`Command::Allocate`], on the `allocations` subject: whether the
+/// run's downloader is ready on the agent, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationReply {
+    /// The run of the `allocate`.
+    pub run: RunId,
+    /// The agent that answers.
+    pub agent: AgentId,
+    /// Whether the config was accepted and the downloader built (or already held).
+    pub ok: bool,
+    /// Why not, when not `ok` (the refused config's problems, or the build error).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
 /// The typed body of an envelope.
+// A result is by far the largest body; one message is built per bus message and moved into
+// its envelope, so the size costs nothing that matters, and boxing it would change
+// `Message::Result` for every reader.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
     /// `register`
@@ -367,6 +405,8 @@ pub enum Message {
     Result(RunResult),
     /// `control`
     Control(Control),
+    /// `allocated`
+    Allocated(AllocationReply),
 }
 
 impl Message {
@@ -378,6 +418,7 @@ impl Message {
             Message::Command(_) => Kind::Command,
             Message::Result(_) => Kind::Result,
             Message::Control(_) => Kind::Control,
+            Message::Allocated(_) => Kind::Allocated,
         }
     }
 }
@@ -391,7 +432,14 @@ macro_rules! into_message {
         }
     )*};
 }
-into_message!(Register => Register, Heartbeat => Heartbeat, Command => Command, RunResult => Result, Control => Control);
+into_message!(
+    Register => Register,
+    Heartbeat => Heartbeat,
+    Command => Command,
+    RunResult => Result,
+    Control => Control,
+    AllocationReply => Allocated
+);
 
 /// Default TTLs, by kind of message. The publisher stamps the TTL; the reader enforces it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -399,7 +447,7 @@ into_message!(Register => Register, Heartbeat => Heartbeat, Command => Command, 
 pub struct TtlPolicy {
     /// How often agents send heartbeats; a heartbeat lives 3 intervals.
     pub heartbeat_interval_ms: u64,
-    /// TTL of `allocate` and `shutdown` commands.
+    /// TTL of `allocate` and `shutdown` commands, and of `allocated` replies.
     pub allocate_ttl_ms: u64,
     /// TTL of `download` commands (keep it at or below the frontier's lease timeout: after
     /// that the hub re-dispatches the requests anyway).
@@ -422,15 +470,14 @@ impl TtlPolicy {
         self.heartbeat_interval_ms.saturating_mul(3)
     }
 
-    /// The TTL a message gets: heartbeat 3 × interval; allocate and shutdown
-    /// `allocate_ttl_ms`; download `download_ttl_ms`; registrations, releases, results and
+    /// The TTL a message gets: heartbeat 3 × interval; allocate, shutdown and allocation
+    /// replies `allocate_ttl_ms`; download `download_ttl_ms`; registrations, releases, results and
     /// run control none.
     pub fn ttl_ms(&self, message: &Message) -> Option<u64> {
         match message {
             Message::Heartbeat(_) => Some(self.heartbeat_ttl_ms()),
-            Message::Command(Command::Allocate { .. } | Command::Shutdown) => {
-                Some(self.allocate_ttl_ms)
-            }
+            Message::Command(Command::Allocate { .. } | Command::Shutdown)
+            | Message::Allocated(_) => Some(self.allocate_ttl_ms),
             Message::Command(Command::Download { .. }) => Some(self.download_ttl_ms),
             Message::Command(Command::Release { .. })
             | Message::Register(_)
@@ -538,6 +585,7 @@ impl Envelope {
             Message::Command(b) => out(self, kind, b),
             Message::Result(b) => out(self, kind, b),
             Message::Control(b) => out(self, kind, b),
+            Message::Allocated(b) => out(self, kind, b),
         };
         bytes.map(Bytes::from).map_err(|e| BusError::Encode {
             kind: kind.as_str().into(),
@@ -579,6 +627,7 @@ impl Envelope {
             Kind::Command => typed(body).map(Message::Command),
             Kind::Result => typed(body).map(Message::Result),
             Kind::Control => typed(body).map(Message::Control),
+            Kind::Allocated => typed(body).map(Message::Allocated),
         }
         .map_err(|e| bad(format!("`{kind}` body: {e}")))?;
         Ok(Envelope {
@@ -659,12 +708,27 @@ mod tests {
                         content_type: Some("text/html".into()),
                         truncated: false,
                     }),
+                    crawl_delay_ms: Some(2_000),
                 },
             }
             .into(),
             Control::Pause { run: "r1".into() }.into(),
             Control::Resume { run: "r1".into() }.into(),
             Control::Stop { run: "r1".into() }.into(),
+            AllocationReply {
+                run: "r1".into(),
+                agent: "a1".into(),
+                ok: true,
+                error: None,
+            }
+            .into(),
+            AllocationReply {
+                run: "r2".into(),
+                agent: "a1".into(),
+                ok: false,
+                error: Some("run `r2`: invalid downloader config: qps: must be positive".into()),
+            }
+            .into(),
         ]
     }
 
@@ -709,8 +773,64 @@ mod tests {
         let old: FetchOutcome =
             serde_json::from_str(r#"{"status":301,"links":["http://h/"]}"#).unwrap();
         assert_eq!(
-            (old.redirects, old.bytes_saved, old.proxy, old.body),
-            (0, 0, None, None)
+            (
+                old.redirects,
+                old.bytes_saved,
+                old.proxy,
+                old.body,
+                old.crawl_delay_ms
+            ),
+            (0, 0, None, None, None)
+        );
+        let polite = FetchOutcome {
+            crawl_delay_ms: Some(2_000),
+            ..plain
+        };
+        let text = serde_json::to_string(&polite).unwrap();
+        assert!(text.ends_with(r#","crawl_delay_ms":2000}"#), "{text}");
+    }
+
+    #[test]
+    fn allocation_replies_have_the_documented_shape() {
+        let e = Envelope {
+            v: 1,
+            id: MessageId("m1".into()),
+            sent_ms: 5,
+            ttl_ms: Some(30_000),
+            body: AllocationReply {
+                run: "r1".into(),
+                agent: "a1".into(),
+                ok: true,
+                error: None,
+            }
+            .into(),
+        };
+        let text = String::from_utf8(e.encode().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":1,"id":"m1","sent_ms":5,"ttl_ms":30000,"kind":"allocated","body":{"run":"r1","agent":"a1","ok":true,"error":null}}"#
+        );
+        let refused = br#"{"v":1,"id":"m2","sent_ms":5,"kind":"allocated",
+            "body":{"run":"r1","agent":"a1","ok":false,"error":"bad qps"}}"#;
+        let Message::Allocated(reply) = Envelope::decode("s", refused).unwrap().body else {
+            panic!("not an allocation reply")
+        };
+        assert_eq!((reply.ok, reply.error.as_deref()), (false, Some("bad qps")));
+        let no_error = br#"{"v":1,"id":"m3","sent_ms":5,"kind":"allocated",
+            "body":{"run":"r1","agent":"a1","ok":true}}"#;
+        let Message::Allocated(reply) = Envelope::decode("s", no_error).unwrap().body else {
+            panic!("not an allocation reply")
+        };
+        assert_eq!((reply.ok, reply.error), (true, None));
+        let err = Envelope::decode(
+            "silk.allocations",
+            br#"{"v":1,"id":"m4","sent_ms":5,"kind":"allocated","body":{"run":"r1","ok":true}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`allocated` body: missing field `agent`"),
+            "{err}"
         );
     }
 
@@ -792,8 +912,11 @@ mod tests {
         reg.ttl_ms = Some(1);
         assert!(!reg.expired(u64::MAX));
         for m in samples().into_iter().skip(4) {
-            if !matches!(m, Message::Command(Command::Shutdown)) {
-                assert_eq!(policy.ttl_ms(&m), None, "{m:?}");
+            match m {
+                Message::Command(Command::Shutdown) | Message::Allocated(_) => {
+                    assert_eq!(policy.ttl_ms(&m), Some(5_000), "{m:?}");
+                }
+                _ => assert_eq!(policy.ttl_ms(&m), None, "{m:?}"),
             }
         }
     }

@@ -1,10 +1,12 @@
 //! Integration tests of the agent runtime, driving agents through the bus as the hub will.
 //! One test binary (modules below) to keep link time down.
 
+mod allocation;
 mod basics;
 mod bus_down;
 mod nats;
 mod persistence;
 mod proxies;
+mod robots;
 mod support;
 mod trimming;

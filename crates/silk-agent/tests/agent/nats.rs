@@ -1,6 +1,7 @@
 //! The agent over a real NATS JetStream (`SILK_TEST_NATS=nats://127.0.0.1:4222`): register,
-//! heartbeat, allocate and download the demo site. Skipped (with a line saying so) when the
-//! variable is not set.
+//! heartbeat, allocate and download the demo site; allocation replies (over core NATS).
+//! Skipped (with a line saying so) when the variable is not set. Each test has a namespace
+//! (and stream) of its own.
 
 use crate::support::*;
 use silk_agent::{Agent, DownloaderConfig};
@@ -9,15 +10,42 @@ use silk_core::SystemClock;
 use silk_testkit::{DemoConfig, DemoSite};
 use std::sync::Arc;
 
-#[tokio::test]
-async fn allocate_and_download_over_nats() {
-    let url = match std::env::var("SILK_TEST_NATS") {
-        Ok(u) if !u.is_empty() => u,
+fn nats_url() -> Option<String> {
+    match std::env::var("SILK_TEST_NATS") {
+        Ok(u) if !u.is_empty() => Some(u),
         _ => {
             println!("skipped: SILK_TEST_NATS not set");
-            return;
+            None
         }
-    };
+    }
+}
+
+#[tokio::test]
+async fn allocation_replies_over_nats() {
+    let Some(url) = nats_url() else { return };
+    let namespace = format!("alloc{}", std::process::id());
+    let nats = NatsBus::connect(&url, BusConfig::with_namespace(namespace))
+        .await
+        .expect("connect to SILK_TEST_NATS");
+    let bus: Arc<dyn Bus> = Arc::new(nats.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        agent_config(dir.path(), "a-nats-alloc"),
+        bus.clone(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    crate::allocation::replies_say_whether_allocation_succeeded(bus, "a-nats-alloc").await;
+    agent.shutdown().await;
+    nats.delete_stream()
+        .await
+        .expect("clean up the test's stream");
+}
+
+#[tokio::test]
+async fn allocate_and_download_over_nats() {
+    let Some(url) = nats_url() else { return };
     let namespace = format!("agent{}", std::process::id());
     let nats = NatsBus::connect(&url, BusConfig::with_namespace(namespace))
         .await

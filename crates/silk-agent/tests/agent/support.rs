@@ -1,5 +1,5 @@
 //! The tests' stand-in for the hub: it publishes commands to an agent's subject and reads
-//! registrations, heartbeats and results from the bus, as the hub will. Also small local
+//! registrations, heartbeats, allocation replies and results from the bus, as the hub will. Also small local
 //! HTTP servers, agent configs with short intervals, and waiting for agent events.
 //!
 //! Every wait here awaits a message or an event; the timeouts only turn a hang into a
@@ -9,8 +9,8 @@
 
 use silk_agent::{Agent, AgentConfig, AgentEvent, AgentHandle, DownloaderConfig};
 use silk_bus::{
-    Bus, BusConfig, Command, Deliver, Heartbeat, InProcessBus, LeasedRequest, Message, Register,
-    RetryPolicy, RunResult, Subject, SubscribeOpts, Subscription, TtlPolicy,
+    AllocationReply, Bus, BusConfig, Command, Deliver, Heartbeat, InProcessBus, LeasedRequest,
+    Message, Register, RetryPolicy, RunResult, Subject, SubscribeOpts, Subscription, TtlPolicy,
 };
 use silk_core::{AgentId, Clock, Request, RunId, SystemClock};
 use std::collections::BTreeMap;
@@ -242,6 +242,26 @@ pub async fn next_heartbeat(sub: &mut Subscription) -> Heartbeat {
             let d = sub.next().await.unwrap().unwrap();
             if let Message::Heartbeat(h) = d.envelope.body {
                 return h;
+            }
+        }
+    })
+    .await
+}
+
+/// Allocation replies from now on (plain: they are not stored; subscribe before allocating).
+pub async fn allocation_replies(bus: &dyn Bus) -> Subscription {
+    bus.subscribe(&Subject::allocations(), SubscribeOpts::live())
+        .await
+        .expect("subscribe allocations")
+}
+
+/// The next allocation reply.
+pub async fn next_allocation_reply(sub: &mut Subscription) -> AllocationReply {
+    within("an allocation reply", async {
+        loop {
+            let d = sub.next().await.unwrap().unwrap();
+            if let Message::Allocated(r) = d.envelope.body {
+                return r;
             }
         }
     })
