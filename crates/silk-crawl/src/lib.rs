@@ -9,6 +9,6 @@ pub mod engine;
 pub mod error;
 pub mod sink;
 
-pub use engine::{Crawl, CrawlOptions, Finish, Progress, Summary};
+pub use engine::{Crawl, CrawlOptions, Finish, Progress, Summary, frontier_config, seed_requests};
 pub use error::CrawlError;
 pub use sink::{JsonlSink, Written};
