@@ -1,7 +1,8 @@
 //! [`HubError`]: everything that can go wrong in the hub's pure modules.
 
 use crate::allocation::Strategy;
-use silk_core::AgentId;
+use silk_core::{AgentId, RunId};
+use std::path::PathBuf;
 use thiserror::Error;
 
 /// An error of the hub. Every message names the input or the agents involved, so it can be
@@ -45,6 +46,73 @@ pub enum HubError {
     /// A configuration value out of range.
     #[error("invalid hub configuration: {0}")]
     BadConfig(String),
+    /// A run submission that cannot be accepted (bad spider, bad settings).
+    #[error("invalid run: {0}")]
+    BadRun(String),
+    /// No run with that id.
+    #[error("no run `{0}`")]
+    NoSuchRun(RunId),
+    /// The action does not apply to the run in its state.
+    #[error("run `{run}` is {state}: {action} does not apply")]
+    WrongState {
+        /// The run.
+        run: RunId,
+        /// Its state.
+        state: String,
+        /// What was asked.
+        action: String,
+    },
+    /// The run could not be allocated: it failed to start.
+    #[error("run `{run}` could not be allocated: {reason}")]
+    AllocationFailed {
+        /// The run (stored as failed with the reason).
+        run: RunId,
+        /// Why.
+        reason: String,
+    },
+    /// A file of the hub's data dir could not be read or written.
+    #[error("hub storage `{}`: {reason}", path.display())]
+    Storage {
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A run's frontier or item sink failed.
+    #[error("run `{run}`: {reason}")]
+    RunStorage {
+        /// The run.
+        run: RunId,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The bus refused a publish or subscribe (after its retries).
+    #[error("bus: {0}")]
+    Bus(String),
+    /// The hub is shutting down.
+    #[error("the hub is shutting down")]
+    ShuttingDown,
+}
+
+impl HubError {
+    /// A short machine-readable code for API errors.
+    pub fn code(&self) -> &'static str {
+        match self {
+            HubError::BadStrategy { .. }
+            | HubError::BadPolicy { .. }
+            | HubError::BadLabelFilter { .. }
+            | HubError::BadRun(_) => "bad_request",
+            HubError::BadConfig(_) => "bad_config",
+            HubError::NotEnoughAgents { .. } | HubError::AllocationFailed { .. } => {
+                "allocation_failed"
+            }
+            HubError::NoSuchRun(_) => "not_found",
+            HubError::WrongState { .. } => "wrong_state",
+            HubError::Storage { .. } | HubError::RunStorage { .. } => "storage",
+            HubError::Bus(_) => "bus",
+            HubError::ShuttingDown => "shutting_down",
+        }
+    }
 }
 
 fn not_enough(strategy: &Strategy, needed: usize, alive: &[AgentId]) -> String {

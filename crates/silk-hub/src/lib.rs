@@ -1,32 +1,50 @@
-//! `silk-hub`: the hub of the download center (design §4). This crate will hold the
-//! dispatcher and the HTTP API; for now it holds their pure foundations:
+//! `silk-hub`: the hub of the download center (design §4): the agent registry with its
+//! failure detector, allocation strategies, runs dispatched to agents over the bus, and the
+//! HTTP API.
 //!
+//! Map:
+//! - [`hub`] — [`Hub::start`] / [`HubHandle`]: the hub's tasks (registrations, heartbeats,
+//!   results, allocation replies, ticker) and run submission with synchronous allocation.
+//! - `runner` — one active run: frontier, item sink, requests out, dispatch loop,
+//!   back-pressure, results, agent death.
+//! - [`run`] — what a run is on the wire and on disk: [`RunRequest`], [`RunRecord`],
+//!   [`RunState`], [`RunStats`], [`RunView`].
+//! - `files` — the hub's data dir (run records, known agents; atomic JSON files).
+//! - `api` — the axum router of the REST API ([`HubHandle::router`]).
 //! - [`phi`] — a phi accrual failure detector per agent ([`PhiDetector`]), capped by
 //!   `dead_after`, giving each agent an [`AgentState`]: `alive`, `suspect` or `dead`.
 //! - [`registry`] — the [`AgentRegistry`], fed by the bus's [`Register`](silk_bus::Register)
-//!   and [`Heartbeat`](silk_bus::Heartbeat) messages; it answers "which agents are there,
-//!   how are they, which are live" and reports state changes from
-//!   [`tick`](AgentRegistry::tick) as [`Transition`]s for the dispatcher to act on.
+//!   and [`Heartbeat`](silk_bus::Heartbeat) messages; state changes come out of
+//!   [`tick`](AgentRegistry::tick) as [`Transition`]s.
 //! - [`allocation`] — the allocation strategies (`random`, `fixed:N`, `chained:N`) and the
 //!   `on_agent_lost` policy: [`allocate`] at run start, then [`Allocation::route`] per
 //!   request.
 //! - [`error`] — [`HubError`], the one error type of the crate.
 //!
-//! # What these modules must not do
+//! # Invariants
 //!
-//! No I/O, no clock reads, no tasks, no locks: time comes in as `now_ms` arguments (read by
-//! the caller from a [`silk_core::Clock`], a [`silk_core::ManualClock`] in tests) and
-//! randomness as a `&mut impl rand::Rng`, so every behaviour is deterministic under test.
-//! Talking to the bus, storing allocations and timing ticks belong to the layers above.
+//! `phi`, `registry` and `allocation` are pure: no I/O, no clock reads, no tasks, no locks
+//! (time comes in as `now_ms`, randomness as `&mut impl Rng`), so they are deterministic under
+//! test. The hub talks to agents only through `silk-bus` messages. A result is applied to
+//! the frontier only if its lease is still out (late and duplicate results are ignored), and
+//! its items are written before its ack.
 
 pub mod allocation;
+mod api;
 pub mod error;
+mod files;
+pub mod hub;
 pub mod phi;
 pub mod registry;
+pub mod run;
+mod runner;
 
 pub use allocation::{Allocation, OnAgentLost, Route, Strategy, allocate};
 pub use error::HubError;
+pub use files::KnownAgent;
+pub use hub::{Hub, HubConfig, HubHandle};
 pub use phi::{AgentState, PhiConfig, PhiDetector};
 pub use registry::{
     AgentRegistry, AgentView, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,
 };
+pub use run::{RunRequest, RunState, RunStats, RunView};

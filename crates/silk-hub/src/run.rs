@@ -1,0 +1,258 @@
+//! What a run is, as the API and the hub's files see it: [`RunRequest`] (what a user submits),
+//! [`RunRecord`] (what the hub stores, `runs/{id}/run.json`), [`RunStats`] and [`RunView`]
+//! (what `GET /api/v1/runs/{id}` answers).
+//!
+//! # States
+//!
+//! `pending` → `allocating` → `running` ⇄ `paused` → `stopping` → `succeeded` | `failed` |
+//! `cancelled`. A run whose allocation cannot be satisfied goes from `allocating` to `failed`
+//! with the reason. A hub that stops leaves its `running` and `paused` runs as they are and
+//! resumes them at start; a run caught in `pending` or `allocating` by a hub stop is `failed`
+//! at the next start (its allocation was never confirmed), and one caught in `stopping` is
+//! `cancelled`. Terminal states never change.
+
+use crate::allocation::{Allocation, OnAgentLost, Strategy};
+use serde::{Deserialize, Serialize};
+use silk_core::{AgentId, RunId};
+use std::path::PathBuf;
+
+/// Default most requests sent and not yet returned, per run (design §4 back-pressure).
+pub const DEFAULT_MAX_PENDING: u64 = 100;
+/// Default time a run may wait with requests out and nothing coming back, ms.
+pub const DEFAULT_STALL_TIMEOUT_MS: u64 = 60_000;
+
+/// The state of a run (spelled on the wire as below, snake case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Accepted, not yet allocated.
+    Pending,
+    /// Agents are being allocated (synchronously: the submit call waits).
+    Allocating,
+    /// Dispatching.
+    Running,
+    /// No new dispatch; requests in flight finish and are recorded.
+    Paused,
+    /// Being cancelled.
+    Stopping,
+    /// Nothing left to fetch (or a limit reached).
+    Succeeded,
+    /// Ended on an error; `reason` says which.
+    Failed,
+    /// Cancelled by a user.
+    Cancelled,
+}
+
+impl RunState {
+    /// Whether the state is final.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunState::Succeeded | RunState::Failed | RunState::Cancelled
+        )
+    }
+
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Pending => "pending",
+            RunState::Allocating => "allocating",
+            RunState::Running => "running",
+            RunState::Paused => "paused",
+            RunState::Stopping => "stopping",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A run to start: the body of `POST /api/v1/runs`.
+///
+/// ```json
+/// {"spider": "name: shop\nstart_urls: [...]\n", "strategy": "chained:2",
+///  "on_agent_lost": "reassign", "max_pending": 200, "stall_timeout_ms": 60000,
+///  "downloader": {"qps": 5, "trim": {"rules": [{"css": "main"}]}}}
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// The declarative spider, as YAML text.
+    pub spider: String,
+    /// How requests are spread over agents; default `random`.
+    #[serde(default)]
+    pub strategy: Option<Strategy>,
+    /// What happens when an allocated agent dies; default `fail`.
+    #[serde(default)]
+    pub on_agent_lost: Option<OnAgentLost>,
+    /// Most requests out at once; default 100.
+    #[serde(default)]
+    pub max_pending: Option<u64>,
+    /// How long requests may be out with nothing returning before the run fails, ms;
+    /// default 60000.
+    #[serde(default)]
+    pub stall_timeout_ms: Option<u64>,
+    /// Downloader settings sent to the agents with the spider (`qps`, `trim`, `return_body`,
+    /// `proxies`, `redial`: the agent's `DownloaderConfig` without `spider`).
+    #[serde(default)]
+    pub downloader: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Counters of a run, read from counters (the frontier's and the hub's), never by scanning.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunStats {
+    /// Unique requests ever enqueued.
+    pub total: u64,
+    /// Not finished yet (`pending + in_flight`).
+    pub left: u64,
+    /// Leased and not yet acked.
+    pub in_flight: u64,
+    /// Waiting to be dispatched.
+    pub pending: u64,
+    /// Fetched (acked done).
+    pub success: u64,
+    /// Failed for good.
+    pub failed: u64,
+    /// Dropped on purpose (robots.txt, off-domain redirect).
+    pub dropped: u64,
+    /// Duplicate requests rejected by dedup.
+    pub duplicates: u64,
+    /// Retryable failures that were re-queued.
+    pub retries: u64,
+    /// Items written (new keys).
+    pub items: u64,
+    /// Items not written because their key was already written.
+    pub duplicate_items: u64,
+    /// Body bytes fetched by the agents.
+    pub bytes: u64,
+    /// Bytes the agents' trimming rules cut.
+    pub bytes_saved: u64,
+    /// Successes per second since the run (re)started on this hub.
+    pub pages_per_s: f64,
+    /// Requests sent to agents (this hub session).
+    pub sent: u64,
+    /// Results matched to a request out (this hub session).
+    pub returned: u64,
+    /// Results for requests no longer out (late after a re-dispatch, or duplicates).
+    pub late_results: u64,
+    /// `chained`: results of requests bound to an agent (discovered on it) that it fetched.
+    pub affinity_kept: u64,
+    /// `chained`: results of requests bound to an agent that another agent fetched (0 unless
+    /// an agent misbehaves: the hub only sends a bound request to its agent).
+    pub affinity_broken: u64,
+    /// `chained` + `reassign`: bound requests moved to another agent because theirs was lost.
+    pub reassigned: u64,
+    /// Results matched per agent (this hub session).
+    pub by_agent: std::collections::BTreeMap<String, u64>,
+}
+
+/// A run as the hub stores it (`runs/{id}/run.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The run id.
+    pub id: RunId,
+    /// The spider's YAML text.
+    pub spider: String,
+    /// The spider's `name`.
+    pub spider_name: String,
+    /// The allocation strategy.
+    pub strategy: Strategy,
+    /// The agent-lost policy.
+    pub on_agent_lost: OnAgentLost,
+    /// Back-pressure: most requests out.
+    pub max_pending: u64,
+    /// Back-pressure: stall timeout, ms.
+    pub stall_timeout_ms: u64,
+    /// Downloader settings sent with the spider.
+    #[serde(default)]
+    pub downloader: serde_json::Map<String, serde_json::Value>,
+    /// The state.
+    pub state: RunState,
+    /// Why it failed (or was cancelled), for people.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The allocation decided at start (and after reassignments).
+    #[serde(default)]
+    pub allocation: Option<Allocation>,
+    /// The agents that received the run's downloader (sorted).
+    #[serde(default)]
+    pub agents: Vec<AgentId>,
+    /// When it was submitted, ms since the epoch.
+    pub created_ms: u64,
+    /// When it started running.
+    #[serde(default)]
+    pub started_ms: Option<u64>,
+    /// When it reached a terminal state.
+    #[serde(default)]
+    pub finished_ms: Option<u64>,
+    /// The counters at the end (terminal runs).
+    #[serde(default)]
+    pub final_stats: Option<RunStats>,
+}
+
+/// A run as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunView {
+    /// The run id.
+    pub id: RunId,
+    /// The state.
+    pub state: RunState,
+    /// Why it failed or was cancelled.
+    pub reason: Option<String>,
+    /// The allocation strategy (`random`, `fixed:N`, `chained:N`).
+    pub strategy: Strategy,
+    /// The agent-lost policy.
+    pub on_agent_lost: OnAgentLost,
+    /// The agents allocated to the run: the fixed/chained agents, or for `random` every
+    /// agent that received the run's downloader.
+    pub agents: Vec<AgentId>,
+    /// The spider's name.
+    pub spider_name: String,
+    /// Back-pressure settings.
+    pub max_pending: u64,
+    /// Stall timeout, ms.
+    pub stall_timeout_ms: u64,
+    /// Submitted, ms since the epoch.
+    pub created_ms: u64,
+    /// Started.
+    pub started_ms: Option<u64>,
+    /// Finished.
+    pub finished_ms: Option<u64>,
+    /// The JSON Lines file of the run's items.
+    pub items_path: PathBuf,
+    /// The counters.
+    pub stats: RunStats,
+}
+
+impl RunView {
+    /// The view of `record` with `stats`.
+    pub fn new(record: &RunRecord, stats: RunStats, items_path: PathBuf) -> Self {
+        let agents = match &record.allocation {
+            Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
+            _ => record.agents.clone(),
+        };
+        RunView {
+            id: record.id.clone(),
+            state: record.state,
+            reason: record.reason.clone(),
+            strategy: record.strategy,
+            on_agent_lost: record.on_agent_lost,
+            agents,
+            spider_name: record.spider_name.clone(),
+            max_pending: record.max_pending,
+            stall_timeout_ms: record.stall_timeout_ms,
+            created_ms: record.created_ms,
+            started_ms: record.started_ms,
+            finished_ms: record.finished_ms,
+            items_path,
+            stats,
+        }
+    }
+}

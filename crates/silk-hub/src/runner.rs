@@ -1,0 +1,799 @@
+//! One run on the hub: its frontier, its item sink, the requests out at agents, and the
+//! dispatch loop that drives it ([`drive`]).
+//!
+//! A request's path through the hub: leased from the run's frontier (politeness decides
+//! when) → routed by the run's [`Allocation`] to a live agent → sent in a `download` batch on
+//! the agent's subject (an `allocate` goes first to an agent that has not had the run's
+//! downloader from this hub session) → the agent's result comes back on `results` →
+//! [`Run::on_result`]: items written (idempotent on the item key), then the lease acked and
+//! the discovered links enqueued in one frontier call.
+//!
+//! Guarantees and how they are kept:
+//! - **Back-pressure**: at most `max_pending` requests out; the run fails when requests are
+//!   out (or no agent is live) and nothing returns for `stall_timeout_ms`.
+//! - **Late and duplicate results** are recognised by their lease: a result whose lease is
+//!   not out any more (acked, expired, dropped because its agent died, from before a hub
+//!   restart) is counted in `late_results` and ignored; the frontier would also refuse it.
+//! - **Agent death** ([`Run::on_agent_dead`]): its requests out are released back to the
+//!   frontier at once (no retry consumed), so they are dispatched again to live agents;
+//!   a `chained` run with `on_agent_lost: fail` fails, naming the agent.
+//! - **Chained affinity**: links discovered by agent m carry m (`Request::agent`), and the
+//!   allocation routes them back to m.
+//! - **Crash safety**: items are written before the ack, and links enqueued atomically with
+//!   it, so a hub killed at any point re-dispatches what it had not acked; dedup and the
+//!   idempotent sink absorb the repeat.
+
+use crate::allocation::{Allocation, Route, Strategy};
+use crate::error::HubError;
+use crate::hub::Shared;
+use crate::run::{RunRecord, RunState, RunStats, RunView};
+use silk_bus::{Command, FetchOutcome, LeasedRequest, RunResult};
+use silk_core::spider::Spider;
+use silk_core::{AgentId, Request, RunId};
+use silk_crawl::{JsonlSink, Written};
+use silk_frontier::{AckResult, FrontierStore, Lease, LeaseId, Outcome};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+
+/// Most requests in one `download` command.
+const MAX_BATCH: usize = 64;
+
+/// What a user wants of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Desired {
+    Run,
+    Pause,
+    Cancel,
+}
+
+/// How the dispatch loop ended.
+#[derive(Debug)]
+enum End {
+    Succeeded,
+    Failed(String),
+    Cancelled,
+    /// The hub is stopping: the run stays as it is and resumes at the next start.
+    HubStopping,
+}
+
+/// A request out at an agent.
+struct Out {
+    agent: AgentId,
+    request: Request,
+    deadline_ms: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    returned: AtomicU64,
+    late: AtomicU64,
+    items: AtomicU64,
+    duplicate_items: AtomicU64,
+    bytes: AtomicU64,
+    bytes_saved: AtomicU64,
+    succeeded: AtomicU64,
+    affinity_kept: AtomicU64,
+    affinity_broken: AtomicU64,
+    reassigned: AtomicU64,
+    by_agent: Mutex<BTreeMap<String, u64>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A run that is active on this hub.
+pub(crate) struct Run {
+    pub(crate) id: RunId,
+    record: Mutex<RunRecord>,
+    spider: Spider,
+    frontier: Arc<dyn FrontierStore>,
+    sink: JsonlSink,
+    items_path: PathBuf,
+    out: Mutex<HashMap<u64, Out>>,
+    /// Agents that were sent the run's `allocate` in this hub session.
+    allocated_on: Mutex<BTreeSet<AgentId>>,
+    /// Hosts whose robots.txt crawl-delay the frontier already has.
+    delays: Mutex<HashSet<String>>,
+    counters: Counters,
+    wake: Notify,
+    desired: watch::Sender<Desired>,
+    /// A reason to fail the run, set outside the loop (agent lost, a sink error).
+    fatal: Mutex<Option<String>>,
+    /// When a result last came back, or dispatch last went from idle to busy (hub clock).
+    last_progress_ms: AtomicU64,
+    /// When this hub session started driving the run, and the successes before it.
+    session_start_ms: u64,
+    success_before: u64,
+    /// Turns true when the dispatch loop has ended and the run is recorded.
+    done: watch::Sender<bool>,
+}
+
+impl Run {
+    /// Opens the run's frontier and sink from its record; seeds the start URLs when `seed`.
+    pub(crate) async fn open(
+        hub: &Shared,
+        record: RunRecord,
+        seed: bool,
+    ) -> Result<Arc<Run>, HubError> {
+        let id = record.id.clone();
+        let storage = |e: &dyn std::fmt::Display| HubError::RunStorage {
+            run: id.clone(),
+            reason: e.to_string(),
+        };
+        let spider = Spider::from_yaml(&record.spider, "spider")
+            .map_err(|e| HubError::BadRun(e.to_string()))?;
+        let frontier = silk_frontier::EmbeddedFrontier::open(
+            hub.files.frontier_dir(&id),
+            silk_crawl::frontier_config(&spider),
+            hub.clock.clone(),
+        )
+        .map_err(|e| storage(&e))?;
+        let frontier: Arc<dyn FrontierStore> = Arc::new(frontier);
+        let items_path = hub.files.items_path(&id);
+        let sink = JsonlSink::open(&items_path, &spider.spec.item_key).map_err(|e| storage(&e))?;
+        if seed {
+            frontier
+                .enqueue(silk_crawl::seed_requests(&spider))
+                .await
+                .map_err(|e| storage(&e))?;
+        }
+        let success_before = frontier.stats().await.map_err(|e| storage(&e))?.success;
+        let desired = if record.state == RunState::Paused {
+            Desired::Pause
+        } else {
+            Desired::Run
+        };
+        let now = hub.clock.now_ms();
+        Ok(Arc::new(Run {
+            id,
+            record: Mutex::new(record),
+            spider,
+            frontier,
+            sink,
+            items_path,
+            out: Mutex::new(HashMap::new()),
+            allocated_on: Mutex::new(BTreeSet::new()),
+            delays: Mutex::new(HashSet::new()),
+            counters: Counters::default(),
+            wake: Notify::new(),
+            desired: watch::channel(desired).0,
+            fatal: Mutex::new(None),
+            last_progress_ms: AtomicU64::new(now),
+            session_start_ms: now,
+            success_before,
+            done: watch::channel(false).0,
+        }))
+    }
+
+    pub(crate) fn record(&self) -> RunRecord {
+        lock(&self.record).clone()
+    }
+
+    pub(crate) fn state(&self) -> RunState {
+        lock(&self.record).state
+    }
+
+    /// Changes the record and stores it.
+    fn update(&self, hub: &Shared, f: impl FnOnce(&mut RunRecord)) -> Result<(), HubError> {
+        let snapshot = {
+            let mut r = lock(&self.record);
+            f(&mut r);
+            r.clone()
+        };
+        hub.files.save_run(&snapshot)
+    }
+
+    /// Notes that the agents in `agents` hold the run's downloader (after a confirmed
+    /// allocation at start).
+    pub(crate) fn mark_allocated(&self, agents: &[AgentId]) {
+        lock(&self.allocated_on).extend(agents.iter().cloned());
+    }
+
+    /// Asks the run to pause, resume or cancel.
+    pub(crate) fn control(&self, hub: &Shared, desired: Desired) -> Result<(), HubError> {
+        let state = self.state();
+        let ok = match desired {
+            Desired::Pause => state == RunState::Running,
+            Desired::Run => state == RunState::Paused,
+            Desired::Cancel => !state.is_terminal() && state != RunState::Stopping,
+        };
+        if !ok {
+            let action = match desired {
+                Desired::Pause => "pause",
+                Desired::Run => "resume",
+                Desired::Cancel => "cancel",
+            };
+            return Err(HubError::WrongState {
+                run: self.id.clone(),
+                state: state.to_string(),
+                action: action.into(),
+            });
+        }
+        let state = match desired {
+            Desired::Pause => RunState::Paused,
+            Desired::Run => RunState::Running,
+            Desired::Cancel => RunState::Stopping,
+        };
+        self.update(hub, |r| r.state = state)?;
+        self.desired.send_replace(desired);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Waits until the run has ended and is recorded.
+    pub(crate) async fn finished(&self) {
+        let mut done = self.done.subscribe();
+        let _ = done.wait_for(|d| *d).await;
+    }
+
+    /// The counters now.
+    pub(crate) async fn stats(&self, now_ms: u64) -> RunStats {
+        let f = self.frontier.stats().await.unwrap_or_default();
+        let c = &self.counters;
+        let elapsed_s = now_ms.saturating_sub(self.session_start_ms) as f64 / 1000.0;
+        let session_success = f.success.saturating_sub(self.success_before);
+        RunStats {
+            total: f.total,
+            left: f.left,
+            in_flight: f.in_flight,
+            pending: f.pending,
+            success: f.success,
+            failed: f.failed,
+            dropped: f.dropped,
+            duplicates: f.duplicates,
+            retries: f.retries,
+            items: c.items.load(Ordering::Relaxed),
+            duplicate_items: c.duplicate_items.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+            bytes_saved: c.bytes_saved.load(Ordering::Relaxed),
+            pages_per_s: if elapsed_s > 0.0 {
+                session_success as f64 / elapsed_s
+            } else {
+                0.0
+            },
+            sent: c.sent.load(Ordering::Relaxed),
+            returned: c.returned.load(Ordering::Relaxed),
+            late_results: c.late.load(Ordering::Relaxed),
+            affinity_kept: c.affinity_kept.load(Ordering::Relaxed),
+            affinity_broken: c.affinity_broken.load(Ordering::Relaxed),
+            reassigned: c.reassigned.load(Ordering::Relaxed),
+            by_agent: lock(&c.by_agent).clone(),
+        }
+    }
+
+    pub(crate) async fn view(&self, now_ms: u64) -> RunView {
+        let stats = self.stats(now_ms).await;
+        RunView::new(&self.record(), stats, self.items_path.clone())
+    }
+
+    fn set_fatal(&self, reason: String) {
+        lock(&self.fatal).get_or_insert(reason);
+        self.wake.notify_one();
+    }
+
+    /// The result of one of the run's requests.
+    pub(crate) async fn on_result(&self, hub: &Shared, result: RunResult) {
+        let lease = u64::from_str_radix(&result.lease_id, 16).ok();
+        let out = lease.and_then(|l| lock(&self.out).remove(&l).map(|o| (l, o)));
+        let Some((lease, out)) = out else {
+            self.counters.late.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(run = %self.id, lease = %result.lease_id, agent = %result.agent, "late or duplicate result ignored");
+            return;
+        };
+        self.counters.returned.fetch_add(1, Ordering::Relaxed);
+        *lock(&self.counters.by_agent)
+            .entry(result.agent.to_string())
+            .or_insert(0) += 1;
+        match &out.request.agent {
+            Some(bound) if bound == &result.agent => {
+                self.counters.affinity_kept.fetch_add(1, Ordering::Relaxed);
+            }
+            Some(bound) => {
+                self.counters
+                    .affinity_broken
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(run = %self.id, url = %out.request.url, bound = %bound, fetched_by = %result.agent, "a request bound to one agent was fetched by another");
+            }
+            None => {}
+        }
+        self.last_progress_ms
+            .store(hub.clock.now_ms(), Ordering::Relaxed);
+        let o = &result.outcome;
+        self.counters.bytes.fetch_add(o.bytes, Ordering::Relaxed);
+        self.counters
+            .bytes_saved
+            .fetch_add(o.bytes_saved, Ordering::Relaxed);
+        if let Err(reason) = self.write_items(&o.items) {
+            // The items file failed: the lease stays out and expires; stop the run rather
+            // than ack a page whose items were lost.
+            self.set_fatal(reason);
+            return;
+        }
+        if let (Some(delay), Ok(key)) = (o.crawl_delay_ms, out_host(&out.request)) {
+            let new = lock(&self.delays).insert(key.clone());
+            if new && let Err(e) = self.frontier.set_host_delay(&key, delay).await {
+                tracing::warn!(run = %self.id, host = %key, error = %e, "crawl-delay not recorded");
+            }
+        }
+        if o.error.as_ref().is_some_and(|e| e.code == "no_downloader") {
+            // The agent lost the run's downloader (released it when idle): allocate again.
+            lock(&self.allocated_on).remove(&result.agent);
+        }
+        let chained = matches!(lock(&self.record).strategy, Strategy::Chained(_));
+        let (outcome, links) = classify(&out.request, o, &result.agent, chained);
+        match self
+            .frontier
+            .ack_and_enqueue(LeaseId(lease), outcome, links)
+            .await
+        {
+            Ok((ack, _)) => {
+                if ack == AckResult::Succeeded {
+                    self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => self.set_fatal(format!("frontier: {e}")),
+        }
+        self.wake.notify_one();
+    }
+
+    fn write_items(&self, items: &[serde_json::Value]) -> Result<(), String> {
+        for item in items {
+            let Some(map) = item.as_object() else {
+                continue;
+            };
+            match self.sink.write(map) {
+                Ok(Written::New) => {
+                    self.counters.items.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Written::Duplicate) => {
+                    self.counters
+                        .duplicate_items
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Written::NoKey) => {
+                    tracing::warn!(run = %self.id, key = %self.spider.spec.item_key, "item has no key; not written");
+                }
+                Err(e) => return Err(format!("items file: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// An agent was declared dead: release its requests out (they go to live agents), or
+    /// fail the run when it is chained with `on_agent_lost: fail` and the agent was one of
+    /// its own.
+    pub(crate) async fn on_agent_dead(&self, agent: &AgentId) {
+        lock(&self.allocated_on).remove(agent);
+        let (strategy, policy, allocated) = {
+            let r = lock(&self.record);
+            let allocated = r
+                .allocation
+                .as_ref()
+                .is_some_and(|a| a.agents().contains(agent));
+            (r.strategy, r.on_agent_lost, allocated)
+        };
+        let lost: Vec<(LeaseId, Outcome)> = {
+            let mut out = lock(&self.out);
+            let ids: Vec<u64> = out
+                .iter()
+                .filter(|(_, o)| &o.agent == agent)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| out.remove(&id).map(|_| id))
+                .map(|id| {
+                    (
+                        LeaseId(id),
+                        Outcome::Release {
+                            reason: "agent_lost".into(),
+                        },
+                    )
+                })
+                .collect()
+        };
+        if !lost.is_empty() {
+            tracing::info!(run = %self.id, agent = %agent, requests = lost.len(), "agent dead: its requests go back to the frontier");
+            if let Err(e) = self.frontier.ack_many(lost).await {
+                self.set_fatal(format!("frontier: {e}"));
+            }
+        }
+        if allocated
+            && matches!(strategy, Strategy::Chained(_))
+            && policy == crate::allocation::OnAgentLost::Fail
+        {
+            self.set_fatal(format!(
+                "agent `{agent}` was lost and the run is {strategy} with on_agent_lost: fail"
+            ));
+        }
+        self.wake.notify_one();
+    }
+
+    /// Forgets requests out whose lease deadline passed (the frontier re-queues them).
+    fn prune_expired(&self, now_ms: u64) {
+        let mut out = lock(&self.out);
+        let before = out.len();
+        out.retain(|_, o| o.deadline_ms > now_ms);
+        let expired = before - out.len();
+        if expired > 0 {
+            tracing::debug!(run = %self.id, expired, "requests out past their lease deadline are dispatched again");
+        }
+    }
+
+    /// Waits for a result, a control change, `timeout`, or the hub stopping.
+    async fn wait(&self, hub: &Shared, timeout: Duration) {
+        let mut desired = self.desired.subscribe();
+        let mut stop = hub.stop.subscribe();
+        tokio::select! {
+            () = self.wake.notified() => {}
+            _ = desired.changed() => {}
+            _ = stop.changed() => {}
+            () = tokio::time::sleep(timeout) => {}
+        }
+    }
+
+    async fn dispatch(&self, hub: &Shared) -> Result<End, String> {
+        let (max_pending, stall_ms) = {
+            let r = lock(&self.record);
+            (r.max_pending.max(1) as usize, r.stall_timeout_ms)
+        };
+        let max_pages = self.spider.spec.max_pages;
+        let deadline = self
+            .spider
+            .spec
+            .max_duration_ms
+            .map(|ms| lock(&self.record).started_ms.unwrap_or(0) + ms);
+        loop {
+            if *hub.stop.borrow() {
+                return Ok(End::HubStopping);
+            }
+            let fatal = lock(&self.fatal).take();
+            if let Some(reason) = fatal {
+                return Ok(End::Failed(reason));
+            }
+            let desired = *self.desired.borrow();
+            match desired {
+                Desired::Cancel => return Ok(End::Cancelled),
+                Desired::Pause => {
+                    self.last_progress_ms
+                        .store(hub.clock.now_ms(), Ordering::Relaxed);
+                    self.wait(hub, Duration::from_millis(500)).await;
+                    continue;
+                }
+                Desired::Run => {}
+            }
+            let now = hub.clock.now_ms();
+            self.prune_expired(now);
+            let success = self.success_before + self.counters.succeeded.load(Ordering::Relaxed);
+            let out_now = lock(&self.out).len();
+            if max_pages.is_some_and(|m| success >= m) || deadline.is_some_and(|d| now >= d) {
+                if out_now == 0 {
+                    return Ok(End::Succeeded);
+                }
+                self.wait(hub, Duration::from_millis(100)).await;
+                continue;
+            }
+            let stalled_for = now.saturating_sub(self.last_progress_ms.load(Ordering::Relaxed));
+            let live = hub.live_agents();
+            if live.is_empty() {
+                if stalled_for > stall_ms {
+                    return Err(format!(
+                        "stalled: no live agent for {} s (stall_timeout)",
+                        stall_ms / 1000
+                    ));
+                }
+                self.wait(hub, Duration::from_millis(200)).await;
+                continue;
+            }
+            if out_now > 0 && stalled_for > stall_ms {
+                return Err(format!(
+                    "stalled: {out_now} requests out and no result for {} s (stall_timeout)",
+                    stall_ms / 1000
+                ));
+            }
+            if out_now >= max_pending {
+                self.wait(hub, Duration::from_millis(100)).await;
+                continue;
+            }
+            let mut room = max_pending - out_now;
+            if let Some(m) = max_pages {
+                room = room.min(m.saturating_sub(success + out_now as u64) as usize);
+            }
+            let leases = if room > 0 {
+                self.frontier
+                    .lease(room)
+                    .await
+                    .map_err(|e| format!("frontier: {e}"))?
+            } else {
+                Vec::new()
+            };
+            if leases.is_empty() {
+                if out_now == 0 {
+                    let next = self
+                        .frontier
+                        .next_ready_ms()
+                        .await
+                        .map_err(|e| format!("frontier: {e}"))?;
+                    match next {
+                        None => return Ok(End::Succeeded),
+                        Some(at) => {
+                            // Idle, waiting for politeness or a back-off: not a stall.
+                            self.last_progress_ms.store(now, Ordering::Relaxed);
+                            let wait = at.saturating_sub(now).clamp(1, 200);
+                            self.wait(hub, Duration::from_millis(wait)).await;
+                        }
+                    }
+                } else {
+                    let next = self.frontier.next_ready_ms().await.ok().flatten();
+                    let wait = next.map_or(200, |at| at.saturating_sub(now).clamp(1, 200));
+                    self.wait(hub, Duration::from_millis(wait)).await;
+                }
+                continue;
+            }
+            if out_now == 0 {
+                self.last_progress_ms.store(now, Ordering::Relaxed);
+            }
+            self.send(hub, leases, &live).await?;
+        }
+    }
+
+    /// Routes leases to agents and sends them.
+    async fn send(&self, hub: &Shared, leases: Vec<Lease>, live: &[AgentId]) -> Result<(), String> {
+        let mut allocation: Allocation = match lock(&self.record).allocation.clone() {
+            Some(a) => a,
+            None => return Err("the run has no allocation".into()),
+        };
+        let generation = allocation.generation();
+        let mut batches: BTreeMap<AgentId, Vec<LeasedRequest>> = BTreeMap::new();
+        let mut acks = Vec::new();
+        let mut lost = None;
+        {
+            let mut rng = lock(&hub.rng);
+            let mut out = lock(&self.out);
+            for lease in leases {
+                match allocation.route(&lease.request, live, &mut *rng) {
+                    Route::To(agent) => {
+                        let mut request = lease.request.clone();
+                        if request.agent.as_ref().is_some_and(|bound| bound != &agent) {
+                            // Its agent was lost and the policy is reassign: bound to the
+                            // new one from now on.
+                            self.counters.reassigned.fetch_add(1, Ordering::Relaxed);
+                            request.agent = Some(agent.clone());
+                        }
+                        out.insert(
+                            lease.id.0,
+                            Out {
+                                agent: agent.clone(),
+                                request,
+                                deadline_ms: lease.deadline_ms,
+                            },
+                        );
+                        batches.entry(agent).or_default().push(LeasedRequest {
+                            lease_id: lease.id.to_string(),
+                            request: lease.request,
+                        });
+                    }
+                    Route::Lost(agent) => {
+                        acks.push((
+                            lease.id,
+                            Outcome::Failed {
+                                reason: "agent_lost".into(),
+                            },
+                        ));
+                        lost.get_or_insert(agent);
+                    }
+                    Route::Unavailable => acks.push((
+                        lease.id,
+                        Outcome::Release {
+                            reason: "no_live_agent".into(),
+                        },
+                    )),
+                }
+            }
+        }
+        if allocation.generation() != generation {
+            tracing::info!(run = %self.id, agents = ?allocation.agents(), "agents reassigned");
+            let agents = allocation.agents().to_vec();
+            self.update(hub, |r| r.allocation = Some(allocation.clone()))
+                .map_err(|e| e.to_string())?;
+            lock(&self.allocated_on).retain(|a| agents.contains(a));
+        }
+        if !acks.is_empty() {
+            self.frontier
+                .ack_many(acks)
+                .await
+                .map_err(|e| format!("frontier: {e}"))?;
+        }
+        if let Some(agent) = lost {
+            return Err(format!(
+                "agent `{agent}` was lost and the run's on_agent_lost policy is fail"
+            ));
+        }
+        for (agent, batch) in batches {
+            self.ensure_allocated(hub, &agent).await?;
+            let count = batch.len() as u64;
+            let mut chunks = batch.into_iter().peekable();
+            while chunks.peek().is_some() {
+                let chunk: Vec<LeasedRequest> = chunks.by_ref().take(MAX_BATCH).collect();
+                let leases: Vec<u64> = chunk
+                    .iter()
+                    .filter_map(|l| u64::from_str_radix(&l.lease_id, 16).ok())
+                    .collect();
+                let command = Command::Download {
+                    run: self.id.clone(),
+                    batch: chunk,
+                };
+                if let Err(e) = hub.send_command(&agent, command).await {
+                    // Give the leases back before failing: nothing accepted is lost.
+                    let back: Vec<(LeaseId, Outcome)> = {
+                        let mut out = lock(&self.out);
+                        leases
+                            .iter()
+                            .filter(|l| out.remove(l).is_some())
+                            .map(|l| {
+                                (
+                                    LeaseId(*l),
+                                    Outcome::Release {
+                                        reason: "bus_unavailable".into(),
+                                    },
+                                )
+                            })
+                            .collect()
+                    };
+                    let _ = self.frontier.ack_many(back).await;
+                    return Err(format!("bus: cannot send requests to agent `{agent}`: {e}"));
+                }
+            }
+            self.counters.sent.fetch_add(count, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Sends the run's `allocate` to an agent that has not had it in this hub session (the
+    /// bus keeps the order of one agent's commands, so it is there before the downloads).
+    async fn ensure_allocated(&self, hub: &Shared, agent: &AgentId) -> Result<(), String> {
+        if lock(&self.allocated_on).contains(agent) {
+            return Ok(());
+        }
+        let config = downloader_config(&self.record());
+        hub.send_command(
+            agent,
+            Command::Allocate {
+                run: self.id.clone(),
+                config,
+            },
+        )
+        .await
+        .map_err(|e| format!("bus: cannot allocate agent `{agent}`: {e}"))?;
+        lock(&self.allocated_on).insert(agent.clone());
+        let known = lock(&self.record).agents.contains(agent);
+        if !known {
+            let _ = self.update(hub, |r| {
+                r.agents.push(agent.clone());
+                r.agents.sort();
+            });
+        }
+        Ok(())
+    }
+
+    /// Records the end, tells the agents to release the downloader, syncs and closes.
+    async fn finish(&self, hub: &Shared, end: End) {
+        let now = hub.clock.now_ms();
+        let (state, reason) = match &end {
+            End::Succeeded => (RunState::Succeeded, None),
+            End::Failed(reason) => (RunState::Failed, Some(reason.clone())),
+            End::Cancelled => (RunState::Cancelled, Some("cancelled by a user".into())),
+            End::HubStopping => (self.state(), None),
+        };
+        if let Err(e) = self.frontier.sync().await {
+            tracing::warn!(run = %self.id, error = %e, "frontier sync failed");
+        }
+        if let Err(e) = self.sink.sync() {
+            tracing::warn!(run = %self.id, error = %e, "items sync failed");
+        }
+        if state.is_terminal() {
+            let stats = self.stats(now).await;
+            let agents: Vec<AgentId> = lock(&self.allocated_on).iter().cloned().collect();
+            for agent in agents {
+                let release = Command::Release {
+                    run: self.id.clone(),
+                };
+                if let Err(e) = hub.send_command(&agent, release).await {
+                    tracing::warn!(run = %self.id, agent = %agent, error = %e, "release not sent (the agent frees idle downloaders itself)");
+                }
+            }
+            if let Err(e) = self.update(hub, |r| {
+                r.state = state;
+                r.reason = reason.clone();
+                r.finished_ms = Some(now);
+                r.final_stats = Some(stats.clone());
+            }) {
+                tracing::error!(run = %self.id, error = %e, "final state not stored");
+            }
+            match &reason {
+                Some(reason) if state == RunState::Failed => {
+                    tracing::warn!(run = %self.id, reason = %reason, "run failed")
+                }
+                _ => {
+                    tracing::info!(run = %self.id, state = %state, success = stats.success, failed = stats.failed, "run ended")
+                }
+            }
+        }
+        if let Err(e) = self.frontier.close().await {
+            tracing::warn!(run = %self.id, error = %e, "frontier close failed");
+        }
+        self.done.send_replace(true);
+    }
+}
+
+/// The politeness key of a request, as the frontier keys hosts.
+fn out_host(req: &Request) -> Result<String, ()> {
+    let key = req.host_key();
+    if key.is_empty() { Err(()) } else { Ok(key) }
+}
+
+/// The `allocate` config of a run: its downloader settings with the spider.
+pub(crate) fn downloader_config(record: &RunRecord) -> serde_json::Value {
+    let mut config = record.downloader.clone();
+    config.insert(
+        "spider".into(),
+        serde_json::Value::String(record.spider.clone()),
+    );
+    serde_json::Value::Object(config)
+}
+
+/// Turns an agent's outcome into the frontier's outcome and the requests it discovered.
+fn classify(
+    req: &Request,
+    o: &FetchOutcome,
+    agent: &AgentId,
+    chained: bool,
+) -> (Outcome, Vec<Request>) {
+    if let Some(e) = &o.error {
+        let reason = e.code.clone();
+        let outcome = match e.code.as_str() {
+            "robots_disallowed" => Outcome::Dropped { reason },
+            // Not the request's fault: try again without consuming a retry.
+            "no_downloader" | "agent_stopping" => Outcome::Release { reason },
+            _ if e.retryable => Outcome::Retry { reason },
+            _ => Outcome::Failed { reason },
+        };
+        return (outcome, Vec::new());
+    }
+    let affinity = chained.then(|| agent.clone());
+    let redirect = o.redirects > req.redirects;
+    let links = o
+        .links
+        .iter()
+        .map(|url| {
+            let mut r = Request::from_canonical(url.clone());
+            if redirect {
+                // The target of a redirect: same depth, the redirect count, the meta.
+                r.depth = req.depth;
+                r.redirects = o.redirects;
+                r.meta = req.meta.clone();
+            } else {
+                r.depth = req.depth.saturating_add(1);
+            }
+            r.priority = req.priority;
+            r.agent = affinity.clone();
+            r
+        })
+        .collect();
+    (Outcome::Done, links)
+}
+
+/// Drives a run until it ends, then records the end.
+pub(crate) async fn drive(hub: Arc<Shared>, run: Arc<Run>) {
+    let end = match run.dispatch(&hub).await {
+        Ok(end) => end,
+        Err(reason) => End::Failed(reason),
+    };
+    run.finish(&hub, end).await;
+    hub.run_finished(&run);
+}

@@ -1,0 +1,470 @@
+//! The hub with real agents on the in-process bus, crawling the demo site over loopback:
+//! allocation (synchronous, with reasons), dispatch, results, every page exactly once,
+//! chained affinity, agent loss under both policies, pause/resume/cancel, the HTTP API, and
+//! a hub restart in the middle of a run.
+
+use serde_json::Value;
+use silk_agent::{Agent, AgentConfig, AgentHandle};
+use silk_bus::{BusConfig, InProcessBus, RetryPolicy, TtlPolicy};
+use silk_core::{AgentId, SystemClock};
+use silk_hub::{
+    Hub, HubConfig, HubError, HubHandle, OnAgentLost, PhiConfig, RunRequest, RunState, RunView,
+    Strategy,
+};
+use silk_testkit::demo::{DemoConfig, DemoSite};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tempfile::TempDir;
+
+const HEARTBEAT_MS: u64 = 100;
+
+fn bus() -> InProcessBus {
+    let config = BusConfig {
+        retry: RetryPolicy {
+            retries: 2,
+            backoff_initial_ms: 10,
+            backoff_max_ms: 50,
+        },
+        ..BusConfig::with_namespace("hubtest")
+    };
+    InProcessBus::new(config).expect("bus")
+}
+
+fn hub_config(dir: &Path) -> HubConfig {
+    HubConfig {
+        phi: PhiConfig {
+            acceptable_heartbeat_pause_ms: 300,
+            first_heartbeat_estimate_ms: HEARTBEAT_MS,
+            min_std_dev_ms: 50.0,
+            dead_after_ms: 1_500,
+            ..PhiConfig::default()
+        },
+        ttl: TtlPolicy {
+            heartbeat_interval_ms: HEARTBEAT_MS,
+            ..TtlPolicy::default()
+        },
+        tick_ms: 50,
+        allocate_timeout_ms: 5_000,
+        ..HubConfig::new(dir.join("hub"))
+    }
+}
+
+async fn start_hub(dir: &Path, bus: &InProcessBus) -> HubHandle {
+    Hub::start(
+        hub_config(dir),
+        Arc::new(bus.clone()),
+        Arc::new(SystemClock),
+    )
+    .await
+    .expect("hub starts")
+}
+
+async fn start_agent(dir: &Path, bus: &InProcessBus, id: &str) -> AgentHandle {
+    let config = AgentConfig {
+        id: Some(AgentId::new(id)),
+        capacity: 16,
+        heartbeat_interval_ms: HEARTBEAT_MS,
+        shutdown_grace_ms: 0,
+        ..AgentConfig::new(dir.join(id))
+    };
+    Agent::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
+        .await
+        .expect("agent starts")
+}
+
+async fn within<T>(what: &str, secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(secs), f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {secs} s waiting for {what}"),
+    }
+}
+
+async fn site(pages: u32, latency_ms: u64) -> DemoSite {
+    DemoSite::start(DemoConfig {
+        hosts: 3,
+        pages,
+        latency_ms: (latency_ms > 0).then_some(latency_ms),
+        ..DemoConfig::default()
+    })
+    .await
+    .expect("demo site")
+}
+
+fn spider(site: &DemoSite) -> String {
+    let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
+    format!(
+        "name: hubtest\nstart_urls: ['{}']\nallowed_domains: [{}]\nfollow: [{{deny: ['/calendar/']}}]\n\
+         item_when: '/p/\\d+$'\nextract: {{title: {{css: 'h1.title'}}}}\n\
+         per_host_concurrency: 8\nper_host_delay_ms: 0\n",
+        site.start_url(),
+        hosts.join(", ")
+    )
+}
+
+fn request(site: &DemoSite, strategy: Strategy, policy: OnAgentLost) -> RunRequest {
+    RunRequest {
+        spider: spider(site),
+        strategy: Some(strategy),
+        on_agent_lost: Some(policy),
+        max_pending: Some(32),
+        stall_timeout_ms: Some(20_000),
+        downloader: None,
+    }
+}
+
+/// Asserts the run's item file holds every content page of `site` exactly once.
+fn assert_every_page_once(view: &RunView, site: &DemoSite) {
+    let text = std::fs::read_to_string(&view.items_path).expect("items file");
+    let urls: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).expect("json line")["url"]
+                .as_str()
+                .expect("url")
+                .to_owned()
+        })
+        .collect();
+    let unique: BTreeSet<String> = urls.iter().cloned().collect();
+    assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
+    let expected: BTreeSet<String> = site
+        .expected_pages()
+        .into_iter()
+        .filter(|u| u.contains("/p/"))
+        .collect();
+    assert_eq!(unique, expected, "the output is not every content page");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_random_run_over_two_agents_writes_every_page_once() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(80, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    let _b = start_agent(dir.path(), &bus, "a2").await;
+    within("two live agents", 10, hub.wait_for_live_agents(2)).await;
+    let run = hub
+        .submit(request(&site, Strategy::Random, OnAgentLost::Fail))
+        .await
+        .expect("run starts");
+    assert_eq!(run.state, RunState::Running);
+    assert_eq!(
+        run.agents.len(),
+        2,
+        "random allocates the run on every live agent"
+    );
+    let done = within("the run", 60, hub.wait_run(&run.id)).await.unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_every_page_once(&done, &site);
+    let s = &done.stats;
+    assert_eq!(s.left, 0);
+    assert_eq!(s.success + s.failed + s.dropped, s.total);
+    assert_eq!(s.late_results, 0);
+    assert_eq!(
+        done.stats.by_agent.len(),
+        2,
+        "both agents fetched: {:?}",
+        done.stats.by_agent
+    );
+    // The API lists it with the same state.
+    let listed = hub.runs().await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, RunState::Succeeded);
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_that_cannot_be_allocated_fails_to_start_with_the_reason() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(5, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let err = hub
+        .submit(request(&site, Strategy::Fixed(2), OnAgentLost::Fail))
+        .await
+        .expect_err("fixed:2 with one agent cannot start");
+    let HubError::AllocationFailed { run, reason } = &err else {
+        panic!("unexpected error {err}");
+    };
+    assert!(
+        reason.contains("fixed:2 needs 2 live agents") && reason.contains("a1"),
+        "{reason}"
+    );
+    let stored = hub.run(run).await.unwrap();
+    assert_eq!(stored.state, RunState::Failed);
+    assert_eq!(stored.reason.as_deref(), Some(reason.as_str()));
+
+    // An agent that refuses the downloader config: the refusal names the problem.
+    let mut bad = request(&site, Strategy::Fixed(1), OnAgentLost::Fail);
+    bad.downloader = Some(serde_json::from_str(r#"{"qps": -1}"#).unwrap());
+    let err = hub.submit(bad).await.expect_err("a refused allocation");
+    let text = err.to_string();
+    assert!(
+        text.contains("agent `a1`") && text.contains("qps"),
+        "{text}"
+    );
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chained_runs_keep_pages_on_the_agent_that_discovered_them() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(60, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    let _b = start_agent(dir.path(), &bus, "a2").await;
+    let _c = start_agent(dir.path(), &bus, "a3").await;
+    within("three live agents", 10, hub.wait_for_live_agents(3)).await;
+    let run = hub
+        .submit(request(&site, Strategy::Chained(2), OnAgentLost::Fail))
+        .await
+        .expect("run starts");
+    assert_eq!(run.agents.len(), 2);
+    let done = within("the run", 60, hub.wait_run(&run.id)).await.unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_every_page_once(&done, &site);
+    let s = &done.stats;
+    assert_eq!(s.affinity_broken, 0);
+    assert_eq!(
+        s.affinity_kept + 1,
+        s.returned,
+        "every request but the seed is bound: {s:?}"
+    );
+    let fetchers: BTreeSet<&String> = s.by_agent.keys().collect();
+    let allocated: BTreeSet<String> = run.agents.iter().map(|a| a.to_string()).collect();
+    assert!(
+        fetchers.iter().all(|f| allocated.contains(*f)),
+        "only allocated agents fetch: {s:?}"
+    );
+    hub.shutdown().await;
+}
+
+/// Starts a chained:2 run on a slow site, stops one of its agents mid-run and returns the
+/// finished run and the agent that was stopped.
+async fn lose_an_agent_of_a_chained_run(
+    dir: &Path,
+    policy: OnAgentLost,
+) -> (RunView, AgentId, DemoSite, HubHandle) {
+    let bus = bus();
+    let site = site(60, 20).await;
+    let hub = start_hub(dir, &bus).await;
+    let mut agents = Vec::new();
+    for id in ["a1", "a2", "a3"] {
+        agents.push(start_agent(dir, &bus, id).await);
+    }
+    within("three live agents", 10, hub.wait_for_live_agents(3)).await;
+    let run = hub
+        .submit(request(&site, Strategy::Chained(2), policy))
+        .await
+        .expect("run starts");
+    within("some pages", 30, site.wait_for_requests(40)).await;
+    // The seed's agent: with chained affinity, every page discovered from it is bound to it.
+    let busy = hub.run(&run.id).await.unwrap().stats.by_agent;
+    let victim = busy
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(id, _)| AgentId::new(id.as_str()))
+        .expect("an agent fetched");
+    assert!(run.agents.contains(&victim));
+    for agent in &agents {
+        if agent.id() == &victim {
+            agent.shutdown().await;
+        }
+    }
+    within("the agent declared dead", 10, hub.wait_for_dead(&victim)).await;
+    let done = within("the run", 60, hub.wait_run(&run.id)).await.unwrap();
+    (done, victim, site, hub)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn losing_an_agent_of_a_chained_run_fails_it_under_the_fail_policy() {
+    let dir = TempDir::new().unwrap();
+    let (done, victim, _site, hub) =
+        lose_an_agent_of_a_chained_run(dir.path(), OnAgentLost::Fail).await;
+    assert_eq!(done.state, RunState::Failed);
+    let reason = done.reason.unwrap_or_default();
+    assert!(
+        reason.contains(victim.as_str()) && reason.contains("on_agent_lost"),
+        "{reason}"
+    );
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn losing_an_agent_of_a_chained_run_reassigns_its_pages_under_reassign() {
+    let dir = TempDir::new().unwrap();
+    let (done, victim, site, hub) =
+        lose_an_agent_of_a_chained_run(dir.path(), OnAgentLost::Reassign).await;
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_every_page_once(&done, &site);
+    assert_eq!(done.stats.affinity_broken, 0);
+    assert!(done.stats.reassigned > 0, "{:?}", done.stats);
+    assert!(
+        done.stats.by_agent.len() >= 2,
+        "another agent took over: {:?}",
+        done.stats
+    );
+    let agents = hub.agents();
+    let dead = agents.iter().find(|a| a.id == victim).unwrap();
+    assert_eq!(dead.state.as_str(), "dead");
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pause_resume_and_cancel() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(400, 50).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let mut slow = request(&site, Strategy::Fixed(1), OnAgentLost::Fail);
+    slow.max_pending = Some(4);
+    let run = hub.submit(slow).await.unwrap();
+    within("some pages", 30, site.wait_for_requests(20)).await;
+    let paused = hub.pause(&run.id).await.unwrap();
+    assert_eq!(paused.state, RunState::Paused);
+    assert!(matches!(
+        hub.pause(&run.id).await,
+        Err(HubError::WrongState { .. })
+    ));
+    let resumed = hub.resume(&run.id).await.unwrap();
+    assert_eq!(resumed.state, RunState::Running);
+    let cancelled = within("the cancel", 30, hub.cancel(&run.id)).await.unwrap();
+    assert_eq!(cancelled.state, RunState::Cancelled);
+    assert!(cancelled.stats.left > 0, "cancelled before the end");
+    assert!(matches!(
+        hub.resume(&run.id).await,
+        Err(HubError::WrongState { .. })
+    ));
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hub_restarted_mid_run_resumes_it_and_every_page_is_written_once() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(80, 10).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    let _b = start_agent(dir.path(), &bus, "a2").await;
+    within("two live agents", 10, hub.wait_for_live_agents(2)).await;
+    let run = hub
+        .submit(request(&site, Strategy::Fixed(2), OnAgentLost::Fail))
+        .await
+        .unwrap();
+    within("some pages", 30, site.wait_for_requests(60)).await;
+    hub.shutdown().await;
+    let before = hub.run(&run.id).await.unwrap();
+    assert_eq!(
+        before.state,
+        RunState::Running,
+        "a stopped hub leaves the run running"
+    );
+
+    let hub = start_hub(dir.path(), &bus).await;
+    let resumed = hub
+        .run(&run.id)
+        .await
+        .expect("the run is known after a restart");
+    assert_eq!(resumed.state, RunState::Running);
+    assert_eq!(resumed.agents, run.agents, "the allocation is stored");
+    let done = within("the resumed run", 60, hub.wait_run(&run.id))
+        .await
+        .unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_every_page_once(&done, &site);
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_http_api_answers_json_with_codes() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(10, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let router = hub.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let http = Http(reqwest::Client::new());
+
+    let (_, agents) = http.get(&format!("{base}/api/v1/agents")).await;
+    assert_eq!(agents[0]["id"], "a1");
+    assert_eq!(agents[0]["state"], "alive");
+
+    let (status, body) = http
+        .post(&format!("{base}/api/v1/runs"), "{\"spider\": 1}")
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["code"], "bad_request");
+    assert!(
+        body["message"].as_str().unwrap().contains("spider"),
+        "{body}"
+    );
+
+    let body = serde_json::json!({"spider": spider(&site), "strategy": "fixed:3"}).to_string();
+    let (status, refused) = http.post(&format!("{base}/api/v1/runs"), &body).await;
+    assert_eq!(status, 409);
+    assert_eq!(refused["code"], "allocation_failed");
+
+    let body = serde_json::json!({"spider": spider(&site), "strategy": "random"}).to_string();
+    let (status, created) = http.post(&format!("{base}/api/v1/runs"), &body).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["agents"], serde_json::json!(["a1"]));
+    within(
+        "the run",
+        30,
+        hub.wait_run(&silk_core::RunId::new(id.clone())),
+    )
+    .await
+    .unwrap();
+    let (_, got) = http.get(&format!("{base}/api/v1/runs/{id}")).await;
+    assert_eq!(got["state"], "succeeded", "{got}");
+    assert!(got["stats"]["success"].as_u64().unwrap() > 0);
+
+    let (status, _) = http.get(&format!("{base}/api/v1/runs/nope")).await;
+    assert_eq!(status, 404);
+    let (status, action) = http
+        .post(&format!("{base}/api/v1/runs/{id}/pause"), "")
+        .await;
+    assert_eq!(status, 409);
+    assert_eq!(action["code"], "wrong_state");
+    hub.shutdown().await;
+}
+
+struct Http(reqwest::Client);
+
+impl Http {
+    async fn read(resp: reqwest::Response) -> (u16, Value) {
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.expect("body");
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+        (status, value)
+    }
+
+    async fn get(&self, url: &str) -> (u16, Value) {
+        Self::read(self.0.get(url).send().await.expect("GET")).await
+    }
+
+    async fn post(&self, url: &str, body: &str) -> (u16, Value) {
+        let resp = self
+            .0
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("POST");
+        Self::read(resp).await
+    }
+}
