@@ -1,9 +1,12 @@
 //! `silk`: the one binary. Parses the command line, sets up logging and signals, and calls
 //! the library crates; no crawl logic lives here (it would be out of reach of the hub).
 
+mod agent;
+mod client;
 mod crawl;
 mod demo;
 mod router;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +32,23 @@ enum Command {
     DemoSite(demo::DemoSiteArgs),
     /// Run the task router, or check a router config, or explain a routing decision.
     Router(router::RouterArgs),
+    /// Run the whole platform on this machine: the hub and N local agents in one process.
+    ///
+    /// The HTTP API listens on --listen (printed at start); submit runs with `silk run`.
+    Up(serve::UpArgs),
+    /// Run the hub alone on a NATS bus; agents run elsewhere (`silk agent --bus …`).
+    Hub(serve::HubArgs),
+    /// Run an agent of the download center on a NATS bus (fetches for the hub's runs).
+    ///
+    /// The agent registers, heartbeats and fetches until Ctrl-C, SIGTERM or a shutdown command
+    /// from the hub. A bus that is down at the start is waited for (reconnects forever).
+    Agent(agent::AgentArgs),
+    /// Start a run of a spider on the hub (prints the run id; --wait follows it to the end).
+    Run(client::RunArgs),
+    /// List the hub's runs: state, strategy, agents, progress.
+    Runs(client::RunsArgs),
+    /// List the agents known to the hub: state, load, last heartbeat.
+    Agents(client::AgentsArgs),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +68,12 @@ fn main() -> ExitCode {
             Command::Crawl(args) => crawl::run(args).await,
             Command::DemoSite(args) => demo::run(args).await,
             Command::Router(args) => router::run(args).await,
+            Command::Up(args) => serve::up(args).await,
+            Command::Hub(args) => serve::hub(args).await,
+            Command::Agent(args) => agent::run(args).await,
+            Command::Run(args) => client::run(args).await,
+            Command::Runs(args) => client::runs(args).await,
+            Command::Agents(args) => client::agents(args).await,
         }
     });
     match result {

@@ -21,6 +21,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "silk-core",
             "silk-frontier",
             "silk-fetch",
+            "silk-crawl",
             "silk-bus",
             "silk-selector",
         ],

@@ -1,0 +1,213 @@
+//! `silk agent --bus nats://HOST:4222`: runs one agent of the download center (the runtime is
+//! `silk-agent`) on a NATS bus until Ctrl-C, SIGTERM or a `shutdown` command from the hub.
+//!
+//! The bus may be down when the agent starts: the NATS client connects in the background and
+//! reconnects forever, and the agent registers as soon as it can. Only a bad address or a bad
+//! namespace stops the start (exit 2).
+
+use clap::Args;
+use silk_agent::{Agent, AgentConfig};
+use silk_bus::{BusConfig, BusError, NatsBus};
+use silk_core::{AgentId, SystemClock};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options of `silk agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// The NATS server of the bus, `nats://HOST:PORT` (e.g. `nats://127.0.0.1:4222`).
+    #[arg(long, value_name = "URL", value_parser = parse_bus_url)]
+    pub bus: String,
+    /// The bus namespace: the prefix of every subject, one per Silk cluster (the hub must use
+    /// the same).
+    #[arg(long, default_value = "silk")]
+    pub namespace: String,
+    /// The agent's id (`[A-Za-z0-9_-]`, at most 128). Default: the id kept in the data dir,
+    /// or a new one (`HOST-xxxxxxxx`) written there.
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Labels sent with the registration, comma-separated (repeatable): `KEY=VALUE`, or a
+    /// bare `KEY` (empty value). Example: `--labels pool=cn,net=adsl,gpu`.
+    #[arg(long, value_name = "LABELS")]
+    pub labels: Vec<String>,
+    /// Requests fetched at once, all runs together.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub capacity: Option<u32>,
+    /// Where the agent keeps its id and its allocations (created if missing).
+    #[arg(long, default_value = ".silk/agent")]
+    pub data_dir: PathBuf,
+}
+
+/// Accepts `nats://HOST[:PORT]` only.
+pub(crate) fn parse_bus_url(text: &str) -> Result<String, String> {
+    let hint = "expected a NATS URL such as nats://127.0.0.1:4222";
+    let url = url::Url::parse(text).map_err(|e| format!("not a URL ({e}); {hint}"))?;
+    if url.scheme() != "nats" {
+        return Err(format!(
+            "the `{}` scheme is not supported, only nats://; {hint}",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("no host; {hint}"));
+    }
+    Ok(text.to_owned())
+}
+
+/// Parses label arguments: each is comma-separated `KEY=VALUE` or `KEY` (value "").
+fn parse_labels(args: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for part in args.iter().flat_map(|a| a.split(',')) {
+        let part = part.trim();
+        if part.is_empty() {
+            continue;
+        }
+        let (key, value) = match part.split_once('=') {
+            Some((k, v)) => (k.trim(), v.trim()),
+            None => (part, ""),
+        };
+        if key.is_empty() {
+            return Err(format!("--labels: `{part}` has no key (KEY=VALUE or KEY)"));
+        }
+        labels.insert(key.to_owned(), value.to_owned());
+    }
+    Ok(labels)
+}
+
+/// Runs `silk agent`.
+pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    crate::init_logging("info");
+    let labels = match parse_labels(&args.labels) {
+        Ok(labels) => labels,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if let Err(e) = silk_bus::subject::check_namespace(&args.namespace) {
+        eprintln!("error: --namespace: {e}");
+        return Ok(ExitCode::from(2));
+    }
+    let id = args.id.clone().map(AgentId::new);
+    if let Some(id) = &id
+        && let Err(e) = silk_bus::Subject::agent_commands(id)
+    {
+        // The id becomes a subject token: the bus says what it accepts.
+        eprintln!("error: --id: {e}");
+        return Ok(ExitCode::from(2));
+    }
+    let mut config = AgentConfig::new(&args.data_dir);
+    config.id = id;
+    config.labels = labels;
+    if let Some(capacity) = args.capacity {
+        config.capacity = capacity;
+    }
+    let problems = config.problems();
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("error: {p}");
+        }
+        return Ok(ExitCode::from(2));
+    }
+
+    let bus = tokio::select! {
+        bus = connect(&args.bus, &args.namespace) => bus,
+        _ = crate::wait_for_stop_signal() => {
+            eprintln!("stopped before the bus was reached");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let bus = match bus {
+        Ok(bus) => bus,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let connected = bus.wait_connected(Duration::ZERO).await;
+    let handle = match Agent::start(config, Arc::new(bus), Arc::new(SystemClock)).await {
+        Ok(handle) => handle,
+        Err(e) => {
+            eprintln!("error: cannot start the agent: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    if connected {
+        println!("agent {} connected to {}", handle.id(), args.bus);
+    } else {
+        println!(
+            "agent {} started; waiting for the bus at {} (retrying in the background)",
+            handle.id(),
+            args.bus
+        );
+        tracing::warn!(bus = %args.bus, "the bus is not reachable yet; the agent keeps retrying");
+    }
+
+    tokio::select! {
+        _ = crate::wait_for_stop_signal() => {
+            eprintln!("stopping: letting requests in flight finish (Ctrl-C again to quit now)");
+            tokio::select! {
+                _ = handle.shutdown() => {}
+                _ = crate::wait_for_stop_signal() => {
+                    eprintln!("quitting now");
+                    return Ok(ExitCode::from(130));
+                }
+            }
+        }
+        _ = handle.stopped() => {
+            eprintln!("agent {} stopped (shutdown command)", handle.id());
+            handle.shutdown().await;
+        }
+    }
+    eprintln!("agent {} stopped", handle.id());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Connects the bus. The NATS client connects in the background and reconnects forever, so
+/// a server that is down does not fail this; should a connect attempt fail anyway for a
+/// retryable reason, it is tried again with back-off, forever. A permanent error (bad
+/// namespace, bad address) is returned.
+pub(crate) async fn connect(url: &str, namespace: &str) -> Result<NatsBus, BusError> {
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match NatsBus::connect(url, BusConfig::with_namespace(namespace)).await {
+            Ok(bus) => return Ok(bus),
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(bus = url, error = %e, retry_in = ?wait, "cannot connect to the bus; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(30));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_mix_keys_and_pairs() {
+        let labels = parse_labels(&["a,b".into(), "pool=cn, net = adsl".into()]).unwrap();
+        let expected: BTreeMap<String, String> =
+            [("a", ""), ("b", ""), ("pool", "cn"), ("net", "adsl")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+        assert_eq!(labels, expected);
+        assert!(parse_labels(&["=x".into()]).is_err());
+        assert!(parse_labels(&[",,".into()]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn only_nats_urls() {
+        assert!(parse_bus_url("nats://127.0.0.1:4222").is_ok());
+        assert!(parse_bus_url("nats://nats").is_ok());
+        assert!(parse_bus_url("http://x").unwrap_err().contains("nats://"));
+        assert!(parse_bus_url("inproc").is_err());
+        assert!(parse_bus_url("127.0.0.1:4222").is_err());
+    }
+}

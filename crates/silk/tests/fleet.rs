@@ -1,0 +1,514 @@
+//! The failure matrix of the download center with real processes: `silk hub` and `silk
+//! agent`s over a test-owned `nats-server` (JetStream, file store, free port) on loopback,
+//! crawling the demo site. Each test is one row of design §4's matrix where the point is a
+//! process dying: an agent (SIGKILL), an agent of a chained run (both `on_agent_lost`
+//! policies), the nats-server (SIGKILL and restart), the hub (SIGKILL and restart).
+//!
+//! `nats-server` must be on the PATH (`.ci/run` installs it); without it the tests print
+//! "skipped: …" and pass, except under CI (`CI` set), where they fail.
+
+use serde_json::Value;
+use silk_testkit::demo::{DemoConfig, DemoSite};
+use silk_testkit::free_port;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+/// A child process killed when dropped (a failing test leaves nothing behind).
+struct Proc {
+    child: Child,
+    name: String,
+}
+
+impl Proc {
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Spawns `cmd` and waits until a line of its stdout or stderr contains `ready`.
+fn spawn_ready(mut cmd: Command, name: &str, ready: &str, log: &Path) -> Proc {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        let ready = ready.to_owned();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let _ = writeln!(file, "{line}");
+                if line.contains(&ready) {
+                    let _ = tx.send(());
+                }
+            }
+        });
+    }
+    if rx.recv_timeout(Duration::from_secs(30)).is_err() {
+        let _ = child.kill();
+        panic!(
+            "{name} did not get ready ({ready:?}); log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+    }
+    Proc {
+        child,
+        name: name.to_owned(),
+    }
+}
+
+fn have_nats_server() -> bool {
+    let found = Command::new("nats-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "nats-server is not installed, and CI must run the fleet tests"
+        );
+        println!("skipped: nats-server is not installed");
+    }
+    found
+}
+
+/// The cluster of one test: its dir, nats-server, hub, agents and demo site.
+struct Fleet {
+    dir: TempDir,
+    nats_port: u16,
+    nats: Option<Proc>,
+    hub_port: u16,
+    hub: Option<Proc>,
+    agents: Vec<Proc>,
+    site: DemoSite,
+    http: reqwest::Client,
+}
+
+const DEAD_AFTER_S: u64 = 4;
+
+impl Fleet {
+    async fn start(agents: usize, pages: u32, latency_ms: u64) -> Fleet {
+        let dir = TempDir::new().unwrap();
+        let site = DemoSite::start(DemoConfig {
+            hosts: 3,
+            pages,
+            latency_ms: Some(latency_ms),
+            ..DemoConfig::default()
+        })
+        .await
+        .expect("demo site");
+        let mut fleet = Fleet {
+            nats_port: free_port(),
+            hub_port: free_port(),
+            dir,
+            nats: None,
+            hub: None,
+            agents: Vec::new(),
+            site,
+            http: reqwest::Client::new(),
+        };
+        fleet.start_nats();
+        fleet.start_hub();
+        for k in 1..=agents {
+            fleet.start_agent(&format!("a{k}"));
+        }
+        fleet.wait_agents_alive(agents).await;
+        fleet
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn bus(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.nats_port)
+    }
+
+    fn server(&self) -> String {
+        format!("http://127.0.0.1:{}", self.hub_port)
+    }
+
+    fn start_nats(&mut self) {
+        let mut cmd = Command::new("nats-server");
+        cmd.args(["-js", "-a", "127.0.0.1", "-p"])
+            .arg(self.nats_port.to_string())
+            .arg("-sd")
+            .arg(self.path("nats"));
+        self.nats = Some(spawn_ready(
+            cmd,
+            "nats-server",
+            "Server is ready",
+            &self.path("nats.log"),
+        ));
+    }
+
+    fn silk(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_silk"));
+        cmd.env("RUST_LOG", "info");
+        cmd
+    }
+
+    fn start_hub(&mut self) {
+        let mut cmd = self.silk();
+        cmd.arg("hub")
+            .arg("--bus")
+            .arg(self.bus())
+            .arg("--namespace")
+            .arg("fleet")
+            .arg("--data-dir")
+            .arg(self.path("hub"))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.hub_port))
+            .arg("--dead-after")
+            .arg(format!("{DEAD_AFTER_S}s"));
+        self.hub = Some(spawn_ready(
+            cmd,
+            "hub",
+            "silk hub: API on",
+            &self.path("hub.log"),
+        ));
+    }
+
+    fn start_agent(&mut self, id: &str) {
+        let mut cmd = self.silk();
+        cmd.arg("agent")
+            .arg("--bus")
+            .arg(self.bus())
+            .arg("--namespace")
+            .arg("fleet")
+            .arg("--id")
+            .arg(id)
+            .arg("--capacity")
+            .arg("16")
+            .arg("--data-dir")
+            .arg(self.path(id));
+        let log = self.path(&format!("{id}.log"));
+        self.agents
+            .push(spawn_ready(cmd, id, &format!("agent {id}"), &log));
+    }
+
+    fn kill_agent(&mut self, id: &str) -> Instant {
+        let agent = self
+            .agents
+            .iter_mut()
+            .find(|p| p.name == id)
+            .unwrap_or_else(|| panic!("no agent {id}"));
+        agent.kill();
+        Instant::now()
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let url = format!("{}{path}", self.server());
+        let resp = self.http.get(&url).send().await;
+        match resp {
+            Ok(r) => serde_json::from_slice(&r.bytes().await.unwrap()).unwrap(),
+            Err(_) => Value::Null,
+        }
+    }
+
+    async fn agent_states(&self) -> Vec<(String, String)> {
+        let agents = self.get("/api/v1/agents").await;
+        agents
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|x| {
+                        (
+                            x["id"].as_str().unwrap_or("").to_owned(),
+                            x["state"].as_str().unwrap_or("").to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Polls the hub until `check` holds (each poll is an HTTP request; 30 s at most).
+    async fn until<F: Fn(&Value) -> bool>(&self, what: &str, path: &str, check: F) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = self.get(path).await;
+            if check(&v) {
+                return v;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what}; last answer: {v}\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_agents_alive(&self, n: usize) {
+        self.until(&format!("{n} live agents"), "/api/v1/agents", |v| {
+            v.as_array()
+                .is_some_and(|a| a.iter().filter(|x| x["state"] == "alive").count() >= n)
+        })
+        .await;
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for entry in std::fs::read_dir(self.dir.path()).unwrap().flatten() {
+            let p = entry.path();
+            if p.extension().is_some_and(|e| e == "log") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                out.push_str(&format!("--- {} ---\n", p.display()));
+                for l in tail.into_iter().rev() {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    fn spider(&self, concurrency: u32) -> PathBuf {
+        let hosts: Vec<String> = self
+            .site
+            .host_ips()
+            .iter()
+            .map(|ip| ip.to_string())
+            .collect();
+        let yaml = format!(
+            "name: fleet\nstart_urls: ['{}']\nallowed_domains: [{}]\nfollow: [{{deny: ['/calendar/']}}]\n\
+             item_when: '/p/\\d+$'\nextract: {{title: {{css: 'h1.title'}}}}\n\
+             per_host_concurrency: {concurrency}\nper_host_delay_ms: 0\ntimeout_ms: 3000\nlease_timeout_ms: 6000\n",
+            self.site.start_url(),
+            hosts.join(", ")
+        );
+        let path = self.path("spider.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        path
+    }
+
+    /// Submits a run with `silk run` and returns its id.
+    fn submit(&self, strategy: &str, policy: &str, concurrency: u32) -> String {
+        let out = self
+            .silk()
+            .arg("run")
+            .arg(self.spider(concurrency))
+            .arg("--server")
+            .arg(self.server())
+            .arg("--strategy")
+            .arg(strategy)
+            .arg("--on-agent-lost")
+            .arg(policy)
+            .arg("--max-pending")
+            .arg("64")
+            .output()
+            .expect("silk run");
+        assert!(
+            out.status.success(),
+            "silk run failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    async fn run(&self, id: &str) -> Value {
+        self.get(&format!("/api/v1/runs/{id}")).await
+    }
+
+    async fn wait_run(&self, id: &str) -> Value {
+        self.until("the run to end", &format!("/api/v1/runs/{id}"), |v| {
+            matches!(
+                v["state"].as_str(),
+                Some("succeeded" | "failed" | "cancelled")
+            )
+        })
+        .await
+    }
+
+    /// The agent that fetched most of the run so far.
+    async fn busiest_agent(&self, id: &str) -> String {
+        let run = self.run(id).await;
+        run["stats"]["by_agent"]
+            .as_object()
+            .and_then(|m| {
+                m.iter()
+                    .max_by_key(|(_, n)| n.as_u64())
+                    .map(|(k, _)| k.clone())
+            })
+            .expect("an agent fetched")
+    }
+
+    fn assert_every_page_once(&self, run: &Value) {
+        let path = run["items_path"].as_str().expect("items_path");
+        let text = std::fs::read_to_string(path).expect("items file");
+        let urls: Vec<String> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["url"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect();
+        let unique: BTreeSet<String> = urls.iter().cloned().collect();
+        assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
+        let expected: BTreeSet<String> = self
+            .site
+            .expected_pages()
+            .into_iter()
+            .filter(|u| u.contains("/p/"))
+            .collect();
+        assert_eq!(unique, expected, "the output is not every content page");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_run_is_declared_dead_and_the_run_finishes_with_every_page_once() {
+    if !have_nats_server() {
+        return;
+    }
+    let mut fleet = Fleet::start(3, 150, 20).await;
+    let id = fleet.submit("random", "fail", 2);
+    fleet.site.wait_for_requests(120).await;
+    let victim = fleet.busiest_agent(&id).await;
+    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    let killed = fleet.kill_agent(&victim);
+    fleet
+        .until("the killed agent to be dead", "/api/v1/agents", |v| {
+            v.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|x| x["id"] == victim.as_str() && x["state"] == "dead")
+            })
+        })
+        .await;
+    let took = killed.elapsed();
+    assert!(
+        took <= Duration::from_millis(DEAD_AFTER_S * 1000 + 500),
+        "declared dead after {took:?}, dead_after is {DEAD_AFTER_S} s"
+    );
+    let run = fleet.wait_run(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    fleet.assert_every_page_once(&run);
+    let states = fleet.agent_states().await;
+    assert!(
+        states.contains(&(victim.clone(), "dead".into())),
+        "{states:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chained_runs_keep_affinity_and_follow_on_agent_lost() {
+    if !have_nats_server() {
+        return;
+    }
+    // reassign: the dead agent's pages move to the other allocated agent; every page once.
+    let mut fleet = Fleet::start(3, 150, 20).await;
+    let id = fleet.submit("chained:2", "reassign", 2);
+    let started = fleet.run(&id).await;
+    let allocated: Vec<String> = serde_json::from_value(started["agents"].clone()).unwrap();
+    assert_eq!(allocated.len(), 2);
+    fleet.site.wait_for_requests(120).await;
+    let victim = fleet.busiest_agent(&id).await;
+    assert!(allocated.contains(&victim));
+    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    fleet.kill_agent(&victim);
+    let run = fleet.wait_run(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    fleet.assert_every_page_once(&run);
+    let stats = &run["stats"];
+    assert_eq!(stats["affinity_broken"], 0, "{stats}");
+    assert!(stats["affinity_kept"].as_u64().unwrap() > 0, "{stats}");
+    assert!(stats["reassigned"].as_u64().unwrap() > 0, "{stats}");
+    let fetchers: Vec<String> = stats["by_agent"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    assert!(
+        fetchers.iter().all(|f| allocated.contains(f)),
+        "only the allocated agents fetch: {fetchers:?} vs {allocated:?}"
+    );
+
+    // fail: losing an allocated agent fails the run, naming it.
+    let survivor_count = 2;
+    fleet.wait_agents_alive(survivor_count).await;
+    let id = fleet.submit("chained:2", "fail", 2);
+    let started = fleet.run(&id).await;
+    let allocated: Vec<String> = serde_json::from_value(started["agents"].clone()).unwrap();
+    fleet
+        .site
+        .wait_for_requests(fleet.site.stats().total_requests + 60)
+        .await;
+    let victim = fleet.busiest_agent(&id).await;
+    assert!(allocated.contains(&victim));
+    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    fleet.kill_agent(&victim);
+    let run = fleet.wait_run(&id).await;
+    assert_eq!(run["state"], "failed", "{run}");
+    let reason = run["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&victim) && reason.contains("on_agent_lost"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_server_killed_and_restarted_mid_run_loses_nothing() {
+    if !have_nats_server() {
+        return;
+    }
+    let mut fleet = Fleet::start(2, 150, 20).await;
+    let id = fleet.submit("random", "fail", 2);
+    fleet.site.wait_for_requests(120).await;
+    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    fleet.nats.as_mut().unwrap().kill();
+    // An outage: agents and hub see the bus down (their reconnects run meanwhile).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fleet.start_nats();
+    let run = fleet.wait_run(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    fleet.assert_every_page_once(&run);
+    fleet.wait_agents_alive(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_killed_and_restarted_resumes_the_run_and_processes_registrations() {
+    if !have_nats_server() {
+        return;
+    }
+    let mut fleet = Fleet::start(2, 150, 20).await;
+    let id = fleet.submit("random", "fail", 2);
+    fleet.site.wait_for_requests(120).await;
+    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    fleet.hub.as_mut().unwrap().kill();
+    // While the hub is down a new agent registers: its registration waits on the bus.
+    fleet.start_agent("a3");
+    fleet.start_hub();
+    let run = fleet.wait_run(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    fleet.assert_every_page_once(&run);
+    fleet.wait_agents_alive(3).await;
+    let states = fleet.agent_states().await;
+    assert!(states.iter().any(|(id, _)| id == "a3"), "{states:?}");
+}
