@@ -110,7 +110,10 @@ impl HubFiles {
 }
 
 fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), HubError> {
-    let tmp = path.with_extension("json.tmp");
+    // A temporary name of its own per write: concurrent writers never share one.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("json.{}.{n}.tmp", std::process::id()));
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| io_error(path, e))?;
     let mut file = std::fs::File::create(&tmp).map_err(|e| io_error(&tmp, e))?;
     file.write_all(&bytes).map_err(|e| io_error(&tmp, e))?;

@@ -241,13 +241,11 @@ impl Shared {
                     lock(&self.runs).insert(id, Entry::Finished(Box::new(record)));
                 }
                 RunState::Running | RunState::Paused | RunState::Stopping => {
-                    let stopping = record.state == RunState::Stopping;
-                    match Run::open(self, record.clone(), false).await {
+                    // A run whose seeds never reached its frontier (a crash right after
+                    // the allocation) is seeded again: dedup makes that harmless.
+                    match Run::open(self, record.clone(), true).await {
                         Ok(run) => {
                             tracing::info!(run = %id, state = %record.state, "run resumed");
-                            if stopping {
-                                let _ = run.control(self, Desired::Cancel);
-                            }
                             self.spawn_driver(run);
                         }
                         Err(e) => {
@@ -393,10 +391,29 @@ impl Shared {
                 return Err(HubError::AllocationFailed { run: id, reason });
             }
         }
-        record.state = RunState::Running;
-        record.started_ms = Some(self.clock.now_ms());
-        self.files.save_run(&record)?;
-        let run = Run::open(self, record.clone(), true).await?;
+        // Open and seed the frontier while the run is still `allocating`: a crash before it
+        // is `running` fails the run at the next start instead of leaving it empty.
+        let run = match Run::open(self, record.clone(), true).await {
+            Ok(run) => run,
+            Err(e) => {
+                record.state = RunState::Failed;
+                record.reason = Some(format!("could not open the run's storage: {e}"));
+                record.finished_ms = Some(self.clock.now_ms());
+                self.files.save_run(&record)?;
+                for agent in &record.agents {
+                    let release = Command::Release { run: id.clone() };
+                    let _ = self.send_command(agent, release).await;
+                }
+                lock(&self.runs).insert(id.clone(), Entry::Finished(Box::new(record)));
+                return Err(e);
+            }
+        };
+        let started = self.clock.now_ms();
+        run.update(self, |r| {
+            r.state = RunState::Running;
+            r.started_ms = Some(started);
+        })?;
+        record.started_ms = Some(started);
         run.mark_allocated(&record.agents);
         tracing::info!(run = %id, spider = %record.spider_name, strategy = %record.strategy, agents = ?record.agents, "run started");
         let view = run.view(self.clock.now_ms()).await;

@@ -110,6 +110,10 @@ pub(crate) struct Run {
     /// When this hub session started driving the run, and the successes before it.
     session_start_ms: u64,
     success_before: u64,
+    /// Set when the run starts ending: results are late from then on, controls refused.
+    closing: std::sync::atomic::AtomicBool,
+    /// The frontier's lease timeout, ms.
+    lease_timeout_ms: u64,
     /// Turns true when the dispatch loop has ended and the run is recorded.
     done: watch::Sender<bool>,
 }
@@ -128,9 +132,11 @@ impl Run {
         };
         let spider = Spider::from_yaml(&record.spider, "spider")
             .map_err(|e| HubError::BadRun(e.to_string()))?;
+        let frontier_config = silk_crawl::frontier_config(&spider);
+        let lease_timeout_ms = frontier_config.lease_timeout_ms;
         let frontier = silk_frontier::EmbeddedFrontier::open(
             hub.files.frontier_dir(&id),
-            silk_crawl::frontier_config(&spider),
+            frontier_config,
             hub.clock.clone(),
         )
         .map_err(|e| storage(&e))?;
@@ -144,10 +150,11 @@ impl Run {
                 .map_err(|e| storage(&e))?;
         }
         let success_before = frontier.stats().await.map_err(|e| storage(&e))?.success;
-        let desired = if record.state == RunState::Paused {
-            Desired::Pause
-        } else {
-            Desired::Run
+        let desired = match record.state {
+            RunState::Paused => Desired::Pause,
+            // A cancel the hub did not finish before it stopped.
+            RunState::Stopping => Desired::Cancel,
+            _ => Desired::Run,
         };
         let now = hub.clock.now_ms();
         Ok(Arc::new(Run {
@@ -167,6 +174,8 @@ impl Run {
             last_progress_ms: AtomicU64::new(now),
             session_start_ms: now,
             success_before,
+            closing: std::sync::atomic::AtomicBool::new(false),
+            lease_timeout_ms,
             done: watch::channel(false).0,
         }))
     }
@@ -180,13 +189,16 @@ impl Run {
     }
 
     /// Changes the record and stores it.
-    fn update(&self, hub: &Shared, f: impl FnOnce(&mut RunRecord)) -> Result<(), HubError> {
-        let snapshot = {
-            let mut r = lock(&self.record);
-            f(&mut r);
-            r.clone()
-        };
-        hub.files.save_run(&snapshot)
+    /// Changes the record and stores it, under the record's lock: two writers never
+    /// interleave, and the file always holds the latest state.
+    pub(crate) fn update(
+        &self,
+        hub: &Shared,
+        f: impl FnOnce(&mut RunRecord),
+    ) -> Result<(), HubError> {
+        let mut r = lock(&self.record);
+        f(&mut r);
+        hub.files.save_run(&r)
     }
 
     /// Notes that the agents in `agents` hold the run's downloader (after a confirmed
@@ -195,32 +207,46 @@ impl Run {
         lock(&self.allocated_on).extend(agents.iter().cloned());
     }
 
-    /// Asks the run to pause, resume or cancel.
+    /// Asks the run to pause, resume or cancel. The state check and the change happen under
+    /// the record's lock, and a run that is ending refuses, so a control never overwrites a
+    /// final state. Cancelling a run that is already being cancelled is not an error.
     pub(crate) fn control(&self, hub: &Shared, desired: Desired) -> Result<(), HubError> {
-        let state = self.state();
-        let ok = match desired {
-            Desired::Pause => state == RunState::Running,
-            Desired::Run => state == RunState::Paused,
-            Desired::Cancel => !state.is_terminal() && state != RunState::Stopping,
+        let action = match desired {
+            Desired::Pause => "pause",
+            Desired::Run => "resume",
+            Desired::Cancel => "cancel",
         };
-        if !ok {
-            let action = match desired {
-                Desired::Pause => "pause",
-                Desired::Run => "resume",
-                Desired::Cancel => "cancel",
+        {
+            let mut r = lock(&self.record);
+            let state = r.state;
+            let closing = self.closing.load(Ordering::SeqCst);
+            if desired == Desired::Cancel && state == RunState::Stopping {
+                return Ok(());
+            }
+            let ok = !closing
+                && match desired {
+                    Desired::Pause => state == RunState::Running,
+                    Desired::Run => state == RunState::Paused,
+                    Desired::Cancel => !state.is_terminal(),
+                };
+            if !ok {
+                return Err(HubError::WrongState {
+                    run: self.id.clone(),
+                    state: if closing && !state.is_terminal() {
+                        "ending".into()
+                    } else {
+                        state.to_string()
+                    },
+                    action: action.into(),
+                });
+            }
+            r.state = match desired {
+                Desired::Pause => RunState::Paused,
+                Desired::Run => RunState::Running,
+                Desired::Cancel => RunState::Stopping,
             };
-            return Err(HubError::WrongState {
-                run: self.id.clone(),
-                state: state.to_string(),
-                action: action.into(),
-            });
+            hub.files.save_run(&r)?;
         }
-        let state = match desired {
-            Desired::Pause => RunState::Paused,
-            Desired::Run => RunState::Running,
-            Desired::Cancel => RunState::Stopping,
-        };
-        self.update(hub, |r| r.state = state)?;
         self.desired.send_replace(desired);
         self.wake.notify_one();
         Ok(())
@@ -268,8 +294,12 @@ impl Run {
     }
 
     pub(crate) async fn view(&self, now_ms: u64) -> RunView {
-        let stats = self.stats(now_ms).await;
-        RunView::new(&self.record(), stats, self.items_path.clone())
+        let record = self.record();
+        let stats = match &record.final_stats {
+            Some(s) if record.state.is_terminal() => s.clone(),
+            _ => self.stats(now_ms).await,
+        };
+        RunView::new(&record, stats, self.items_path.clone())
     }
 
     fn set_fatal(&self, reason: String) {
@@ -279,7 +309,9 @@ impl Run {
 
     /// The result of one of the run's requests.
     pub(crate) async fn on_result(&self, hub: &Shared, result: RunResult) {
-        let lease = u64::from_str_radix(&result.lease_id, 16).ok();
+        let lease = u64::from_str_radix(&result.lease_id, 16)
+            .ok()
+            .filter(|_| !self.closing.load(Ordering::SeqCst));
         let out = lease.and_then(|l| lock(&self.out).remove(&l).map(|o| (l, o)));
         let Some((lease, out)) = out else {
             self.counters.late.fetch_add(1, Ordering::Relaxed);
@@ -414,15 +446,42 @@ impl Run {
         self.wake.notify_one();
     }
 
-    /// Forgets requests out whose lease deadline passed (the frontier re-queues them).
-    fn prune_expired(&self, now_ms: u64) {
-        let mut out = lock(&self.out);
-        let before = out.len();
-        out.retain(|_, o| o.deadline_ms > now_ms);
-        let expired = before - out.len();
-        if expired > 0 {
-            tracing::debug!(run = %self.id, expired, "requests out past their lease deadline are dispatched again");
+    /// Requests out whose lease is about to expire with no result: acked `Retry`
+    /// (`lease_timeout`) just before the deadline, so that each silent dispatch uses up one of
+    /// the request's retries (after `max_retries` it fails) instead of being re-dispatched
+    /// forever. A result that comes later is late.
+    async fn expire_silent(&self, hub: &Shared, now_ms: u64) -> Result<(), String> {
+        let margin = (self.lease_timeout_ms / 10).clamp(1, 1_000);
+        let expired: Vec<(LeaseId, Outcome)> = {
+            let mut out = lock(&self.out);
+            let ids: Vec<u64> = out
+                .iter()
+                .filter(|(_, o)| o.deadline_ms.saturating_sub(margin) <= now_ms)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| out.remove(&id).map(|_| id))
+                .map(|id| {
+                    (
+                        LeaseId(id),
+                        Outcome::Retry {
+                            reason: "lease_timeout".into(),
+                        },
+                    )
+                })
+                .collect()
+        };
+        if expired.is_empty() {
+            return Ok(());
         }
+        tracing::debug!(run = %self.id, expired = expired.len(), "requests out with no result before their lease timeout are retried");
+        self.last_progress_ms
+            .store(hub.clock.now_ms(), Ordering::Relaxed);
+        self.frontier
+            .ack_many(expired)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("frontier: {e}"))
     }
 
     /// Waits for a result, a control change, `timeout`, or the hub stopping.
@@ -440,14 +499,20 @@ impl Run {
     async fn dispatch(&self, hub: &Shared) -> Result<End, String> {
         let (max_pending, stall_ms) = {
             let r = lock(&self.record);
-            (r.max_pending.max(1) as usize, r.stall_timeout_ms)
+            // A silent request is retried at its lease timeout; the stall timeout is about
+            // nothing coming back at all, so it is never shorter than that.
+            (
+                r.max_pending.max(1) as usize,
+                r.stall_timeout_ms.max(self.lease_timeout_ms + 1_000),
+            )
         };
         let max_pages = self.spider.spec.max_pages;
-        let deadline = self
-            .spider
-            .spec
-            .max_duration_ms
-            .map(|ms| lock(&self.record).started_ms.unwrap_or(0) + ms);
+        let deadline = self.spider.spec.max_duration_ms.map(|ms| {
+            lock(&self.record)
+                .started_ms
+                .unwrap_or(0)
+                .saturating_add(ms)
+        });
         loop {
             if *hub.stop.borrow() {
                 return Ok(End::HubStopping);
@@ -468,7 +533,7 @@ impl Run {
                 Desired::Run => {}
             }
             let now = hub.clock.now_ms();
-            self.prune_expired(now);
+            self.expire_silent(hub, now).await?;
             let success = self.success_before + self.counters.succeeded.load(Ordering::Relaxed);
             let out_now = lock(&self.out).len();
             if max_pages.is_some_and(|m| success >= m) || deadline.is_some_and(|d| now >= d) {
@@ -504,14 +569,16 @@ impl Run {
             if let Some(m) = max_pages {
                 room = room.min(m.saturating_sub(success + out_now as u64) as usize);
             }
-            let leases = if room > 0 {
-                self.frontier
-                    .lease(room)
-                    .await
-                    .map_err(|e| format!("frontier: {e}"))?
-            } else {
-                Vec::new()
-            };
+            if room == 0 {
+                // The last requests that count towards max_pages are out: wait for them.
+                self.wait(hub, Duration::from_millis(200)).await;
+                continue;
+            }
+            let leases = self
+                .frontier
+                .lease(room)
+                .await
+                .map_err(|e| format!("frontier: {e}"))?;
             if leases.is_empty() {
                 if out_now == 0 {
                     let next = self
@@ -683,6 +750,10 @@ impl Run {
 
     /// Records the end, tells the agents to release the downloader, syncs and closes.
     async fn finish(&self, hub: &Shared, end: End) {
+        if !matches!(end, End::HubStopping) {
+            self.closing.store(true, Ordering::SeqCst);
+            lock(&self.out).clear();
+        }
         let now = hub.clock.now_ms();
         let (state, reason) = match &end {
             End::Succeeded => (RunState::Succeeded, None),
@@ -727,7 +798,6 @@ impl Run {
         if let Err(e) = self.frontier.close().await {
             tracing::warn!(run = %self.id, error = %e, "frontier close failed");
         }
-        self.done.send_replace(true);
     }
 }
 
@@ -790,10 +860,15 @@ fn classify(
 
 /// Drives a run until it ends, then records the end.
 pub(crate) async fn drive(hub: Arc<Shared>, run: Arc<Run>) {
-    let end = match run.dispatch(&hub).await {
-        Ok(end) => end,
-        Err(reason) => End::Failed(reason),
+    // The loop runs in its own task so that a bug (a panic) in it still ends the run as
+    // failed and wakes whoever waits for it.
+    let (h, r) = (hub.clone(), run.clone());
+    let end = match tokio::spawn(async move { r.dispatch(&h).await }).await {
+        Ok(Ok(end)) => end,
+        Ok(Err(reason)) => End::Failed(reason),
+        Err(e) => End::Failed(format!("internal error in the run's dispatch loop: {e}")),
     };
     run.finish(&hub, end).await;
     hub.run_finished(&run);
+    run.done.send_replace(true);
 }

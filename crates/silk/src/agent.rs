@@ -57,6 +57,19 @@ pub(crate) fn parse_bus_url(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
+/// The bus URL for people and logs: a user name, password or token in it is replaced by `***`.
+pub(crate) fn redact(bus: &str) -> String {
+    match url::Url::parse(bus) {
+        Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
+            let _ = url.set_username("***");
+            let _ = url.set_password(None);
+            url.to_string()
+        }
+        Ok(_) => bus.to_owned(),
+        Err(_) => "(invalid bus URL)".to_owned(),
+    }
+}
+
 /// Parses label arguments: each is comma-separated `KEY=VALUE` or `KEY` (value "").
 fn parse_labels(args: &[String]) -> Result<BTreeMap<String, String>, String> {
     let mut labels = BTreeMap::new();
@@ -136,14 +149,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if connected {
-        println!("agent {} connected to {}", handle.id(), args.bus);
+        println!("agent {} connected to {}", handle.id(), redact(&args.bus));
     } else {
         println!(
             "agent {} started; waiting for the bus at {} (retrying in the background)",
             handle.id(),
-            args.bus
+            redact(&args.bus)
         );
-        tracing::warn!(bus = %args.bus, "the bus is not reachable yet; the agent keeps retrying");
+        tracing::warn!(bus = %redact(&args.bus), "the bus is not reachable yet; the agent keeps retrying");
     }
 
     tokio::select! {
@@ -176,7 +189,7 @@ pub(crate) async fn connect(url: &str, namespace: &str) -> Result<NatsBus, BusEr
         match NatsBus::connect(url, BusConfig::with_namespace(namespace)).await {
             Ok(bus) => return Ok(bus),
             Err(e) if e.is_retryable() => {
-                tracing::warn!(bus = url, error = %e, retry_in = ?wait, "cannot connect to the bus; retrying");
+                tracing::warn!(bus = %redact(url), error = %e, retry_in = ?wait, "cannot connect to the bus; retrying");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(30));
             }
@@ -200,6 +213,16 @@ mod tests {
         assert_eq!(labels, expected);
         assert!(parse_labels(&["=x".into()]).is_err());
         assert!(parse_labels(&[",,".into()]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn credentials_never_reach_the_output() {
+        assert_eq!(
+            redact("nats://u:secret@127.0.0.1:4222"),
+            "nats://***@127.0.0.1:4222"
+        );
+        assert_eq!(redact("nats://tok3n@host:4222"), "nats://***@host:4222");
+        assert_eq!(redact("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
     }
 
     #[test]

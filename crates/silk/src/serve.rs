@@ -3,7 +3,7 @@
 //! until Ctrl-C or SIGTERM, then stop the hub (running runs stay running on disk and resume
 //! at the next start).
 
-use crate::agent::{connect, parse_bus_url};
+use crate::agent::{connect, parse_bus_url, redact};
 use anyhow::Context;
 use clap::Args;
 use silk_agent::{Agent, AgentConfig, AgentHandle};
@@ -120,7 +120,9 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
     };
     println!(
         "silk hub: API on http://{}, bus {} (namespace {})",
-        args.listen, args.bus, args.namespace
+        args.listen,
+        redact(&args.bus),
+        args.namespace
     );
     serve(hub, listener, Vec::new()).await
 }
