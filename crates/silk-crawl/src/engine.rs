@@ -169,6 +169,13 @@ impl HostGate {
             }
         };
         tokio::time::sleep_until(start.into()).await;
+        // A task can wake late (a loaded machine): the next send on the host must then wait
+        // a whole delay after this one actually goes, not after its planned slot.
+        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let key = req.host_key();
+        if let Some((next, delay)) = hosts.get_mut(key.as_str()) {
+            *next = (*next).max(Instant::now() + *delay);
+        }
     }
 }
 
