@@ -315,7 +315,7 @@ impl Shared {
                     _ => None,
                 };
                 match run {
-                    Some(run) => run.on_result(self, result.clone()).await,
+                    Some(run) => run.on_result(self, result).await,
                     None => {
                         tracing::debug!(run = %result.run, "result of a run that is not active here ignored")
                     }

@@ -308,7 +308,7 @@ impl Run {
     }
 
     /// The result of one of the run's requests.
-    pub(crate) async fn on_result(&self, hub: &Shared, result: RunResult) {
+    pub(crate) async fn on_result(&self, hub: &Shared, result: &RunResult) {
         let lease = u64::from_str_radix(&result.lease_id, 16)
             .ok()
             .filter(|_| !self.closing.load(Ordering::SeqCst));
@@ -347,7 +347,7 @@ impl Run {
             self.set_fatal(reason);
             return;
         }
-        if let (Some(delay), Ok(key)) = (o.crawl_delay_ms, out_host(&out.request)) {
+        if let (Some(delay), Some(key)) = (o.crawl_delay_ms, out_host(&out.request)) {
             let new = lock(&self.delays).insert(key.clone());
             if new && let Err(e) = self.frontier.set_host_delay(&key, delay).await {
                 tracing::warn!(run = %self.id, host = %key, error = %e, "crawl-delay not recorded");
@@ -802,9 +802,8 @@ impl Run {
 }
 
 /// The politeness key of a request, as the frontier keys hosts.
-fn out_host(req: &Request) -> Result<String, ()> {
-    let key = req.host_key();
-    if key.is_empty() { Err(()) } else { Ok(key) }
+fn out_host(req: &Request) -> Option<String> {
+    Some(req.host_key()).filter(|k| !k.is_empty())
 }
 
 /// The `allocate` config of a run: its downloader settings with the spider.

@@ -285,7 +285,10 @@ fn excerpt(body: &[u8]) -> String {
 }
 
 // ------------------------------------------------------------------------------------------
-// What the API answers (lenient: unknown fields ignored, missing ones default).
+// What the API answers (lenient: unknown fields ignored, missing ones default). The counters
+// are the hub's own type (`silk_hub::RunStats`, every field defaulted).
+
+pub use silk_hub::RunStats;
 
 /// One run (`GET /api/v1/runs/{id}`).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -316,27 +319,6 @@ pub struct RunView {
     pub items_path: Option<String>,
     /// The counters.
     pub stats: RunStats,
-}
-
-/// A run's counters.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
-pub struct RunStats {
-    pub total: u64,
-    pub left: u64,
-    pub in_flight: u64,
-    pub pending: u64,
-    pub success: u64,
-    pub failed: u64,
-    pub dropped: u64,
-    pub duplicates: u64,
-    pub retries: u64,
-    pub items: u64,
-    pub bytes: u64,
-    pub pages_per_s: f64,
-    pub sent: u64,
-    pub returned: u64,
-    pub late_results: u64,
 }
 
 impl RunView {
