@@ -118,7 +118,27 @@ struct Shared {
 /// slot (`max(now, previous + delay)`) and waits for it. With no delay it costs nothing.
 struct HostGate {
     default_delay: Duration,
-    hosts: std::sync::Mutex<std::collections::HashMap<String, (Instant, Duration)>>,
+    hosts: std::sync::Mutex<std::collections::HashMap<String, HostSlot>>,
+}
+
+/// One host's send schedule.
+struct HostSlot {
+    /// The next free slot.
+    next: Instant,
+    /// The host's delay.
+    delay: Duration,
+    /// When a send last actually went.
+    last_sent: Option<Instant>,
+}
+
+impl HostSlot {
+    fn new(next: Instant, delay: Duration) -> Self {
+        Self {
+            next,
+            delay,
+            last_sent: None,
+        }
+    }
 }
 
 impl HostGate {
@@ -135,46 +155,56 @@ impl HostGate {
         let now = Instant::now();
         let slot = hosts
             .entry(host.to_owned())
-            .or_insert((now, self.default_delay));
-        slot.1 = slot.1.max(delay);
+            .or_insert_with(|| HostSlot::new(now, self.default_delay));
+        slot.delay = slot.delay.max(delay);
     }
 
-    /// Waits until `req` may be sent to its host.
+    /// Waits until `req` may be sent to its host: its reserved slot, and then at least the
+    /// host's delay after the send before it actually went (a task that woke late on a loaded
+    /// machine pushes the sends after it back instead of crowding them).
     async fn wait(&self, req: &Request) {
+        let key = req.host_key();
         let start = {
             let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
             if self.default_delay.is_zero() && hosts.is_empty() {
                 return;
             }
-            let key = req.host_key();
-            let host = key.as_str();
             let now = Instant::now();
-            match hosts.get_mut(host) {
-                Some((next, delay)) => {
-                    if delay.is_zero() {
+            match hosts.get_mut(key.as_str()) {
+                Some(slot) => {
+                    if slot.delay.is_zero() {
                         return;
                     }
-                    let start = (*next).max(now);
-                    *next = start + *delay;
+                    let start = slot.next.max(now);
+                    slot.next = start + slot.delay;
                     start
                 }
                 None if self.default_delay.is_zero() => return,
                 None => {
                     hosts.insert(
-                        host.to_owned(),
-                        (now + self.default_delay, self.default_delay),
+                        key.clone(),
+                        HostSlot::new(now + self.default_delay, self.default_delay),
                     );
                     now
                 }
             }
         };
-        tokio::time::sleep_until(start.into()).await;
-        // A task can wake late (a loaded machine): the next send on the host must then wait
-        // a whole delay after this one actually goes, not after its planned slot.
-        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
-        let key = req.host_key();
-        if let Some((next, delay)) = hosts.get_mut(key.as_str()) {
-            *next = (*next).max(Instant::now() + *delay);
+        let mut until = start;
+        loop {
+            tokio::time::sleep_until(until.into()).await;
+            let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(slot) = hosts.get_mut(key.as_str()) else {
+                return;
+            };
+            let now = Instant::now();
+            match slot.last_sent {
+                Some(last) if now < last + slot.delay => until = last + slot.delay,
+                _ => {
+                    slot.last_sent = Some(now);
+                    slot.next = slot.next.max(now + slot.delay);
+                    return;
+                }
+            }
         }
     }
 }
