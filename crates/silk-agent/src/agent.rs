@@ -1,6 +1,6 @@
 //! The agent process: [`Agent::start`] and its [`AgentHandle`].
 //!
-//! Three tasks run under a supervisor, independent of each other so that a bus outage in one
+//! Four tasks run under a supervisor, independent of each other so that a bus outage in one
 //! never blocks another:
 //! - **presence**: one `Register` (retried forever with back-off while the bus is down),
 //!   then a `Heartbeat` every `heartbeat_interval_ms` (CPU %, memory, active downloaders,
@@ -14,10 +14,19 @@
 //!   agent does not stop again). Stale envelopes never get here: the bus drops them when
 //!   read.
 //! - **sweeper**: releases downloaders idle for longer than `downloader_idle_ms`.
+//! - **run logs**: publishes the runs' log lines (`runlog`) in `log` batches on `logs`, a
+//!   run's lines as soon as `log_batch_lines` of them wait and every `log_flush_ms` anyway;
+//!   on shutdown, once the other tasks are done, what is left (within
+//!   `shutdown_grace_ms`).
 //!
-//! A result publish is tried `result_publish_retries + 1` times (the same envelope, so a
-//! JetStream de-duplicates a retry whose first attempt was stored), then dropped and logged:
-//! the hub's lease expires and it re-dispatches the request.
+//! Every publish of a result, an allocation reply or a log batch goes through one path
+//! ([`Shared::publish_retried`]): tried `result_publish_retries + 1` times with back-off
+//! (the same envelope, so a JetStream de-duplicates a retry whose first attempt was stored),
+//! then dropped and logged. A dropped result's lease expires at the hub, which re-dispatches
+//! the request; a dropped log batch is reported by its run's next batch (`N log lines
+//! dropped`); a message too large for the bus is a result sent again without its body, or
+//! a log batch split in two. Each request's outcome is written to its run's log before its
+//! result is published.
 //!
 //! Every `allocate` is answered with an [`AllocationReply`] on `allocations` (allocation is
 //! synchronous at run start: the hub waits for it): `ok` once the downloader is built (for
@@ -37,18 +46,20 @@
 use crate::config::{AgentConfig, durable_name, ensure_data_dir, resolve_id};
 use crate::error::AgentError;
 use crate::registry::{Allocated, Missing, Registry};
+use crate::runlog::{Events, LogQueue, LogSettings, OutBatch};
 use crate::stats::{AgentCounters, AgentEvent, AgentStats, QpsWindow};
 use crate::system::Probe;
 use silk_bus::{
-    AllocationReply, Bus, BusError, Command, Delivery, FetchOutcome, Heartbeat, LeasedRequest,
-    Message, Register, ResultError, RetryPolicy, RunResult, Subject, SubscribeOpts, TtlPolicy,
+    AllocationReply, Bus, BusError, Command, Delivery, Envelope, FetchOutcome, Heartbeat,
+    LeasedRequest, Message, Register, ResultError, RetryPolicy, RunResult, Subject, SubscribeOpts,
+    TtlPolicy,
 };
 use silk_core::{AgentId, Clock, RunId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::sync::{Semaphore, broadcast, oneshot, watch};
 use tokio::task::JoinSet;
 
 /// Starts agents. See the module doc for what a running agent does.
@@ -66,7 +77,7 @@ struct Shared {
     permits: Arc<Semaphore>,
     counters: AgentCounters,
     qps: QpsWindow,
-    events: broadcast::Sender<AgentEvent>,
+    events: Events,
     stop: watch::Sender<bool>,
 }
 
@@ -125,6 +136,17 @@ impl Agent {
         let id = resolve_id(&config)?;
         let subject = Subject::agent_commands(&id)?;
         let (events, _) = broadcast::channel(1_024);
+        let logs = LogQueue::new(
+            id.clone(),
+            LogSettings {
+                queue_lines: config.log_queue_lines,
+                batch_lines: config.log_batch_lines,
+                line_max_bytes: config.log_line_max_bytes,
+                min_level: config.log_level,
+            },
+            clock.clone(),
+        );
+        let events = Events::new(events, Arc::new(logs));
         let (stop, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             ttl: TtlPolicy {
@@ -198,6 +220,8 @@ impl AgentHandle {
             results_published: c.results_published.load(Ordering::Relaxed),
             results_dropped: c.results_dropped.load(Ordering::Relaxed),
             bytes_saved: c.bytes_saved.load(Ordering::Relaxed),
+            log_batches_published: s.events.logs().batches_published.load(Ordering::Relaxed),
+            log_lines_dropped: s.events.logs().lines_dropped.load(Ordering::Relaxed),
             qps: s.qps.qps(s.clock.now_ms()),
             runs: s.registry.stats(),
         }
@@ -245,8 +269,11 @@ impl Drop for AgentHandle {
     }
 }
 
-/// Runs the agent's tasks until it is told to stop, then waits for them.
+/// Runs the agent's tasks until it is told to stop, then waits for them; the run logs last,
+/// so that they get the lines of the requests that finished while stopping.
 async fn supervise(shared: Arc<Shared>, subject: Subject, done: watch::Sender<bool>) {
+    let (finish_logs, logs_finish) = oneshot::channel();
+    let mut logs = tokio::spawn(log_loop(shared.clone(), logs_finish));
     let presence = tokio::spawn(presence_loop(shared.clone()));
     let sweeper = tokio::spawn(sweep_loop(shared.clone()));
     let commands = tokio::spawn(command_loop(shared.clone(), subject));
@@ -260,13 +287,25 @@ async fn supervise(shared: Arc<Shared>, subject: Subject, done: watch::Sender<bo
             shared.request_stop();
         }
     }
+    let _ = finish_logs.send(());
+    let grace = Duration::from_millis(shared.config.shutdown_grace_ms);
+    match tokio::time::timeout(grace, &mut logs).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::error!(agent = %shared.id, task = "run logs", error = %e, "agent task failed");
+        }
+        Err(_) => {
+            tracing::warn!(agent = %shared.id, "run log lines not published within the shutdown grace period were abandoned");
+            logs.abort();
+        }
+    }
     tracing::info!(agent = %shared.id, "agent stopped");
     done.send_replace(true);
 }
 
 impl Shared {
     fn emit(&self, event: AgentEvent) {
-        let _ = self.events.send(event);
+        self.events.emit(event);
     }
 
     fn request_stop(&self) {
@@ -342,6 +381,7 @@ impl Shared {
     async fn fetch_one(self: Arc<Self>, run: RunId, leased: LeasedRequest, received: Instant) {
         let mut outcome = self.outcome(&run, &leased).await;
         outcome.timings.total_ms = received.elapsed().as_millis() as u64;
+        self.events.outcome(&run, &leased.request.url, &outcome);
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         self.counters
             .bytes_saved
@@ -413,18 +453,10 @@ impl Shared {
         // One envelope for every attempt (one id; the reply is not stored, so nothing is
         // de-duplicated, but a hub reading it twice sees the same message).
         let envelope = self.ttl.envelope(reply, self.clock.now_ms());
-        let subject = Subject::allocations();
-        let retry = RetryPolicy {
-            retries: self.config.result_publish_retries,
-            backoff_initial_ms: self.config.backoff_initial_ms,
-            backoff_max_ms: self.config.backoff_max_ms,
-        };
-        let published = retry
-            .run("publish", subject.as_str(), || {
-                self.bus.publish(&subject, &envelope)
-            })
-            .await;
-        match published {
+        match self
+            .publish_retried(&Subject::allocations(), &envelope)
+            .await
+        {
             Ok(()) => {
                 tracing::info!(run = %run, ok, "allocation reply sent");
                 self.emit(AgentEvent::AllocationReplied { run, ok });
@@ -440,16 +472,39 @@ impl Shared {
         }
     }
 
-    /// Publishes a result, retrying `result_publish_retries` times, then drops it.
+    /// Publishes `envelope`, trying `result_publish_retries` more times with back-off after a
+    /// retryable failure (each try is itself retried by the bus); the error after the last
+    /// try, or a permanent one at once. The one publish path of results, allocation replies
+    /// and log batches.
+    async fn publish_retried(
+        &self,
+        subject: &Subject,
+        envelope: &Envelope,
+    ) -> Result<(), BusError> {
+        let retry = RetryPolicy {
+            retries: self.config.result_publish_retries,
+            backoff_initial_ms: self.config.backoff_initial_ms,
+            backoff_max_ms: self.config.backoff_max_ms,
+        };
+        retry
+            .run("publish", subject.as_str(), || {
+                self.bus.publish(subject, envelope)
+            })
+            .await
+    }
+
+    /// Publishes a result (see [`Shared::publish_retried`]), without its body if it is too
+    /// large for the bus; drops it when that fails.
     async fn publish_result(&self, mut result: RunResult) {
         let subject = Subject::results();
-        let mut envelope = self.ttl.envelope(result.clone(), self.clock.now_ms());
-        let attempts = self.config.result_publish_retries.saturating_add(1);
-        let mut backoff = Backoff::new(&self.config);
-        let mut attempt = 0;
         loop {
-            attempt += 1;
-            let error = match self.bus.publish(&subject, &envelope).await {
+            let envelope = self.ttl.envelope(result, self.clock.now_ms());
+            let published = self.publish_retried(&subject, &envelope).await;
+            let Message::Result(back) = envelope.body else {
+                return;
+            };
+            result = back;
+            let error = match published {
                 Ok(()) => {
                     self.counters
                         .results_published
@@ -465,16 +520,9 @@ impl Shared {
             if matches!(error, BusError::TooLarge { .. }) && result.outcome.body.is_some() {
                 tracing::warn!(run = %result.run, lease = %result.lease_id, error = %error, "result too large for the bus: sent without its body");
                 result.outcome.body = None;
-                envelope = self.ttl.envelope(result.clone(), self.clock.now_ms());
-                attempt -= 1;
                 continue;
             }
-            if error.is_retryable() && attempt < attempts {
-                tracing::debug!(run = %result.run, lease = %result.lease_id, attempt, error = %error, "result publish failed, retrying");
-                tokio::time::sleep(backoff.next()).await;
-                continue;
-            }
-            tracing::warn!(run = %result.run, lease = %result.lease_id, attempts = attempt, error = %error, "result dropped: the hub's lease will expire and the request be dispatched again");
+            tracing::warn!(run = %result.run, lease = %result.lease_id, error = %error, "result dropped: the hub's lease will expire and the request be dispatched again");
             self.counters
                 .results_dropped
                 .fetch_add(1, Ordering::Relaxed);
@@ -484,6 +532,40 @@ impl Shared {
                 error: error.to_string(),
             });
             return;
+        }
+    }
+
+    /// Publishes run log batches (see [`Shared::publish_retried`]); a batch too large for the
+    /// bus is split in two; a batch that cannot be published is dropped, and its run's next
+    /// batch says so.
+    async fn publish_logs(&self, batches: Vec<OutBatch>) {
+        let subject = Subject::logs();
+        let logs = self.events.logs();
+        // A stack, so that the halves of a split batch go first, in order.
+        let mut todo: Vec<OutBatch> = batches.into_iter().rev().collect();
+        while let Some(out) = todo.pop() {
+            let OutBatch { batch, carried } = out;
+            let envelope = self.ttl.envelope(batch, self.clock.now_ms());
+            let published = self.publish_retried(&subject, &envelope).await;
+            let Message::Log(batch) = envelope.body else {
+                continue;
+            };
+            let out = OutBatch { batch, carried };
+            match published {
+                Ok(()) => {
+                    logs.batches_published.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(BusError::TooLarge { .. }) if out.batch.lines.len() > 1 => {
+                    if let Some((first, second)) = out.split() {
+                        todo.push(second);
+                        todo.push(first);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(run = %out.batch.run, lines = out.run_lines(), error = %e, "run log batch dropped: its run's next batch says so");
+                    logs.lost(&out);
+                }
+            }
         }
     }
 }
@@ -600,6 +682,25 @@ async fn presence_loop(shared: Arc<Shared>) {
             () = tokio::time::sleep_until(next) => {}
         }
     }
+}
+
+/// Publishes the run logs: a run's batch as soon as it is full, every run's lines every
+/// `log_flush_ms`; when `finish` fires (the other tasks are done), what is left.
+async fn log_loop(shared: Arc<Shared>, mut finish: oneshot::Receiver<()>) {
+    let logs = shared.events.logs().clone();
+    let period = Duration::from_millis(shared.config.log_flush_ms);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let batches = tokio::select! {
+            biased;
+            _ = &mut finish => break,
+            () = logs.batch_ready() => logs.take(false),
+            _ = tick.tick() => logs.take(true),
+        };
+        shared.publish_logs(batches).await;
+    }
+    shared.publish_logs(logs.take(true)).await;
 }
 
 /// Releases idle downloaders every `idle_check_ms` until the agent stops.

@@ -12,7 +12,7 @@
 use crate::error::AgentError;
 use crate::store::write_atomic;
 use serde::{Deserialize, Serialize};
-use silk_bus::Subject;
+use silk_bus::{LogLevel, Subject};
 use silk_core::AgentId;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,8 @@ pub struct AgentConfig {
     pub idle_check_ms: u64,
     /// Publishes of one result after the first failed one (each is itself retried by the
     /// bus's own retry policy); then the result is dropped and logged, and the hub's lease
-    /// expires and re-dispatches the request.
+    /// expires and re-dispatches the request. Allocation replies and run log batches are
+    /// retried as many times, then dropped.
     pub result_publish_retries: u32,
     /// First wait after a failed registration, heartbeat, subscription or result publish;
     /// doubled after each further failure.
@@ -56,6 +57,19 @@ pub struct AgentConfig {
     pub shutdown_grace_ms: u64,
     /// The version sent with the registration.
     pub version: String,
+    /// Run log lines waiting to be published, all runs together; a line written while the
+    /// queue is full is dropped and counted, and its run's next batch says how many were.
+    pub log_queue_lines: usize,
+    /// A run's log lines are published as soon as this many wait (one bus message)…
+    pub log_batch_lines: usize,
+    /// …and at least this often.
+    pub log_flush_ms: u64,
+    /// Longest run log line (bytes of its message); a longer one is cut at a character
+    /// boundary and marked `… [truncated]`. At least 64.
+    pub log_line_max_bytes: usize,
+    /// Run log lines below this level (`trace`, `debug`, `info`, `warn`, `error`) are not
+    /// sent.
+    pub log_level: LogLevel,
 }
 
 impl Default for AgentConfig {
@@ -74,6 +88,11 @@ impl Default for AgentConfig {
             qps_window_ms: 10_000,
             shutdown_grace_ms: 10_000,
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            log_queue_lines: 10_000,
+            log_batch_lines: 200,
+            log_flush_ms: 250,
+            log_line_max_bytes: 4_096,
+            log_level: LogLevel::Debug,
         }
     }
 }
@@ -97,6 +116,9 @@ impl AgentConfig {
             ("idle_check_ms", self.idle_check_ms),
             ("backoff_initial_ms", self.backoff_initial_ms),
             ("qps_window_ms", self.qps_window_ms),
+            ("log_queue_lines", self.log_queue_lines as u64),
+            ("log_batch_lines", self.log_batch_lines as u64),
+            ("log_flush_ms", self.log_flush_ms),
         ];
         for (key, value) in positive {
             if value == 0 {
@@ -112,11 +134,15 @@ impl AgentConfig {
             ("backoff_max_ms", self.backoff_max_ms),
             ("qps_window_ms", self.qps_window_ms),
             ("shutdown_grace_ms", self.shutdown_grace_ms),
+            ("log_flush_ms", self.log_flush_ms),
         ];
         for (key, value) in bounded {
             if value > MAX_MS {
                 p.push(format!("{key}: at most {MAX_MS} (30 days)"));
             }
+        }
+        if self.log_line_max_bytes < 64 {
+            p.push("log_line_max_bytes: must be at least 64".into());
         }
         if self.backoff_max_ms < self.backoff_initial_ms {
             p.push("backoff_max_ms: must not be less than backoff_initial_ms".into());
@@ -278,10 +304,12 @@ mod tests {
             backoff_initial_ms: 10,
             backoff_max_ms: 5,
             id: Some(AgentId::new("a b")),
+            log_queue_lines: 0,
+            log_line_max_bytes: 10,
             ..AgentConfig::default()
         };
         let p = config.problems();
-        assert_eq!(p.len(), 4, "{p:?}");
+        assert_eq!(p.len(), 6, "{p:?}");
         assert!(AgentConfig::default().problems().is_empty());
     }
 

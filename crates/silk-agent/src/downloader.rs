@@ -18,6 +18,11 @@
 //! spider's `retry_statuses`); `proxy_banned` (retryable); `too_many_redirects`,
 //! `invalid_redirect`, `robots_disallowed` (permanent); `robots_unavailable` (retryable).
 //!
+//! What happens to a run is written to its run log (`runlog`): proxy switches, redials,
+//! provider runs and refreshes, redirects dropped off the allowed domains, trimming rules
+//! that failed on a page and pages no rule matched (each request's outcome is written by the
+//! agent, which sees every outcome).
+//!
 //! What it must not do: retry (the hub's frontier owns back-off), decide dedup or
 //! politeness across agents, or let one run's state (cookies, bans, pauses for a redial)
 //! touch another run.
@@ -25,9 +30,10 @@
 use crate::command::run_command;
 use crate::downloader_config::{CompiledConfig, parse_proxy_lines};
 use crate::error::AgentError;
+use crate::runlog::Events;
 use crate::stats::{AgentEvent, RunCounters};
 use base64::Engine as _;
-use silk_bus::{BodyEncoding, FetchOutcome, ResultBody, ResultError};
+use silk_bus::{BodyEncoding, FetchOutcome, LogLevel, ResultBody, ResultError};
 use silk_core::{Clock, Request, RunId};
 use silk_fetch::robots::{RobotsCache, RobotsVerdict};
 use silk_fetch::{FetchError, Fetcher, Response, Retry, Wants, decode_html_cow};
@@ -35,7 +41,6 @@ use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use tokio::sync::broadcast;
 use url::Url;
 
 /// What one fetch goes through: replaced as a whole when a provider gives new proxies.
@@ -85,7 +90,7 @@ pub(crate) struct Downloader {
     epoch: AtomicU64,
     limiter: Option<RateLimiter>,
     counters: Arc<RunCounters>,
-    events: broadcast::Sender<AgentEvent>,
+    events: Events,
     clock: Arc<dyn Clock>,
 }
 
@@ -115,7 +120,7 @@ impl Downloader {
         run: RunId,
         cfg: Arc<CompiledConfig>,
         counters: Arc<RunCounters>,
-        events: broadcast::Sender<AgentEvent>,
+        events: Events,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, AgentError> {
         let fetcher = match (&cfg.provider, &cfg.fetcher) {
@@ -150,7 +155,12 @@ impl Downloader {
     }
 
     fn emit(&self, event: AgentEvent) {
-        let _ = self.events.send(event);
+        self.events.emit(event);
+    }
+
+    /// How many proxies the run rotates through now (0: direct).
+    pub(crate) fn proxies(&self) -> usize {
+        self.session().fetcher.proxies().len()
     }
 
     /// Fetches and parses one request. Never fails: every problem is an outcome with an
@@ -301,7 +311,12 @@ impl Downloader {
                     let session = new_session(fetcher, &self.cfg, &self.clock);
                     *self.session.write().unwrap_or_else(|p| p.into_inner()) = session;
                 }
-                Err(e) => tracing::warn!(run = %self.run, error = %e, "proxy refresh failed"),
+                Err(e) => {
+                    tracing::warn!(run = %self.run, error = %e, "proxy refresh failed");
+                    self.events.log(&self.run, LogLevel::Warn, || {
+                        format!("proxy refresh failed (the proxies stay out of rotation): {e}")
+                    });
+                }
             }
         }
         if let Some(redial) = &self.cfg.redial {
@@ -390,6 +405,12 @@ impl Downloader {
                 Err(e) => with_error("invalid_redirect", format!("{}: {e}", req.url), false),
                 Ok(next) if !spider.canonical_host_allowed(&next.url) => {
                     tracing::debug!(run = %self.run, from = %req.url, to = %next.url, "redirect off the allowed domains dropped");
+                    self.events.log(&self.run, LogLevel::Debug, || {
+                        format!(
+                            "{}: redirect to {} dropped: not on the allowed domains (status {status})",
+                            req.url, next.url
+                        )
+                    });
                     out
                 }
                 Ok(next) => {
@@ -434,8 +455,19 @@ impl Downloader {
         if let Some(trimmer) = trim {
             let text = decode_html_cow(&resp.body, content_type);
             let trimmed = trimmer.apply(&text);
+            for problem in &trimmed.problems {
+                self.events.log(&self.run, LogLevel::Warn, || {
+                    format!("{}: trimming: {problem}", req.url)
+                });
+            }
             if trimmed.missed {
                 self.counters.trim_misses.fetch_add(1, Ordering::Relaxed);
+                self.events.log(&self.run, LogLevel::Info, || {
+                    format!(
+                        "{}: trimming: no rule matched; the trimmed body is empty",
+                        req.url
+                    )
+                });
             }
             out.bytes_saved = (resp.body.len() as u64).saturating_sub(trimmed.text.len() as u64);
             if cfg.parse_trimmed {
@@ -489,7 +521,7 @@ impl Downloader {
 async fn provider_fetcher(
     run: &RunId,
     cfg: &CompiledConfig,
-    events: &broadcast::Sender<AgentEvent>,
+    events: &Events,
 ) -> Result<Fetcher, AgentError> {
     let Some((spec, timeout_ms)) = &cfg.provider else {
         return Fetcher::new(cfg.fetch.clone()).map_err(|e| AgentError::InvalidConfig {
@@ -510,7 +542,7 @@ async fn provider_fetcher(
     fetch.proxies = proxies;
     let fetcher = Fetcher::new(fetch).map_err(|e| fail(e.to_string()))?;
     tracing::info!(run = %run, count, "proxies from the provider");
-    let _ = events.send(AgentEvent::ProxiesRefreshed {
+    events.emit(AgentEvent::ProxiesRefreshed {
         run: run.clone(),
         count,
     });

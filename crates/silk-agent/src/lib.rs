@@ -13,6 +13,8 @@
 //!   trimming, parsing); `trim`: trimming rules; `command`: provider and redial commands.
 //! - `registry` and `store`: the allocations in memory and in `{data_dir}/allocations.json`.
 //! - `system`: CPU, memory, host name (`sysinfo`); [`stats`]: counters, QPS, events.
+//! - `runlog`: each run's log lines (events, failed requests, trimming problems), queued
+//!   without blocking and published in `log` batches on the bus's `logs` subject.
 //!
 //! **API boundary:** the hub talks to agents only through `silk-bus` messages; this crate
 //! exposes nothing to the hub but what it publishes. **Invariant:** nothing a run sends
@@ -25,6 +27,7 @@ mod downloader;
 pub mod downloader_config;
 pub mod error;
 mod registry;
+mod runlog;
 pub mod stats;
 mod store;
 mod system;

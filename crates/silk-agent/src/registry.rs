@@ -13,6 +13,7 @@
 use crate::downloader::Downloader;
 use crate::downloader_config::{CompiledConfig, DownloaderConfig};
 use crate::error::AgentError;
+use crate::runlog::Events;
 use crate::stats::{AgentEvent, ReleaseReason, RunCounters, RunStats};
 use crate::store::{AllocationStore, StoredAllocation};
 use silk_core::{Clock, RunId};
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{OnceCell, broadcast};
+use tokio::sync::OnceCell;
 
 /// One run's downloader on this agent.
 pub(crate) struct Allocation {
@@ -59,20 +60,30 @@ impl Allocation {
     /// The downloader, built on first use (a failure is returned and tried again next time).
     pub(crate) async fn downloader(
         &self,
-        events: &broadcast::Sender<AgentEvent>,
+        events: &Events,
         clock: &Arc<dyn Clock>,
     ) -> Result<Arc<Downloader>, AgentError> {
         self.downloader
             .get_or_try_init(|| async {
-                Downloader::build(
+                let built = Downloader::build(
                     self.run.clone(),
                     self.compiled.clone(),
                     self.counters.clone(),
                     events.clone(),
                     clock.clone(),
                 )
-                .await
-                .map(Arc::new)
+                .await;
+                match &built {
+                    Ok(d) => events.emit(AgentEvent::DownloaderBuilt {
+                        run: self.run.clone(),
+                        proxies: d.proxies(),
+                    }),
+                    Err(e) => events.emit(AgentEvent::DownloaderFailed {
+                        run: self.run.clone(),
+                        error: e.to_string(),
+                    }),
+                }
+                built.map(Arc::new)
             })
             .await
             .cloned()
@@ -122,7 +133,7 @@ pub(crate) struct Registry {
     refused: Mutex<HashMap<RunId, String>>,
     store: AllocationStore,
     clock: Arc<dyn Clock>,
-    events: broadcast::Sender<AgentEvent>,
+    events: Events,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -134,11 +145,7 @@ fn compile(run: &RunId, raw: &serde_json::Value) -> Result<CompiledConfig, Agent
 }
 
 impl Registry {
-    pub(crate) fn new(
-        data_dir: &Path,
-        clock: Arc<dyn Clock>,
-        events: broadcast::Sender<AgentEvent>,
-    ) -> Self {
+    pub(crate) fn new(data_dir: &Path, clock: Arc<dyn Clock>, events: Events) -> Self {
         Self {
             runs: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
@@ -149,7 +156,7 @@ impl Registry {
     }
 
     fn emit(&self, event: AgentEvent) {
-        let _ = self.events.send(event);
+        self.events.emit(event);
     }
 
     /// Loads the allocations file (downloaders are built on first use). Entries that no

@@ -4,7 +4,7 @@
 //!
 //! Counters are relaxed atomics: they are for people and heartbeats, not for decisions.
 //! Events are broadcast: a receiver that falls behind loses the oldest ones (never blocks
-//! the agent).
+//! the agent). Every run-scoped event also becomes a line of its run's log (`runlog`).
 
 use silk_core::RunId;
 use std::collections::{BTreeMap, VecDeque};
@@ -49,6 +49,21 @@ pub enum AgentEvent {
         reloaded: bool,
         /// It existed already: a repeated `allocate` kept it.
         existing: bool,
+    },
+    /// A run's downloader was built (at its `allocate`, or at its first download).
+    DownloaderBuilt {
+        /// The run.
+        run: RunId,
+        /// How many proxies it rotates through (0: direct).
+        proxies: usize,
+    },
+    /// A run's downloader could not be built (its proxy provider failed); its next download
+    /// tries again.
+    DownloaderFailed {
+        /// The run.
+        run: RunId,
+        /// Why.
+        error: String,
     },
     /// An `allocate` had a bad config (or a stored one no longer compiles).
     AllocationFailed {
@@ -154,6 +169,10 @@ pub struct AgentStats {
     pub results_dropped: u64,
     /// Body bytes removed by trimming, all runs.
     pub bytes_saved: u64,
+    /// Run log batches published.
+    pub log_batches_published: u64,
+    /// Run log lines lost: the log queue was full, or their batch could not be published.
+    pub log_lines_dropped: u64,
     /// Requests per second over the last `qps_window_ms`.
     pub qps: f64,
     /// The runs allocated now.

@@ -47,6 +47,9 @@ pub(crate) struct Trimmed {
     pub(crate) text: String,
     /// Whether no rule matched anything.
     pub(crate) missed: bool,
+    /// Rules that failed on this page (they kept nothing), each naming the rule:
+    /// `trim.rules[1].xpath: …`.
+    pub(crate) problems: Vec<String>,
 }
 
 impl Trimmer {
@@ -91,10 +94,12 @@ impl Trimmer {
     /// The parts of `text` the rules keep.
     pub(crate) fn apply(&self, text: &str) -> Trimmed {
         let mut parts: Vec<String> = Vec::new();
+        let mut problems = Vec::new();
         // Each tree is built at most once per page, and only if a rule needs it.
         let mut html: Option<scraper::Html> = None;
         let mut tree: Option<Option<skyscraper::xpath::XpathItemTree>> = None;
-        for plan in &self.plans {
+        // Plans are in rule order, one per rule (a bad rule fails the compilation).
+        for (i, plan) in self.plans.iter().enumerate() {
             match plan {
                 Plan::Css(selector) => {
                     let doc = html.get_or_insert_with(|| scraper::Html::parse_document(text));
@@ -105,11 +110,19 @@ impl Trimmer {
                         Ok(t) => Some(t),
                         Err(e) => {
                             tracing::debug!(error = %e, "xpath tree could not be built; xpath trimming keeps nothing");
+                            problems.push(format!(
+                                "the page could not be parsed for xpath rules (they keep nothing): {e}"
+                            ));
                             None
                         }
                     });
                     if let Some(tree) = tree {
-                        parts.extend(xpath_parts(tree, xpath));
+                        match xpath_parts(tree, xpath) {
+                            Ok(found) => parts.extend(found),
+                            Err(e) => problems.push(format!(
+                                "trim.rules[{i}].xpath: could not be evaluated (it keeps nothing): {e}"
+                            )),
+                        }
                     }
                 }
                 Plan::Regex(regex) => {
@@ -121,6 +134,7 @@ impl Trimmer {
         Trimmed {
             missed: parts.is_empty(),
             text: parts.join("\n"),
+            problems,
         }
     }
 }
@@ -128,11 +142,9 @@ impl Trimmer {
 fn xpath_parts(
     tree: &skyscraper::xpath::XpathItemTree,
     xpath: &skyscraper::xpath::Xpath,
-) -> Vec<String> {
-    let Ok(items) = xpath.apply(tree) else {
-        return Vec::new();
-    };
-    items
+) -> Result<Vec<String>, String> {
+    let items = xpath.apply(tree).map_err(|e| e.to_string())?;
+    Ok(items
         .iter()
         .filter_map(|item| match item {
             XpathItem::Node(node) => match node {
@@ -146,7 +158,7 @@ fn xpath_parts(
             XpathItem::AnyAtomicType(v) => Some(v.to_string()),
             XpathItem::Function(_) => None,
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]
@@ -201,7 +213,8 @@ mod tests {
             t.apply(PAGE),
             Trimmed {
                 text: String::new(),
-                missed: true
+                missed: true,
+                problems: Vec::new(),
             }
         );
         assert!(t.apply("").missed);

@@ -20,8 +20,8 @@ use crate::bus::{Bus, BusConfig, Deliver, Delivery, RetryPolicy, SubscribeOpts, 
 use crate::error::BusError;
 use crate::subject::Subject;
 use crate::wire::{
-    AllocationReply, Command, Control, Envelope, FetchOutcome, Heartbeat, LeasedRequest, Message,
-    Register, RunResult, TtlPolicy,
+    AllocationReply, Command, Control, Envelope, FetchOutcome, Heartbeat, LeasedRequest, LogBatch,
+    LogEntry, LogLevel, Message, Register, RunResult, TtlPolicy,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -58,7 +58,8 @@ macro_rules! bus_conformance_tests {
             durable_keeps_messages_published_before_subscribing, deliver_all_replays_without_durable,
             durable_work_is_shared, unacked_and_naked_are_redelivered,
             stale_messages_are_dropped_registrations_kept,
-            allocation_replies_are_live_and_stale_ones_dropped, malformed_payloads_are_errors,
+            allocation_replies_are_live_and_stale_ones_dropped,
+            log_batches_are_durable_and_stale_ones_dropped, malformed_payloads_are_errors,
             publishes_and_subscriptions_are_checked, duplicate_publishes_are_stored_once,
             unreachable_bus_fails_after_retries);
     };
@@ -197,6 +198,22 @@ fn allocated(run: &str, ok: bool) -> AllocationReply {
         agent: AgentId::new("a1"),
         ok,
         error: (!ok).then(|| format!("run `{run}`: refused")),
+    }
+}
+
+fn log_batch(run: &str, messages: &[(LogLevel, &str)]) -> LogBatch {
+    LogBatch {
+        run: RunId::new(run),
+        agent: AgentId::new("a1"),
+        lines: messages
+            .iter()
+            .zip(1_000..)
+            .map(|((level, message), ts_ms)| LogEntry {
+                ts_ms,
+                level: *level,
+                message: (*message).to_owned(),
+            })
+            .collect(),
     }
 }
 
@@ -719,6 +736,95 @@ pub async fn allocation_replies_are_live_and_stale_ones_dropped<F: BusFactory>(f
             &Subject::results(),
             c.env(allocated("r4", true)),
             "an allocation reply on results",
+        ),
+    ] {
+        match c.bus.publish(subject, &envelope).await {
+            Err(BusError::WrongSubject { .. }) => {}
+            other => panic!("{what}: expected WrongSubject, got {other:?}"),
+        }
+    }
+    f.cleanup(&c.ns).await;
+}
+
+/// Log batches on `logs` are stored: a durable created after they were published receives
+/// them intact (every line, level and character); they carry `log_ttl_ms`, and a stale one
+/// (older than that on the reader's clock, when sent or when read) is dropped and counted;
+/// only `log` messages go on `logs`.
+pub async fn log_batches_are_durable_and_stale_ones_dropped<F: BusFactory>(f: &F) {
+    let c = setup(f).await;
+    let logs = Subject::logs();
+    let old = c.clock.now_ms() - c.ttl.log_ttl_ms - 1_000;
+    let stale = c
+        .ttl
+        .envelope(log_batch("r1", &[(LogLevel::Info, "stale")]), old);
+    assert_eq!(
+        stale.ttl_ms,
+        Some(c.ttl.log_ttl_ms),
+        "a log batch lives log_ttl_ms"
+    );
+    let batch = c.env(log_batch(
+        "r1",
+        &[
+            (LogLevel::Trace, "t"),
+            (
+                LogLevel::Debug,
+                "http://h/private: disallowed by robots.txt",
+            ),
+            (LogLevel::Info, "downloader allocated"),
+            (LogLevel::Warn, "http://h/x?q=\"é\": http status 404\n\ttab"),
+            (LogLevel::Error, "allocation refused: qps: must be positive"),
+            (LogLevel::Warn, ""),
+        ],
+    ));
+    let other_run = c.env(log_batch("r2", &[(LogLevel::Info, "other run")]));
+    c.publish(&logs, &stale).await;
+    c.publish(&logs, &batch).await;
+    c.publish(&logs, &other_run).await;
+
+    let mut hub = c.subscribe(&logs, SubscribeOpts::durable("hub-logs")).await;
+    let d = expect(
+        &mut hub,
+        &batch,
+        "log batch published before the durable existed",
+    )
+    .await;
+    assert!(d.is_durable());
+    assert_eq!(d.subject, logs);
+    let Message::Log(got) = &d.envelope.body else {
+        panic!("not a log batch: {:?}", d.envelope.body);
+    };
+    assert_eq!(got.lines.len(), 6, "every line arrived");
+    assert_eq!(
+        hub.dropped_expired(),
+        1,
+        "the stale batch was dropped when read"
+    );
+    ack(d, "hub-logs").await;
+    ack(
+        expect(&mut hub, &other_run, "batches of every run on one subject").await,
+        "hub-logs",
+    )
+    .await;
+
+    // Fresh when published, stale when read: the reader's clock decides.
+    let soon_stale = c.env(log_batch("r1", &[(LogLevel::Info, "soon stale")]));
+    c.publish(&logs, &soon_stale).await;
+    c.clock.advance(c.ttl.log_ttl_ms + 1);
+    let fence = c.env(log_batch("r1", &[(LogLevel::Info, "fence")]));
+    c.publish(&logs, &fence).await;
+    ack(
+        expect(&mut hub, &fence, "the fence, after a batch went stale").await,
+        "hub-logs",
+    )
+    .await;
+    assert_eq!(hub.dropped_expired(), 2);
+
+    for (subject, envelope, what) in [
+        (&logs, c.env(result("x")), "a result on logs"),
+        (
+            &Subject::results(),
+            c.env(log_batch("r1", &[(LogLevel::Info, "x")])),
+            "a log batch on results",
         ),
     ] {
         match c.bus.publish(subject, &envelope).await {

@@ -7,7 +7,7 @@
 //! Map:
 //! - [`wire`] — the [`Envelope`] (version, id, timestamp, TTL) and the typed messages:
 //!   [`Register`], [`Heartbeat`], [`Command`], [`RunResult`], [`Control`],
-//!   [`AllocationReply`]; TTL defaults.
+//!   [`AllocationReply`], [`LogBatch`]; TTL defaults.
 //! - [`subject`] — every subject, and the validation that keeps ids from injecting tokens.
 //! - [`bus`] — the trait, options, retries, [`Subscription`] (decode, drop stale, count).
 //! - [`in_process`], [`nats`] — the two backends.
@@ -34,6 +34,6 @@ pub use nats::NatsBus;
 pub use subject::{Subject, SubjectClass};
 pub use wire::{
     AllocationReply, BodyEncoding, Command, Control, Envelope, FetchOutcome, Heartbeat, Kind,
-    LeasedRequest, Message, MessageId, Register, ResultBody, ResultError, RunResult, Timings,
-    TtlPolicy, WIRE_VERSION,
+    LeasedRequest, LogBatch, LogEntry, LogLevel, Message, MessageId, Register, ResultBody,
+    ResultError, RunResult, Timings, TtlPolicy, WIRE_VERSION,
 };

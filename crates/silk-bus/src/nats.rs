@@ -4,7 +4,7 @@
 //! # JetStream layout (per namespace `ns`, default `silk`)
 //!
 //! - **One stream** named `NS` (the namespace upper-cased: `SILK`) over
-//!   `ns.agent.*.cmd`, `ns.results`, `ns.registrations`, `ns.run.*.control`:
+//!   `ns.agent.*.cmd`, `ns.results`, `ns.registrations`, `ns.run.*.control`, `ns.logs`:
 //!   retention **limits** (`max_age_ms`, default 24 h; `max_bytes`, default none; discard
 //!   old), file storage, `replicas` copies, `duplicate_window_ms` (2 min) on `Nats-Msg-Id`.
 //!   - Why limits, not interest or work-queue: *interest* retention drops a message that no
@@ -17,6 +17,10 @@
 //!   - Why one stream: one place to size and watch; consumers filter by subject. Streams
 //!     of different namespaces never overlap, so clusters and tests share a server safely.
 //!   - `Nats-Msg-Id` = envelope id: a publish retried after a lost ack is stored once.
+//!   - The subject list grows with the wire (`ns.logs` came with log batches): the stream is
+//!     updated to this build's list on first use. An older build that updates it back
+//!     leaves the newer subjects without a stream; a publish there then fails and is
+//!     retried, and the retry updates the stream again.
 //! - **Durable subscriptions** are durable *pull* consumers on that stream, named by the
 //!   durable name, with `filter_subject` = the subscribed subject, explicit acks, `ack_wait`
 //!   from the options, unlimited redeliveries. Subscribers pull `SubscribeOpts::batch`
@@ -212,6 +216,7 @@ impl Inner {
                 Subject::results(),
                 Subject::registrations(),
                 Subject::all_run_controls(),
+                Subject::logs(),
             ]
             .iter()
             .map(|s| s.full(ns))

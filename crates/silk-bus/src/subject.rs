@@ -13,6 +13,7 @@
 //! | `run.{id}.control`     | `silk.run.{id}.control`   | `control`    | yes       | the agents and programs of run `{id}` |
 //! | `heartbeats`           | `silk.heartbeats`         | `heartbeat`  | **no**    | every hub (fan-out, each runs its failure detector) |
 //! | `allocations`          | `silk.allocations`        | `allocated`  | **no**    | every hub (fan-out; a hub waiting for a run's allocation replies is subscribed while it waits) |
+//! | `logs`                 | `silk.logs`               | `log`        | yes       | hubs (one durable, `hub-logs`, work shared): every run's log lines, from every agent |
 //!
 //! Wildcards for readers: `agent.*.cmd` and `run.*.control`.
 //!
@@ -31,6 +32,9 @@
 //!   waits for them, and it subscribes before it sends the `allocate` commands; a reply that
 //!   nobody waits for any more is worth nothing (the hub counts a missing reply as a failed
 //!   allocation), and a stored one would be stale by the time anyone read it.
+//! - Log batches are persisted on one shared subject (not one per run): the hub stores every
+//!   run's lines, so it reads them all through one durable, and lines sent during a short
+//!   hub outage are kept for it (until their TTL, see `wire`).
 
 use crate::error::BusError;
 use crate::wire::Kind;
@@ -53,6 +57,8 @@ pub enum SubjectClass {
     Allocations,
     /// `run.{id}.control`: pause / resume / stop of one run.
     RunControl,
+    /// `logs`: batches of runs' log lines.
+    Logs,
 }
 
 impl SubjectClass {
@@ -65,6 +71,7 @@ impl SubjectClass {
             SubjectClass::Heartbeats => Kind::Heartbeat,
             SubjectClass::RunControl => Kind::Control,
             SubjectClass::Allocations => Kind::Allocated,
+            SubjectClass::Logs => Kind::Log,
         }
     }
 
@@ -132,6 +139,14 @@ impl Subject {
         }
     }
 
+    /// `logs`: batches of runs' log lines, from every agent.
+    pub fn logs() -> Subject {
+        Subject {
+            text: "logs".into(),
+            class: SubjectClass::Logs,
+        }
+    }
+
     /// `run.{id}.control`: control messages of one run.
     pub fn run_control(run: &RunId) -> Result<Subject, BusError> {
         check_token("run id", run.as_str())?;
@@ -183,6 +198,7 @@ impl Subject {
             ["registrations"] => Ok(Subject::registrations()),
             ["heartbeats"] => Ok(Subject::heartbeats()),
             ["allocations"] => Ok(Subject::allocations()),
+            ["logs"] => Ok(Subject::logs()),
             _ => Err(bad()),
         }
     }
@@ -334,6 +350,7 @@ mod tests {
             Subject::registrations(),
             Subject::heartbeats(),
             Subject::allocations(),
+            Subject::logs(),
             Subject::run_control(&RunId::new("r1")).unwrap(),
             Subject::all_run_controls(),
         ] {
@@ -345,6 +362,7 @@ mod tests {
             "agent.a.b.cmd",
             "agent.>.cmd",
             "results.x",
+            "logs.r1",
             "foo",
             "agent..cmd",
         ] {
@@ -365,6 +383,8 @@ mod tests {
         assert!(!Subject::heartbeats().is_persisted() && Subject::results().is_persisted());
         assert!(!Subject::allocations().is_persisted());
         assert_eq!(Subject::allocations().class().kind(), Kind::Allocated);
+        assert!(Subject::logs().is_persisted());
+        assert_eq!(Subject::logs().class().kind(), Kind::Log);
     }
 
     #[test]

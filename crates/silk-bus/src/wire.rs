@@ -18,7 +18,7 @@
 //! | `id`      | string      | unique message id (UUIDv7, time-ordered): readers de-duplicate on it, JetStream de-duplicates retried publishes on it (`Nats-Msg-Id`) |
 //! | `sent_ms` | u64         | when the publisher built the message, ms since the Unix epoch (publisher's clock) |
 //! | `ttl_ms`  | u64 or absent | the message is stale when `now - sent_ms > ttl_ms` (reader's clock); absent = never |
-//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated` |
+//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated`, `log` |
 //! | `body`    | object      | the message of that kind, below |
 //!
 //! Bodies (field names are the Rust field names of the types below):
@@ -44,6 +44,26 @@
 //!   `error` is absent or `null` when `ok`. Allocation is synchronous at run start: the hub
 //!   waits for the replies of the agents it allocated on, and treats no reply within its
 //!   timeout as a failure.
+//! - `log` → [`LogBatch`]: a batch of one run's log lines from one agent (added in wire
+//!   version 1): `run`, `agent`, `lines` ([`LogEntry`]: `ts_ms` (when the line was
+//!   written, ms since the Unix epoch, agent clock), `level` ([`LogLevel`]: `trace`,
+//!   `debug`, `info`, `warn`, `error`), `message` (for people, at most a few KiB: the agent
+//!   cuts longer ones and marks the cut))):
+//!   `{"run":"r1","agent":"a1","lines":[{"ts_ms":1722500000000,"level":"warn",
+//!   "message":"http://h/x: http status 404 (http_404; permanent)"}]}`.
+//!   The agent is the lines' source; lines in a batch are in the order they were written.
+//!   When an agent had to drop lines (its queue full, or a batch it could not publish), a
+//!   later batch of that run carries a `warn` line `N log lines dropped (…)`.
+//!
+//! | kind        | subject            | TTL (default)                        | durability |
+//! |-------------|--------------------|--------------------------------------|------------|
+//! | `register`  | `registrations`    | none (never expires)                 | stored; hubs read one durable |
+//! | `heartbeat` | `heartbeats`       | 3 × `heartbeat_interval_ms` (3 s)    | not stored (fan-out) |
+//! | `command`   | `agent.{id}.cmd`   | `allocate`, `shutdown`: `allocate_ttl_ms` (30 s); `download`: `download_ttl_ms` (60 s); `release`: none | stored; the agent reads its durable |
+//! | `result`    | `results`          | none                                 | stored; hubs read one durable |
+//! | `control`   | `run.{id}.control` | none                                 | stored |
+//! | `allocated` | `allocations`      | `allocate_ttl_ms` (30 s)             | not stored (fan-out) |
+//! | `log`       | `logs`             | `log_ttl_ms` (10 min)                | stored; hubs read one durable (`hub-logs`) |
 //!
 //! # Design constraints
 //!
@@ -56,9 +76,11 @@
 //!   type or an unknown kind decodes to [`BusError::Malformed`] naming the subject and what
 //!   was wrong (serde's line and column where it has one).
 //! - **Staleness is decided by the reader.** Heartbeats, allocations, allocation replies,
-//!   downloads and shutdowns carry a TTL ([`TtlPolicy`]); a reader drops them when they are
-//!   older than that on its clock, so a hub coming back after an outage does not act on old
-//!   news. Registrations never expire, whatever their `ttl_ms` says; results, releases and
+//!   downloads, shutdowns and log batches carry a TTL ([`TtlPolicy`]); a reader drops them
+//!   when they are older than that on its clock, so a hub coming back after an outage does
+//!   not act on old news. Log batches live longer (10 minutes by default): they are worth
+//!   storing after a short hub outage, but a backlog older than that is dropped rather than
+//!   replayed. Registrations never expire, whatever their `ttl_ms` says; results, releases and
 //!   run control carry no TTL (a late result is still processed once, idempotently). Clocks
 //!   of hub and agents are assumed NTP-synchronised to well under the TTLs (seconds); a
 //!   message from the future (`sent_ms > now`) is not stale.
@@ -113,6 +135,8 @@ pub enum Kind {
     Control,
     /// [`AllocationReply`]
     Allocated,
+    /// [`LogBatch`]
+    Log,
 }
 
 impl Kind {
@@ -125,6 +149,7 @@ impl Kind {
             Kind::Result => "result",
             Kind::Control => "control",
             Kind::Allocated => "allocated",
+            Kind::Log => "log",
         }
     }
 
@@ -136,6 +161,7 @@ impl Kind {
             "result" => Kind::Result,
             "control" => Kind::Control,
             "allocated" => Kind::Allocated,
+            "log" => Kind::Log,
             _ => return None,
         })
     }
@@ -388,6 +414,69 @@ pub struct AllocationReply {
     pub error: Option<String>,
 }
 
+/// The severity of a [`LogEntry`]; ordered from `Trace` (least) to `Error` (most). On the
+/// wire: `trace`, `debug`, `info`, `warn`, `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Step by step detail.
+    Trace,
+    /// Detail for whoever debugs a run (a request dropped by robots.txt, …).
+    Debug,
+    /// Normal life of a run (downloader allocated, built, released, …).
+    Info,
+    /// Something went wrong with a request or a resource, the run goes on (a 404, a proxy
+    /// switched out, a failed redial, …).
+    Warn,
+    /// The run cannot work as asked (its allocation was refused, its downloader cannot be
+    /// built).
+    Error,
+}
+
+impl LogLevel {
+    /// The level as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trace",
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for LogLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One log line of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// When it was written, ms since the Unix epoch (the writer's clock).
+    pub ts_ms: u64,
+    /// How serious.
+    pub level: LogLevel,
+    /// For people.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Log lines of one run from one agent, on the `logs` subject: a batch, so that a busy
+/// agent sends few messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogBatch {
+    /// The run the lines are about.
+    pub run: RunId,
+    /// The agent that wrote them (their source).
+    pub agent: AgentId,
+    /// The lines, in the order they were written.
+    #[serde(default)]
+    pub lines: Vec<LogEntry>,
+}
+
 /// The typed body of an envelope.
 // A result is by far the largest body; one message is built per bus message and moved into
 // its envelope, so the size costs nothing that matters, and boxing it would change
@@ -407,6 +496,8 @@ pub enum Message {
     Control(Control),
     /// `allocated`
     Allocated(AllocationReply),
+    /// `log`
+    Log(LogBatch),
 }
 
 impl Message {
@@ -419,6 +510,7 @@ impl Message {
             Message::Result(_) => Kind::Result,
             Message::Control(_) => Kind::Control,
             Message::Allocated(_) => Kind::Allocated,
+            Message::Log(_) => Kind::Log,
         }
     }
 }
@@ -438,7 +530,8 @@ into_message!(
     Command => Command,
     RunResult => Result,
     Control => Control,
-    AllocationReply => Allocated
+    AllocationReply => Allocated,
+    LogBatch => Log
 );
 
 /// Default TTLs, by kind of message. The publisher stamps the TTL; the reader enforces it.
@@ -452,6 +545,9 @@ pub struct TtlPolicy {
     /// TTL of `download` commands (keep it at or below the frontier's lease timeout: after
     /// that the hub re-dispatches the requests anyway).
     pub download_ttl_ms: u64,
+    /// TTL of `log` batches: long enough to survive a short hub outage, short enough that a
+    /// hub coming back much later does not store an old backlog. Added in wire version 1.
+    pub log_ttl_ms: u64,
 }
 
 impl Default for TtlPolicy {
@@ -460,6 +556,7 @@ impl Default for TtlPolicy {
             heartbeat_interval_ms: 1_000,
             allocate_ttl_ms: 30_000,
             download_ttl_ms: 60_000,
+            log_ttl_ms: 600_000,
         }
     }
 }
@@ -471,14 +568,15 @@ impl TtlPolicy {
     }
 
     /// The TTL a message gets: heartbeat 3 × interval; allocate, shutdown and allocation
-    /// replies `allocate_ttl_ms`; download `download_ttl_ms`; registrations, releases, results and
-    /// run control none.
+    /// replies `allocate_ttl_ms`; download `download_ttl_ms`; log batches `log_ttl_ms`;
+    /// registrations, releases, results and run control none.
     pub fn ttl_ms(&self, message: &Message) -> Option<u64> {
         match message {
             Message::Heartbeat(_) => Some(self.heartbeat_ttl_ms()),
             Message::Command(Command::Allocate { .. } | Command::Shutdown)
             | Message::Allocated(_) => Some(self.allocate_ttl_ms),
             Message::Command(Command::Download { .. }) => Some(self.download_ttl_ms),
+            Message::Log(_) => Some(self.log_ttl_ms),
             Message::Command(Command::Release { .. })
             | Message::Register(_)
             | Message::Result(_)
@@ -586,6 +684,7 @@ impl Envelope {
             Message::Result(b) => out(self, kind, b),
             Message::Control(b) => out(self, kind, b),
             Message::Allocated(b) => out(self, kind, b),
+            Message::Log(b) => out(self, kind, b),
         };
         bytes.map(Bytes::from).map_err(|e| BusError::Encode {
             kind: kind.as_str().into(),
@@ -628,6 +727,7 @@ impl Envelope {
             Kind::Result => typed(body).map(Message::Result),
             Kind::Control => typed(body).map(Message::Control),
             Kind::Allocated => typed(body).map(Message::Allocated),
+            Kind::Log => typed(body).map(Message::Log),
         }
         .map_err(|e| bad(format!("`{kind}` body: {e}")))?;
         Ok(Envelope {
@@ -727,6 +827,23 @@ mod tests {
                 agent: "a1".into(),
                 ok: false,
                 error: Some("run `r2`: invalid downloader config: qps: must be positive".into()),
+            }
+            .into(),
+            LogBatch {
+                run: "r1".into(),
+                agent: "a1".into(),
+                lines: vec![
+                    LogEntry {
+                        ts_ms: 1_000,
+                        level: LogLevel::Info,
+                        message: "downloader allocated".into(),
+                    },
+                    LogEntry {
+                        ts_ms: 1_001,
+                        level: LogLevel::Warn,
+                        message: "https://example.com/a: http status 404 \"é\"\n".into(),
+                    },
+                ],
             }
             .into(),
         ]
@@ -835,6 +952,52 @@ mod tests {
     }
 
     #[test]
+    fn log_batches_have_the_documented_shape() {
+        let e = Envelope {
+            v: 1,
+            id: MessageId("m1".into()),
+            sent_ms: 5,
+            ttl_ms: Some(600_000),
+            body: LogBatch {
+                run: "r1".into(),
+                agent: "a1".into(),
+                lines: vec![LogEntry {
+                    ts_ms: 4,
+                    level: LogLevel::Warn,
+                    message: "http://h/x: http status 404".into(),
+                }],
+            }
+            .into(),
+        };
+        let text = String::from_utf8(e.encode().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":1,"id":"m1","sent_ms":5,"ttl_ms":600000,"kind":"log","body":{"run":"r1","agent":"a1","lines":[{"ts_ms":4,"level":"warn","message":"http://h/x: http status 404"}]}}"#
+        );
+        for (level, text) in [
+            (LogLevel::Trace, "trace"),
+            (LogLevel::Debug, "debug"),
+            (LogLevel::Info, "info"),
+            (LogLevel::Warn, "warn"),
+            (LogLevel::Error, "error"),
+        ] {
+            assert_eq!(serde_json::to_value(level).unwrap(), text);
+            assert_eq!(level.to_string(), text);
+        }
+        assert!(LogLevel::Trace < LogLevel::Debug && LogLevel::Warn < LogLevel::Error);
+        let err = Envelope::decode(
+            "silk.logs",
+            br#"{"v":1,"id":"m2","sent_ms":5,"kind":"log","body":{"run":"r1","agent":"a1","lines":[{"ts_ms":1,"level":"fatal"}]}}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`log` body: unknown variant `fatal`"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn unknown_fields_are_tolerated() {
         let text = r#"{"v":1,"id":"m","sent_ms":1,"kind":"heartbeat","future":{"x":1},
             "body":{"agent":"a","cpu_pct":null,"gpu_pct":3,"seq":2}}"#;
@@ -897,6 +1060,7 @@ mod tests {
             heartbeat_interval_ms: 1_000,
             allocate_ttl_ms: 5_000,
             download_ttl_ms: 7_000,
+            log_ttl_ms: 9_000,
         };
         let hb = policy.envelope(samples().remove(1), 10_000);
         assert_eq!(hb.ttl_ms, Some(3_000));
@@ -915,6 +1079,11 @@ mod tests {
             match m {
                 Message::Command(Command::Shutdown) | Message::Allocated(_) => {
                     assert_eq!(policy.ttl_ms(&m), Some(5_000), "{m:?}");
+                }
+                Message::Log(_) => {
+                    assert_eq!(policy.ttl_ms(&m), Some(9_000), "{m:?}");
+                    let e = policy.envelope(m, 10_000);
+                    assert!(!e.expired(19_000) && e.expired(19_001));
                 }
                 _ => assert_eq!(policy.ttl_ms(&m), None, "{m:?}"),
             }

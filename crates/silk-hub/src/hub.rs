@@ -328,6 +328,7 @@ impl Shared {
                 }
             }
             Message::Command(_) | Message::Control(_) => {}
+            Message::Log(_) => {}
         }
         if delivery.is_durable()
             && let Err(e) = delivery.ack().await

@@ -1,11 +1,12 @@
 //! The agent over a real NATS JetStream (`SILK_TEST_NATS=nats://127.0.0.1:4222`): register,
-//! heartbeat, allocate and download the demo site; allocation replies (over core NATS).
+//! heartbeat, allocate and download the demo site, run log lines on the `logs` stream;
+//! allocation replies (over core NATS).
 //! Skipped (with a line saying so) when the variable is not set. Each test has a namespace
 //! (and stream) of its own.
 
 use crate::support::*;
 use silk_agent::{Agent, DownloaderConfig};
-use silk_bus::{Bus, BusConfig, NatsBus};
+use silk_bus::{Bus, BusConfig, LogLevel, NatsBus};
 use silk_core::SystemClock;
 use silk_testkit::{DemoConfig, DemoSite};
 use std::sync::Arc;
@@ -61,6 +62,7 @@ async fn allocate_and_download_over_nats() {
     let dir = tempfile::tempdir().unwrap();
     let mut regs = registrations(bus.as_ref(), "hub-regs").await;
     let mut beats = heartbeats(bus.as_ref()).await;
+    let mut logs = log_batches(bus.as_ref(), "hub-logs").await;
     let mut hub = Hub::new(bus.clone(), "a-nats").await;
     let agent = Agent::start(
         agent_config(dir.path(), "a-nats"),
@@ -86,6 +88,16 @@ async fn allocate_and_download_over_nats() {
         site.page_info(1, 3).unwrap().heading.as_str()
     );
     assert!(!r.outcome.links.is_empty());
+    let missing = format!("{}missing/1", site.base_url(1));
+    let r = hub.fetch("r1", &missing).await;
+    assert_eq!(r.outcome.status, Some(404));
+    let (batch, line) = log_line(&mut logs, "the 404's warning", |_, l| {
+        l.message.starts_with(&format!("{missing}: "))
+    })
+    .await;
+    assert_eq!((batch.run.as_str(), batch.agent.as_str()), ("r1", "a-nats"));
+    assert_eq!(line.level, LogLevel::Warn);
+    assert!(line.message.contains("404"), "{line:?}");
     agent.shutdown().await;
     nats.delete_stream()
         .await

@@ -1,5 +1,6 @@
 //! The tests' stand-in for the hub: it publishes commands to an agent's subject and reads
-//! registrations, heartbeats, allocation replies and results from the bus, as the hub will. Also small local
+//! registrations, heartbeats, allocation replies, results and run log batches from the bus,
+//! as the hub will. Also small local
 //! HTTP servers, agent configs with short intervals, and waiting for agent events.
 //!
 //! Every wait here awaits a message or an event; the timeouts only turn a hang into a
@@ -10,7 +11,8 @@
 use silk_agent::{Agent, AgentConfig, AgentEvent, AgentHandle, DownloaderConfig};
 use silk_bus::{
     AllocationReply, Bus, BusConfig, Command, Deliver, Heartbeat, InProcessBus, LeasedRequest,
-    Message, Register, RetryPolicy, RunResult, Subject, SubscribeOpts, Subscription, TtlPolicy,
+    LogBatch, LogEntry, Message, Register, RetryPolicy, RunResult, Subject, SubscribeOpts,
+    Subscription, TtlPolicy,
 };
 use silk_core::{AgentId, Clock, Request, RunId, SystemClock};
 use std::collections::BTreeMap;
@@ -262,6 +264,45 @@ pub async fn next_allocation_reply(sub: &mut Subscription) -> AllocationReply {
             let d = sub.next().await.unwrap().unwrap();
             if let Message::Allocated(r) = d.envelope.body {
                 return r;
+            }
+        }
+    })
+    .await
+}
+
+/// Run log batches, durably (as the hub reads them), from the start of the subject.
+pub async fn log_batches(bus: &dyn Bus, name: &str) -> Subscription {
+    bus.subscribe(&Subject::logs(), SubscribeOpts::durable(name))
+        .await
+        .expect("subscribe logs")
+}
+
+/// The next run log batch.
+pub async fn next_log_batch(sub: &mut Subscription) -> LogBatch {
+    within("a log batch", async {
+        loop {
+            let d = sub.next().await.unwrap().unwrap();
+            let body = d.envelope.body.clone();
+            let _ = d.ack().await;
+            if let Message::Log(b) = body {
+                return b;
+            }
+        }
+    })
+    .await
+}
+
+/// The first run log line (with its batch) for which `pick` is true, skipping the others.
+pub async fn log_line(
+    sub: &mut Subscription,
+    what: &str,
+    mut pick: impl FnMut(&LogBatch, &LogEntry) -> bool,
+) -> (LogBatch, LogEntry) {
+    within(what, async {
+        loop {
+            let batch = next_log_batch(sub).await;
+            if let Some(line) = batch.lines.iter().find(|l| pick(&batch, l)).cloned() {
+                return (batch, line);
             }
         }
     })
