@@ -1,0 +1,1179 @@
+//! The conformance suite of [`MetaStore`]: every semantic of the trait, written once, run
+//! against every backend (`tests/sqlite.rs`, `tests/postgres.rs`).
+//!
+//! A backend provides a [`StoreFactory`]: `open()` returns a store on the factory's own
+//! database, empty the first time and with the same data every later time (also when called
+//! concurrently); `cleanup()` removes that database. One line instantiates the suite as one
+//! `#[tokio::test]` per check:
+//!
+//! ```ignore
+//! silk_store::store_conformance_tests!(MyFactory::new()); // an Option: None skips
+//! ```
+//!
+//! The module is always compiled (plain code, no extra dependency), so any crate's tests can
+//! use it without a feature flag. It must not be called outside tests: it panics on the first
+//! violation, with a message saying which check and what differed.
+
+use crate::error::StoreError;
+use crate::model::{
+    AgentRow, AllocationRow, JobRow, Level, LogLine, LogQuery, MAX_PAGE, NewLogLine, RunFilter,
+    RunRow, TokenRow,
+};
+use crate::store::MetaStore;
+use async_trait::async_trait;
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Opens stores for the suite.
+#[async_trait]
+pub trait StoreFactory: Send + Sync + 'static {
+    /// Opens a store on this factory's database: empty the first time, the same data every
+    /// later time, also when called concurrently.
+    async fn open(&self) -> Arc<dyn MetaStore>;
+
+    /// Removes the database, best effort. Runs after the check, also when it failed.
+    async fn cleanup(&self) {}
+}
+
+/// Generates one `#[tokio::test]` (multi-threaded) per conformance check. `$factory` is
+/// evaluated per test and gives an `Option` of a [`StoreFactory`]: `None` skips the test (the
+/// expression prints why). The factory's `cleanup` runs after the check, pass or fail.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($factory:expr) => {
+        $crate::store_conformance_tests!(@each $factory;
+            open_empty_and_ping, jobs_crud, jobs_conflicts, jobs_values_round_trip,
+            runs_upsert, runs_filter_and_order, delete_run_removes_its_data, agents_upsert,
+            allocations_replace_atomically, logs_append_in_order, logs_level_filter,
+            logs_text_filter, logs_time_range, logs_cursor_paging, logs_limit_cap,
+            logs_retention, logs_concurrent_appends_and_follow, logs_bad_batch_is_atomic,
+            tokens_lifecycle, items_idempotent, items_paging, items_concurrent_inserts,
+            reopen_keeps_data, concurrent_open);
+    };
+    (@each $factory:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $check() {
+                let Some(factory) = $factory else { return };
+                let factory = ::std::sync::Arc::new(factory);
+                let check = ::std::sync::Arc::clone(&factory);
+                let outcome = ::tokio::spawn(async move {
+                    $crate::conformance::$check(&*check).await
+                })
+                .await;
+                $crate::conformance::StoreFactory::cleanup(&*factory).await;
+                if let Err(e) = outcome {
+                    match e.try_into_panic() {
+                        Ok(panic) => ::std::panic::resume_unwind(panic),
+                        Err(e) => panic!("check {} did not finish: {e}", stringify!($check)),
+                    }
+                }
+            }
+        )*
+    };
+}
+
+/// The suite's base time (2024-11-14), so times are neither 0 nor near the i64 limit.
+pub const T0: u64 = 1_731_542_400_000;
+
+fn job(id: &str, name: &str) -> JobRow {
+    JobRow {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        enabled: true,
+        spec: json!({"spider": name, "schedule": {"every": "1h"}}),
+        created_ms: T0,
+        updated_ms: T0,
+        next_fire_ms: None,
+        last_fire_ms: None,
+        queued: 0,
+    }
+}
+
+fn run(id: &str, job_id: Option<&str>, state: &str, created_ms: u64) -> RunRow {
+    RunRow {
+        id: id.to_owned(),
+        job_id: job_id.map(str::to_owned),
+        state: state.to_owned(),
+        created_ms,
+        finished_ms: None,
+        record: json!({"id": id, "stats": {"pages": 0}}),
+    }
+}
+
+fn token(id: &str, created_ms: u64) -> TokenRow {
+    TokenRow {
+        id: id.to_owned(),
+        name: format!("token {id}"),
+        hash: format!("{:0>64}", id.len()),
+        admin: false,
+        created_ms,
+        last_used_ms: None,
+    }
+}
+
+fn line(run_id: &str, ts_ms: u64, level: Level, message: &str) -> NewLogLine {
+    NewLogLine {
+        run_id: run_id.to_owned(),
+        ts_ms,
+        level,
+        source: "hub".to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+fn item(key: &str, ts_ms: u64) -> (String, u64, serde_json::Value) {
+    (
+        key.to_owned(),
+        ts_ms,
+        json!({"key": key, "title": format!("Title {key}")}),
+    )
+}
+
+fn messages(lines: &[LogLine]) -> Vec<&str> {
+    lines.iter().map(|l| l.message.as_str()).collect()
+}
+
+async fn logs(store: &dyn MetaStore, query: LogQuery) -> Vec<LogLine> {
+    store.query_logs(&query).await.expect("query_logs")
+}
+
+/// A fresh store is empty and answers; it says which backend it is.
+pub async fn open_empty_and_ping(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    assert!(
+        matches!(s.backend(), "sqlite" | "postgres"),
+        "{}",
+        s.backend()
+    );
+    assert!(!s.location().is_empty());
+    s.ping().await.expect("ping");
+    assert!(s.list_jobs().await.expect("list_jobs").is_empty());
+    assert!(
+        s.list_runs(&RunFilter::default())
+            .await
+            .expect("list_runs")
+            .is_empty()
+    );
+    assert_eq!(
+        s.count_runs(&RunFilter::default())
+            .await
+            .expect("count_runs"),
+        0
+    );
+    assert!(s.list_agents().await.expect("list_agents").is_empty());
+    assert!(s.list_tokens().await.expect("list_tokens").is_empty());
+    assert_eq!(s.count_tokens().await.expect("count_tokens"), 0);
+    assert!(logs(&*s, LogQuery::new("r1")).await.is_empty());
+    assert_eq!(s.count_items("r1").await.expect("count_items"), 0);
+    assert!(s.get_job("nope").await.expect("get_job").is_none());
+    assert!(s.get_run("nope").await.expect("get_run").is_none());
+}
+
+/// Jobs: create, get by id and name, list by name (bytes), update, delete.
+pub async fn jobs_crud(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let a = job("j1", "nightly");
+    let b = job("j2", "Backfill"); // upper case sorts before lower case (byte order)
+    let c = job("j3", "hourly-a");
+    for j in [&a, &b, &c] {
+        s.create_job(j).await.expect("create_job");
+    }
+    assert_eq!(s.get_job("j1").await.expect("get_job"), Some(a.clone()));
+    assert_eq!(
+        s.get_job_by_name("Backfill").await.expect("by name"),
+        Some(b.clone())
+    );
+    assert_eq!(s.get_job_by_name("backfill").await.expect("by name"), None);
+    let names: Vec<String> = s
+        .list_jobs()
+        .await
+        .expect("list_jobs")
+        .into_iter()
+        .map(|j| j.name)
+        .collect();
+    assert_eq!(names, ["Backfill", "hourly-a", "nightly"]);
+
+    let mut a2 = a.clone();
+    a2.name = "nightly-2".to_owned();
+    a2.enabled = false;
+    a2.spec = json!({"changed": true});
+    a2.updated_ms = T0 + 5;
+    a2.next_fire_ms = Some(T0 + 3_600_000);
+    a2.last_fire_ms = Some(T0 + 1);
+    a2.queued = 3;
+    s.update_job(&a2).await.expect("update_job");
+    assert_eq!(s.get_job("j1").await.expect("get_job"), Some(a2.clone()));
+    assert_eq!(s.get_job_by_name("nightly").await.expect("by name"), None);
+    assert_eq!(
+        s.get_job_by_name("nightly-2").await.expect("by name"),
+        Some(a2)
+    );
+
+    assert!(s.delete_job("j2").await.expect("delete_job"));
+    assert!(!s.delete_job("j2").await.expect("delete_job again"));
+    assert_eq!(s.get_job("j2").await.expect("get_job"), None);
+    assert_eq!(s.list_jobs().await.expect("list_jobs").len(), 2);
+    // the name of a deleted job is free again
+    s.create_job(&job("j4", "Backfill"))
+        .await
+        .expect("reuse name");
+}
+
+/// Jobs: duplicate id or name conflicts (naming the key), update of a missing job is
+/// NotFound, a clash on update changes nothing.
+pub async fn jobs_conflicts(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    s.create_job(&job("j1", "a")).await.expect("create a");
+    s.create_job(&job("j2", "b")).await.expect("create b");
+
+    match s.create_job(&job("j1", "other")).await {
+        Err(StoreError::Conflict { what }) => assert!(what.contains("id"), "{what}"),
+        other => panic!("duplicate id: expected Conflict, got {other:?}"),
+    }
+    match s.create_job(&job("j9", "a")).await {
+        Err(StoreError::Conflict { what }) => {
+            assert!(what.contains("name") && what.contains("\"a\""), "{what}");
+        }
+        other => panic!("duplicate name: expected Conflict, got {other:?}"),
+    }
+    assert_eq!(s.get_job("j9").await.expect("get_job"), None);
+
+    let mut clash = job("j2", "a");
+    clash.queued = 7;
+    match s.update_job(&clash).await {
+        Err(StoreError::Conflict { what }) => assert!(what.contains("name"), "{what}"),
+        other => panic!("rename onto another job's name: expected Conflict, got {other:?}"),
+    }
+    assert_eq!(
+        s.get_job("j2").await.expect("get_job"),
+        Some(job("j2", "b"))
+    );
+
+    match s.update_job(&job("missing", "zzz")).await {
+        Err(StoreError::NotFound { what }) => assert!(what.contains("missing"), "{what}"),
+        other => panic!("update of a missing job: expected NotFound, got {other:?}"),
+    }
+    assert_eq!(s.list_jobs().await.expect("list_jobs").len(), 2);
+}
+
+/// Values survive exactly: options, extremes, Unicode and nested JSON; out-of-range values
+/// are BadData and store nothing.
+pub async fn jobs_values_round_trip(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let mut j = job("jé", "ünïcødé ✓ 'quoted' \"double\"");
+    j.spec = json!({"a": [1, 2.5, -3, null, true], "s": "x\ny\u{1F600}", "n": {"deep": {}}});
+    j.created_ms = 0;
+    j.updated_ms = i64::MAX as u64;
+    j.next_fire_ms = Some(1);
+    j.last_fire_ms = Some(i64::MAX as u64);
+    j.queued = u32::MAX;
+    s.create_job(&j).await.expect("create_job");
+    assert_eq!(s.get_job("jé").await.expect("get_job"), Some(j.clone()));
+
+    let mut bad = job("big", "big");
+    bad.updated_ms = u64::MAX;
+    match s.create_job(&bad).await {
+        Err(StoreError::BadData { what, .. }) => assert!(what.contains("updated_ms"), "{what}"),
+        other => panic!("u64::MAX: expected BadData, got {other:?}"),
+    }
+    assert_eq!(s.get_job("big").await.expect("get_job"), None);
+    let mut r = run("r1", None, "queued", T0);
+    r.finished_ms = Some(u64::MAX);
+    assert!(matches!(
+        s.put_run(&r).await,
+        Err(StoreError::BadData { .. })
+    ));
+    assert_eq!(s.get_run("r1").await.expect("get_run"), None);
+}
+
+/// Runs: put inserts, put again replaces, get returns exactly what was put.
+pub async fn runs_upsert(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let mut r = run("r1", Some("j1"), "queued", T0);
+    s.put_run(&r).await.expect("put_run");
+    assert_eq!(s.get_run("r1").await.expect("get_run"), Some(r.clone()));
+    r.state = "finished".to_owned();
+    r.finished_ms = Some(T0 + 10);
+    r.job_id = None;
+    r.record = json!({"id": "r1", "stats": {"pages": 42, "items": 7}});
+    s.put_run(&r).await.expect("put_run again");
+    assert_eq!(s.get_run("r1").await.expect("get_run"), Some(r));
+    assert_eq!(s.count_runs(&RunFilter::default()).await.expect("count"), 1);
+}
+
+/// Runs: filters by job and states, order by created_ms then id (bytes), newest first,
+/// limit, count.
+pub async fn runs_filter_and_order(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let runs = [
+        run("r-b", Some("j1"), "running", T0 + 2),
+        run("r-A", Some("j1"), "running", T0 + 2), // same time: "r-A" < "r-a" < "r-b" by bytes
+        run("r-a", Some("j2"), "finished", T0 + 2),
+        run("r-0", Some("j1"), "failed", T0 + 1),
+        run("r-z", None, "finished", T0 + 3),
+    ];
+    for r in &runs {
+        s.put_run(r).await.expect("put_run");
+    }
+    let ids = |rows: Vec<RunRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    let all = RunFilter::default();
+    assert_eq!(
+        ids(s.list_runs(&all).await.expect("list")),
+        ["r-0", "r-A", "r-a", "r-b", "r-z"]
+    );
+    let newest = RunFilter {
+        newest_first: true,
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(s.list_runs(&newest).await.expect("list")),
+        ["r-z", "r-b", "r-a", "r-A", "r-0"]
+    );
+    let limited = RunFilter {
+        newest_first: true,
+        limit: Some(2),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(s.list_runs(&limited).await.expect("list")),
+        ["r-z", "r-b"]
+    );
+    let by_job = RunFilter {
+        job_id: Some("j1".to_owned()),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(s.list_runs(&by_job).await.expect("list")),
+        ["r-0", "r-A", "r-b"]
+    );
+    assert_eq!(s.count_runs(&by_job).await.expect("count"), 3);
+    let by_states = RunFilter {
+        states: vec!["finished".to_owned(), "failed".to_owned()],
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(s.list_runs(&by_states).await.expect("list")),
+        ["r-0", "r-a", "r-z"]
+    );
+    assert_eq!(s.count_runs(&by_states).await.expect("count"), 3);
+    let both = RunFilter {
+        job_id: Some("j1".to_owned()),
+        states: vec!["running".to_owned()],
+        limit: Some(1),
+        newest_first: false,
+    };
+    assert_eq!(ids(s.list_runs(&both).await.expect("list")), ["r-A"]);
+    assert_eq!(s.count_runs(&both).await.expect("count ignores limit"), 2);
+    let none = RunFilter {
+        states: vec!["nope".to_owned()],
+        ..RunFilter::default()
+    };
+    assert!(s.list_runs(&none).await.expect("list").is_empty());
+    let zero = RunFilter {
+        limit: Some(0),
+        ..RunFilter::default()
+    };
+    assert!(s.list_runs(&zero).await.expect("list").is_empty());
+    assert_eq!(s.count_runs(&all).await.expect("count"), 5);
+}
+
+/// `delete_run` removes the run, its allocations, log lines and items, and nothing of other
+/// runs.
+pub async fn delete_run_removes_its_data(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    for id in ["r1", "r2"] {
+        s.put_run(&run(id, None, "finished", T0))
+            .await
+            .expect("put_run");
+        let alloc = AllocationRow {
+            run_id: id.to_owned(),
+            agent_id: "a1".to_owned(),
+            confirmed_ms: T0,
+        };
+        s.put_allocations(id, &[alloc])
+            .await
+            .expect("put_allocations");
+        s.append_logs(&[line(id, T0, Level::Info, "hello")])
+            .await
+            .expect("append");
+        s.insert_items(id, &[item("k", T0)])
+            .await
+            .expect("insert_items");
+    }
+    assert!(s.delete_run("r1").await.expect("delete_run"));
+    assert!(!s.delete_run("r1").await.expect("delete_run again"));
+    assert_eq!(s.get_run("r1").await.expect("get_run"), None);
+    assert!(s.list_allocations("r1").await.expect("allocs").is_empty());
+    assert!(logs(&*s, LogQuery::new("r1")).await.is_empty());
+    assert_eq!(s.count_items("r1").await.expect("count_items"), 0);
+    // r2 untouched
+    assert!(s.get_run("r2").await.expect("get_run").is_some());
+    assert_eq!(s.list_allocations("r2").await.expect("allocs").len(), 1);
+    assert_eq!(logs(&*s, LogQuery::new("r2")).await.len(), 1);
+    assert_eq!(s.count_items("r2").await.expect("count_items"), 1);
+    // the run's items can be written again from scratch
+    assert_eq!(
+        s.insert_items("r1", &[item("k", T0)])
+            .await
+            .expect("insert"),
+        1
+    );
+}
+
+/// Agents: put inserts or replaces, get, list by id (bytes), delete.
+pub async fn agents_upsert(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let agent = |id: &str, sent_ms: u64| AgentRow {
+        id: id.to_owned(),
+        register: json!({"id": id, "labels": {"region": "eu"}, "slots": 4}),
+        sent_ms,
+        updated_ms: sent_ms + 1,
+    };
+    for a in [agent("b", T0), agent("a", T0), agent("C", T0)] {
+        s.put_agent(&a).await.expect("put_agent");
+    }
+    let mut a2 = agent("a", T0 + 100);
+    a2.register = json!({"id": "a", "labels": {}, "slots": 8});
+    s.put_agent(&a2).await.expect("put_agent again");
+    assert_eq!(s.get_agent("a").await.expect("get_agent"), Some(a2.clone()));
+    assert_eq!(s.get_agent("zz").await.expect("get_agent"), None);
+    let list = s.list_agents().await.expect("list_agents");
+    let ids: Vec<&str> = list.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, ["C", "a", "b"]);
+    assert_eq!(list[1], a2);
+    assert!(s.delete_agent("b").await.expect("delete_agent"));
+    assert!(!s.delete_agent("b").await.expect("delete_agent again"));
+    assert_eq!(s.list_agents().await.expect("list_agents").len(), 2);
+}
+
+/// Allocations: put replaces the run's whole set atomically; bad input changes nothing.
+pub async fn allocations_replace_atomically(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let alloc = |run_id: &str, agent_id: &str, ms: u64| AllocationRow {
+        run_id: run_id.to_owned(),
+        agent_id: agent_id.to_owned(),
+        confirmed_ms: ms,
+    };
+    let first = [alloc("r1", "a2", T0), alloc("r1", "a1", T0 + 1)];
+    s.put_allocations("r1", &first).await.expect("put");
+    s.put_allocations("r2", &[alloc("r2", "a1", T0)])
+        .await
+        .expect("put r2");
+    assert_eq!(
+        s.list_allocations("r1").await.expect("list"),
+        [alloc("r1", "a1", T0 + 1), alloc("r1", "a2", T0)]
+    );
+    let second = [alloc("r1", "a3", T0 + 5), alloc("r1", "a1", T0 + 6)];
+    s.put_allocations("r1", &second).await.expect("replace");
+    let now = [alloc("r1", "a1", T0 + 6), alloc("r1", "a3", T0 + 5)];
+    assert_eq!(s.list_allocations("r1").await.expect("list"), now);
+
+    match s.put_allocations("r1", &[alloc("r2", "a9", T0)]).await {
+        Err(StoreError::BadData { .. }) => {}
+        other => panic!("row of another run: expected BadData, got {other:?}"),
+    }
+    match s
+        .put_allocations("r1", &[alloc("r1", "a7", T0), alloc("r1", "a7", T0 + 1)])
+        .await
+    {
+        Err(StoreError::Conflict { what }) => assert!(what.contains("a7"), "{what}"),
+        other => panic!("agent twice: expected Conflict, got {other:?}"),
+    }
+    let big = [alloc("r1", "a8", u64::MAX)];
+    assert!(matches!(
+        s.put_allocations("r1", &big).await,
+        Err(StoreError::BadData { .. })
+    ));
+    assert_eq!(
+        s.list_allocations("r1").await.expect("list"),
+        now,
+        "unchanged"
+    );
+    assert_eq!(s.list_allocations("r2").await.expect("list").len(), 1);
+
+    s.put_allocations("r1", &[]).await.expect("clear");
+    assert!(s.list_allocations("r1").await.expect("list").is_empty());
+    s.put_allocations("r1", &second).await.expect("put again");
+    assert_eq!(s.delete_allocations("r1").await.expect("delete"), 2);
+    assert_eq!(s.delete_allocations("r1").await.expect("delete again"), 0);
+    assert_eq!(s.list_allocations("r2").await.expect("list").len(), 1);
+}
+
+/// Logs: ids increase in slice order and across calls; each run sees only its lines; fields
+/// survive.
+pub async fn logs_append_in_order(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    s.append_logs(&[]).await.expect("empty append");
+    let batch1 = [
+        line("r1", T0, Level::Info, "one"),
+        line("r2", T0, Level::Warn, "other run"),
+        line(
+            "r1",
+            T0 - 5,
+            Level::Error,
+            "two (older timestamp, later insert)",
+        ),
+    ];
+    s.append_logs(&batch1).await.expect("append");
+    let mut l = line("r1", T0 + 1, Level::Trace, "three ünïcødé\nsecond line");
+    l.source = "agent-7".to_owned();
+    s.append_logs(std::slice::from_ref(&l))
+        .await
+        .expect("append");
+
+    let got = logs(&*s, LogQuery::new("r1")).await;
+    assert_eq!(
+        messages(&got),
+        [
+            "one",
+            "two (older timestamp, later insert)",
+            "three ünïcødé\nsecond line"
+        ]
+    );
+    assert!(
+        got.windows(2).all(|w| w[0].id < w[1].id),
+        "ids increase: {got:?}"
+    );
+    assert_eq!(got[0].to_new(), batch1[0]);
+    assert_eq!(got[1].to_new(), batch1[2]);
+    assert_eq!(got[2].to_new(), l);
+    let other = logs(&*s, LogQuery::new("r2")).await;
+    assert_eq!(messages(&other), ["other run"]);
+    assert!(
+        other[0].id > got[0].id && other[0].id < got[1].id,
+        "slice order"
+    );
+}
+
+/// Logs: `min_level` keeps that level and above.
+pub async fn logs_level_filter(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let lines: Vec<NewLogLine> = Level::ALL
+        .iter()
+        .map(|&level| line("r1", T0, level, level.as_str()))
+        .collect();
+    s.append_logs(&lines).await.expect("append");
+    for (i, &level) in Level::ALL.iter().enumerate() {
+        let q = LogQuery {
+            min_level: Some(level),
+            ..LogQuery::new("r1")
+        };
+        let expected: Vec<&str> = Level::ALL[i..].iter().map(|l| l.as_str()).collect();
+        assert_eq!(messages(&logs(&*s, q).await), expected, "min_level {level}");
+    }
+    let got = logs(&*s, LogQuery::new("r1")).await;
+    let levels: Vec<Level> = got.iter().map(|l| l.level).collect();
+    assert_eq!(levels, Level::ALL);
+}
+
+/// Logs: `text` is a case-insensitive substring; `%`, `_`, `!` and `\` match literally.
+pub async fn logs_text_filter(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let texts = [
+        "Fetched https://example.com/a OK",
+        "fetch FAILED: timeout",
+        "progress 50% done",
+        "progress 50 of 100",
+        "file_name.txt written",
+        "filename.txt written",
+        "wow! really",
+        "back\\slash",
+    ];
+    let lines: Vec<NewLogLine> = texts
+        .iter()
+        .map(|t| line("r1", T0, Level::Info, t))
+        .collect();
+    s.append_logs(&lines).await.expect("append");
+    s.append_logs(&[line("r2", T0, Level::Info, "fetched elsewhere")])
+        .await
+        .expect("append r2");
+    let find = |text: &str| LogQuery {
+        text: Some(text.to_owned()),
+        ..LogQuery::new("r1")
+    };
+    assert_eq!(
+        messages(&logs(&*s, find("FETCH")).await),
+        ["Fetched https://example.com/a OK", "fetch FAILED: timeout"]
+    );
+    assert_eq!(
+        messages(&logs(&*s, find("failed")).await),
+        ["fetch FAILED: timeout"]
+    );
+    assert_eq!(
+        messages(&logs(&*s, find("50%")).await),
+        ["progress 50% done"]
+    );
+    assert_eq!(messages(&logs(&*s, find("%")).await), ["progress 50% done"]);
+    assert_eq!(
+        messages(&logs(&*s, find("e_n")).await),
+        ["file_name.txt written"]
+    );
+    assert_eq!(
+        messages(&logs(&*s, find("_")).await),
+        ["file_name.txt written"]
+    );
+    assert_eq!(messages(&logs(&*s, find("w!")).await), ["wow! really"]);
+    assert_eq!(messages(&logs(&*s, find("k\\s")).await), ["back\\slash"]);
+    assert!(logs(&*s, find("nothing like this")).await.is_empty());
+    assert_eq!(logs(&*s, find("")).await.len(), texts.len());
+    let combined = LogQuery {
+        text: Some("progress".to_owned()),
+        newest_first: true,
+        limit: 1,
+        ..LogQuery::new("r1")
+    };
+    assert_eq!(messages(&logs(&*s, combined).await), ["progress 50 of 100"]);
+}
+
+/// Logs: `since_ms` is inclusive, `until_ms` exclusive.
+pub async fn logs_time_range(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let lines: Vec<NewLogLine> = (0..10u64)
+        .map(|i| line("r1", T0 + i * 10, Level::Info, &format!("t{i}")))
+        .collect();
+    s.append_logs(&lines).await.expect("append");
+    let q = LogQuery {
+        since_ms: Some(T0 + 20),
+        until_ms: Some(T0 + 50),
+        ..LogQuery::new("r1")
+    };
+    assert_eq!(messages(&logs(&*s, q).await), ["t2", "t3", "t4"]);
+    let q = LogQuery {
+        since_ms: Some(T0 + 85),
+        ..LogQuery::new("r1")
+    };
+    assert_eq!(messages(&logs(&*s, q).await), ["t9"]);
+    let q = LogQuery {
+        until_ms: Some(T0 + 10),
+        ..LogQuery::new("r1")
+    };
+    assert_eq!(messages(&logs(&*s, q).await), ["t0"]);
+    let q = LogQuery {
+        since_ms: Some(T0 + 50),
+        until_ms: Some(T0 + 50),
+        ..LogQuery::new("r1")
+    };
+    assert!(logs(&*s, q).await.is_empty());
+    let q = LogQuery {
+        since_ms: Some(u64::MAX),
+        ..LogQuery::new("r1")
+    };
+    assert!(matches!(
+        s.query_logs(&q).await,
+        Err(StoreError::BadData { .. })
+    ));
+}
+
+/// Logs: `after_id` / `before_id` page forwards and backwards without gaps or repeats;
+/// `newest_first` with a limit keeps the newest.
+pub async fn logs_cursor_paging(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let lines: Vec<NewLogLine> = (0..25u64)
+        .map(|i| line("r1", T0 + i, Level::Info, &format!("m{i}")))
+        .collect();
+    s.append_logs(&lines).await.expect("append");
+    let expected: Vec<String> = (0..25).map(|i| format!("m{i}")).collect();
+
+    // forwards
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = logs(
+            &*s,
+            LogQuery {
+                after_id: after,
+                limit: 7,
+                ..LogQuery::new("r1")
+            },
+        )
+        .await;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id);
+        seen.extend(page.iter().map(|l| l.message.clone()));
+    }
+    assert_eq!(seen, expected);
+
+    // backwards from the newest
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = logs(
+            &*s,
+            LogQuery {
+                before_id: before,
+                limit: 4,
+                newest_first: true,
+                ..LogQuery::new("r1")
+            },
+        )
+        .await;
+        let Some(last) = page.last() else { break };
+        before = Some(last.id);
+        seen.extend(page.iter().map(|l| l.message.clone()));
+    }
+    seen.reverse();
+    assert_eq!(seen, expected);
+
+    let all = logs(&*s, LogQuery::new("r1")).await;
+    let window = LogQuery {
+        after_id: Some(all[4].id),
+        before_id: Some(all[8].id),
+        ..LogQuery::new("r1")
+    };
+    assert_eq!(messages(&logs(&*s, window).await), ["m5", "m6", "m7"]);
+    let tail = LogQuery {
+        newest_first: true,
+        limit: 3,
+        ..LogQuery::new("r1")
+    };
+    assert_eq!(messages(&logs(&*s, tail).await), ["m24", "m23", "m22"]);
+    let after_last = LogQuery {
+        after_id: Some(all[24].id),
+        ..LogQuery::new("r1")
+    };
+    assert!(logs(&*s, after_last).await.is_empty());
+}
+
+/// Logs: the limit is capped at [`MAX_PAGE`]; 0 returns nothing.
+pub async fn logs_limit_cap(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let n = MAX_PAGE as usize + 150;
+    let lines: Vec<NewLogLine> = (0..n)
+        .map(|i| line("r1", T0, Level::Debug, &format!("line {i}")))
+        .collect();
+    s.append_logs(&lines).await.expect("append");
+    let q = LogQuery {
+        limit: u32::MAX,
+        ..LogQuery::new("r1")
+    };
+    let page = logs(&*s, q).await;
+    assert_eq!(page.len(), MAX_PAGE as usize);
+    assert_eq!(page[0].message, "line 0");
+    let rest = LogQuery {
+        after_id: page.last().map(|l| l.id),
+        limit: u32::MAX,
+        ..LogQuery::new("r1")
+    };
+    assert_eq!(logs(&*s, rest).await.len(), 150);
+    let zero = LogQuery {
+        limit: 0,
+        ..LogQuery::new("r1")
+    };
+    assert!(logs(&*s, zero).await.is_empty());
+}
+
+/// Logs: retention removes lines older than the cutoff across runs; a run's lines can be
+/// removed alone.
+pub async fn logs_retention(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let lines = [
+        line("r1", T0, Level::Info, "old r1"),
+        line("r2", T0 + 5, Level::Info, "old r2"),
+        line("r1", T0 + 10, Level::Info, "new r1"),
+        line("r2", T0 + 20, Level::Info, "new r2"),
+        line("r3", T0 + 30, Level::Info, "r3"),
+    ];
+    s.append_logs(&lines).await.expect("append");
+    assert_eq!(s.delete_logs_before(T0 + 10).await.expect("retention"), 2);
+    assert_eq!(
+        s.delete_logs_before(T0 + 10)
+            .await
+            .expect("retention again"),
+        0
+    );
+    assert_eq!(messages(&logs(&*s, LogQuery::new("r1")).await), ["new r1"]);
+    assert_eq!(messages(&logs(&*s, LogQuery::new("r2")).await), ["new r2"]);
+    assert_eq!(s.delete_run_logs("r2").await.expect("delete_run_logs"), 1);
+    assert!(logs(&*s, LogQuery::new("r2")).await.is_empty());
+    assert_eq!(messages(&logs(&*s, LogQuery::new("r3")).await), ["r3"]);
+    // ids keep increasing after deletions
+    let before = logs(&*s, LogQuery::new("r3")).await[0].id;
+    s.append_logs(&[line("r3", T0, Level::Info, "later")])
+        .await
+        .expect("append");
+    let after = logs(&*s, LogQuery::new("r3")).await;
+    assert!(after[1].id > before);
+    assert!(matches!(
+        s.delete_logs_before(u64::MAX).await,
+        Err(StoreError::BadData { .. })
+    ));
+}
+
+/// Logs: appends from several tasks at once lose nothing and keep each batch's order, and a
+/// follower reading `after_id` of the last line it saw, while they write, sees every line
+/// exactly once.
+pub async fn logs_concurrent_appends_and_follow(f: &dyn StoreFactory) {
+    const WRITERS: usize = 6;
+    const BATCHES: usize = 15;
+    const PER_BATCH: usize = 20;
+    const TOTAL: usize = WRITERS * BATCHES * PER_BATCH;
+    let s = f.open().await;
+    let done = Arc::new(AtomicBool::new(false));
+
+    let follower = {
+        let s = Arc::clone(&s);
+        let done = Arc::clone(&done);
+        tokio::spawn(async move {
+            let mut seen: Vec<LogLine> = Vec::new();
+            let mut after = None;
+            loop {
+                // read `done` before the query: if it was set, this query sees every line
+                let finished = done.load(Ordering::SeqCst);
+                let page = s
+                    .query_logs(&LogQuery {
+                        after_id: after,
+                        ..LogQuery::new("shared")
+                    })
+                    .await
+                    .expect("follow query");
+                if let Some(last) = page.last() {
+                    after = Some(last.id);
+                }
+                let empty = page.is_empty();
+                seen.extend(page);
+                if empty && finished {
+                    return seen;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let s = Arc::clone(&s);
+            tokio::spawn(async move {
+                for b in 0..BATCHES {
+                    let batch: Vec<NewLogLine> = (0..PER_BATCH)
+                        .map(|i| line("shared", T0, Level::Info, &format!("w{w} b{b} i{i}")))
+                        .collect();
+                    s.append_logs(&batch).await.expect("concurrent append");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.expect("writer task");
+    }
+    done.store(true, Ordering::SeqCst);
+    let followed = follower.await.expect("follower task");
+
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        let page = logs(
+            &*s,
+            LogQuery {
+                after_id: after,
+                ..LogQuery::new("shared")
+            },
+        )
+        .await;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id);
+        all.extend(page);
+    }
+    assert_eq!(all.len(), TOTAL, "every appended line is stored");
+    let ids: BTreeSet<i64> = all.iter().map(|l| l.id).collect();
+    assert_eq!(ids.len(), TOTAL, "ids are unique");
+    for w in 0..WRITERS {
+        let mine: Vec<&str> = all
+            .iter()
+            .map(|l| l.message.as_str())
+            .filter(|m| m.starts_with(&format!("w{w} ")))
+            .collect();
+        let expected: Vec<String> = (0..BATCHES)
+            .flat_map(|b| (0..PER_BATCH).map(move |i| format!("w{w} b{b} i{i}")))
+            .collect();
+        assert_eq!(mine, expected, "writer {w}'s lines in its order");
+        // a batch is contiguous in id order (one transaction)
+    }
+    assert_eq!(followed.len(), TOTAL, "the follower saw every line once");
+    assert_eq!(followed, all, "the follower saw them in id order");
+}
+
+/// Logs: a batch with one bad line stores none of it.
+pub async fn logs_bad_batch_is_atomic(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let batch = [
+        line("r1", T0, Level::Info, "fine"),
+        line("r1", u64::MAX, Level::Info, "too late"),
+    ];
+    match s.append_logs(&batch).await {
+        Err(StoreError::BadData { what, .. }) => assert!(what.contains("ts_ms"), "{what}"),
+        other => panic!("u64::MAX ts: expected BadData, got {other:?}"),
+    }
+    assert!(logs(&*s, LogQuery::new("r1")).await.is_empty());
+}
+
+/// Tokens: create, conflict on id, get, list by creation, touch (never backwards), count,
+/// delete.
+pub async fn tokens_lifecycle(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let mut admin = token("t-admin", T0);
+    admin.admin = true;
+    let user = token("t-user", T0 + 5);
+    let early = token("t-early", T0 - 5);
+    for t in [&admin, &user, &early] {
+        s.create_token(t).await.expect("create_token");
+    }
+    match s.create_token(&token("t-user", T0 + 9)).await {
+        Err(StoreError::Conflict { what }) => assert!(what.contains("t-user"), "{what}"),
+        other => panic!("duplicate token id: expected Conflict, got {other:?}"),
+    }
+    assert_eq!(s.count_tokens().await.expect("count"), 3);
+    assert_eq!(
+        s.get_token("t-admin").await.expect("get"),
+        Some(admin.clone())
+    );
+    assert_eq!(s.get_token("t-none").await.expect("get"), None);
+    let ids: Vec<String> = s
+        .list_tokens()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(ids, ["t-early", "t-admin", "t-user"]);
+
+    assert!(s.touch_token("t-user", T0 + 100).await.expect("touch"));
+    assert!(s.touch_token("t-user", T0 + 50).await.expect("touch older"));
+    let got = s.get_token("t-user").await.expect("get").expect("exists");
+    assert_eq!(
+        got.last_used_ms,
+        Some(T0 + 100),
+        "last_used_ms never moves back"
+    );
+    assert!(
+        s.touch_token("t-user", T0 + 200)
+            .await
+            .expect("touch newer")
+    );
+    let got = s.get_token("t-user").await.expect("get").expect("exists");
+    assert_eq!(got.last_used_ms, Some(T0 + 200));
+    assert!(!s.touch_token("t-none", T0).await.expect("touch missing"));
+
+    assert!(s.delete_token("t-user").await.expect("delete"));
+    assert!(!s.delete_token("t-user").await.expect("delete again"));
+    assert_eq!(s.get_token("t-user").await.expect("get"), None);
+    assert_eq!(s.count_tokens().await.expect("count"), 2);
+}
+
+/// Items: insert-ignore on (run, key): the same key twice is one row, replays insert
+/// nothing, counts are per run, the first version of an item wins.
+pub async fn items_idempotent(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let batch = [item("a", T0), item("b", T0 + 1), item("c", T0 + 2)];
+    assert_eq!(s.insert_items("r1", &batch).await.expect("insert"), 3);
+    assert_eq!(s.insert_items("r1", &batch).await.expect("replay"), 0);
+    let mut changed = item("a", T0 + 99);
+    changed.2 = json!({"changed": true});
+    let mixed = [changed, item("d", T0 + 3), item("d", T0 + 4)];
+    assert_eq!(s.insert_items("r1", &mixed).await.expect("mixed"), 1);
+    assert_eq!(s.insert_items("r1", &[]).await.expect("empty"), 0);
+    assert_eq!(s.count_items("r1").await.expect("count"), 4);
+    assert_eq!(s.insert_items("r2", &batch).await.expect("other run"), 3);
+    assert_eq!(s.count_items("r2").await.expect("count"), 3);
+
+    let rows = s.list_items("r1", 0, 100).await.expect("list");
+    let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys, ["a", "b", "c", "d"]);
+    assert_eq!(
+        rows[0].data, batch[0].2,
+        "the first version of an item wins"
+    );
+    assert_eq!(rows[0].ts_ms, T0);
+    assert_eq!(
+        rows[3].ts_ms,
+        T0 + 3,
+        "the first of two same keys in a batch wins"
+    );
+    assert!(rows.iter().all(|r| r.run_id == "r1"));
+    assert!(rows.windows(2).all(|w| w[0].seq < w[1].seq));
+
+    let bad = [item("e", T0), item("f", u64::MAX)];
+    assert!(matches!(
+        s.insert_items("r1", &bad).await,
+        Err(StoreError::BadData { .. })
+    ));
+    assert_eq!(
+        s.count_items("r1").await.expect("count"),
+        4,
+        "a bad batch stores nothing"
+    );
+
+    assert_eq!(s.delete_items("r1").await.expect("delete"), 4);
+    assert_eq!(s.count_items("r1").await.expect("count"), 0);
+    assert_eq!(s.count_items("r2").await.expect("count"), 3);
+}
+
+/// Items: `list_items` pages by `seq` in insertion order; the limit is capped.
+pub async fn items_paging(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let n = MAX_PAGE as usize + 30;
+    let items: Vec<_> = (0..n).map(|i| item(&format!("k{i:05}"), T0)).collect();
+    assert_eq!(
+        s.insert_items("r1", &items[..500]).await.expect("insert"),
+        500
+    );
+    assert_eq!(
+        s.insert_items("r1", &items[500..]).await.expect("insert"),
+        n as u64 - 500
+    );
+    let first = s.list_items("r1", 0, u32::MAX).await.expect("list");
+    assert_eq!(first.len(), MAX_PAGE as usize);
+    let mut all = first;
+    let mut after = all.last().map_or(0, |r| r.seq);
+    loop {
+        let page = s.list_items("r1", after, 7).await.expect("list");
+        let Some(last) = page.last() else { break };
+        assert!(page.len() <= 7);
+        after = last.seq;
+        all.extend(page);
+    }
+    let keys: Vec<&str> = all.iter().map(|r| r.key.as_str()).collect();
+    let expected: Vec<&str> = items.iter().map(|i| i.0.as_str()).collect();
+    assert_eq!(keys, expected);
+    assert!(s.list_items("r1", 0, 0).await.expect("list").is_empty());
+    assert!(
+        s.list_items("r-none", 0, 10)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+}
+
+/// Items: several tasks inserting overlapping keys at once store each key once, and the
+/// counts they report add up to the number of keys.
+pub async fn items_concurrent_inserts(f: &dyn StoreFactory) {
+    const TASKS: u64 = 6;
+    const KEYS: u64 = 200;
+    let s = f.open().await;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let s = Arc::clone(&s);
+            tokio::spawn(async move {
+                let mut inserted = 0;
+                // every task inserts every key, starting at a different offset, in batches
+                let keys: Vec<u64> = (0..KEYS).map(|k| (k + t * 37) % KEYS).collect();
+                for chunk in keys.chunks(25) {
+                    let batch: Vec<_> = chunk.iter().map(|k| item(&format!("k{k}"), T0)).collect();
+                    inserted += s.insert_items("r1", &batch).await.expect("insert");
+                }
+                inserted
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("task");
+    }
+    assert_eq!(total, KEYS, "each key reported inserted once");
+    assert_eq!(s.count_items("r1").await.expect("count"), KEYS);
+    let rows = s.list_items("r1", 0, u32::MAX).await.expect("list");
+    let keys: BTreeSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(keys.len() as u64, KEYS);
+}
+
+/// Opening the same database again (migrations re-applied: a no-op) keeps every kind of data
+/// and keeps assigning ids above the old ones.
+pub async fn reopen_keeps_data(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let j = job("j1", "nightly");
+    let r = run("r1", Some("j1"), "running", T0);
+    let t = token("t1", T0);
+    let agent = AgentRow {
+        id: "a1".to_owned(),
+        register: json!({"id": "a1"}),
+        sent_ms: T0,
+        updated_ms: T0,
+    };
+    let alloc = AllocationRow {
+        run_id: "r1".to_owned(),
+        agent_id: "a1".to_owned(),
+        confirmed_ms: T0,
+    };
+    s.create_job(&j).await.expect("create_job");
+    s.put_run(&r).await.expect("put_run");
+    s.create_token(&t).await.expect("create_token");
+    s.put_agent(&agent).await.expect("put_agent");
+    s.put_allocations("r1", std::slice::from_ref(&alloc))
+        .await
+        .expect("put_allocations");
+    s.append_logs(&[line("r1", T0, Level::Info, "before")])
+        .await
+        .expect("append");
+    s.insert_items("r1", &[item("k1", T0)])
+        .await
+        .expect("insert");
+    let old_log = logs(&*s, LogQuery::new("r1")).await;
+    let old_items = s.list_items("r1", 0, 10).await.expect("list");
+    s.close().await;
+    drop(s);
+
+    for _ in 0..2 {
+        let s = f.open().await;
+        assert_eq!(s.get_job("j1").await.expect("get_job"), Some(j.clone()));
+        assert_eq!(s.get_run("r1").await.expect("get_run"), Some(r.clone()));
+        assert_eq!(s.get_token("t1").await.expect("get_token"), Some(t.clone()));
+        assert_eq!(
+            s.get_agent("a1").await.expect("get_agent"),
+            Some(agent.clone())
+        );
+        assert_eq!(
+            s.list_allocations("r1").await.expect("allocs"),
+            std::slice::from_ref(&alloc)
+        );
+        assert_eq!(
+            s.list_items("r1", 0, 10).await.expect("list")[..1],
+            old_items[..]
+        );
+        assert_eq!(logs(&*s, LogQuery::new("r1")).await[..1], old_log[..]);
+        s.close().await;
+    }
+    let s = f.open().await;
+    s.append_logs(&[line("r1", T0, Level::Info, "after")])
+        .await
+        .expect("append");
+    assert_eq!(
+        s.insert_items("r1", &[item("k1", T0), item("k2", T0)])
+            .await
+            .expect("insert"),
+        1
+    );
+    let new_log = logs(&*s, LogQuery::new("r1")).await;
+    assert_eq!(messages(&new_log), ["before", "after"]);
+    assert!(new_log[1].id > old_log[0].id);
+    let new_items = s.list_items("r1", 0, 10).await.expect("list");
+    assert_eq!(new_items.len(), 2);
+    assert!(new_items[1].seq > old_items[0].seq);
+}
+
+/// Two stores opened at once on a fresh database (both migrate) both work and share data.
+pub async fn concurrent_open(f: &dyn StoreFactory) {
+    let (a, b, c) = tokio::join!(f.open(), f.open(), f.open());
+    a.create_job(&job("j1", "from-a"))
+        .await
+        .expect("create via a");
+    b.create_job(&job("j2", "from-b"))
+        .await
+        .expect("create via b");
+    assert!(matches!(
+        c.create_job(&job("j3", "from-a")).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    for s in [&a, &b, &c] {
+        assert_eq!(s.list_jobs().await.expect("list_jobs").len(), 2);
+    }
+    let (la, lb) = (
+        [line("r1", T0, Level::Info, "a")],
+        [line("r1", T0, Level::Info, "b")],
+    );
+    let (ra, rb) = tokio::join!(a.append_logs(&la), b.append_logs(&lb));
+    ra.expect("append via a");
+    rb.expect("append via b");
+    assert_eq!(logs(&*c, LogQuery::new("r1")).await.len(), 2);
+}

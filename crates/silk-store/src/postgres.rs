@@ -1,0 +1,84 @@
+//! The PostgreSQL backend. The URL is a libpq-style URL as sqlx reads it
+//! (`postgres://user:pass@host:port/db?sslmode=require&options=-c%20search_path%3Dmyschema`);
+//! tables live in the connection's current schema. Write transactions run at READ COMMITTED;
+//! log ids and item seqs come from a row of `seq_counters` that the writing transaction holds
+//! until it commits, so they increase in commit order. Migrations run under a
+//! transaction-scoped advisory lock keyed by the current schema, so concurrent opens wait
+//! for each other.
+
+use crate::redact::{redact_url, scrub};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How long a call waits for a connection (also how long `open` retries a refused
+/// connection).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections per store.
+const MAX_CONNECTIONS: u32 = 10;
+
+/// The first key of the migration advisory lock (the second is the schema's hash).
+const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock(1936288875, hashtext(current_schema()))";
+
+/// A [`crate::MetaStore`] in PostgreSQL.
+pub(crate) struct PgStore {
+    pool: PgPool,
+    location: String,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to `url` and migrates the schema.
+    pub(crate) async fn open(url: &str) -> Result<Self, crate::StoreError> {
+        let location = redact_url(url);
+        let fail = |reason: String| crate::StoreError::Connect {
+            url: location.clone(),
+            reason: scrub(reason, url),
+        };
+        let options = PgConnectOptions::from_str(url).map_err(|e| fail(e.to_string()))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let store = Self {
+            pool,
+            location: location.clone(),
+        };
+        store.migrate().await.map_err(|e| match e {
+            crate::StoreError::Migrate {
+                location,
+                migration,
+                reason,
+            } => crate::StoreError::Migrate {
+                location,
+                migration,
+                reason: scrub(reason, url),
+            },
+            other => other,
+        })?;
+        Ok(store)
+    }
+
+    /// Begins a write transaction.
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        self.pool.begin().await
+    }
+}
+
+crate::sql::impl_meta_store!(
+    store = PgStore,
+    db = sqlx::Postgres,
+    backend = "postgres",
+    lock = Some(LOCK_SQL),
+    c = " COLLATE \"C\""
+);

@@ -1,0 +1,1167 @@
+//! What the two backends share: value conversions, the migration list, and
+//! [`impl_meta_store!`], which writes the [`crate::MetaStore`] implementation once for both
+//! sqlx drivers. The SQL is the same text on both: `$N` placeholders (SQLite reads `$N` as
+//! parameter N too), `ON CONFLICT` upserts, `RETURNING`, `LIKE … ESCAPE '!'`. The only
+//! per-backend pieces are how a write transaction begins (SQLite: `BEGIN IMMEDIATE`, so a
+//! writer queues on the busy timeout instead of failing to upgrade a read lock), the
+//! migration lock (PostgreSQL: a transaction-scoped advisory lock) and the collation suffix
+//! of `ORDER BY` on text (PostgreSQL: `COLLATE "C"`, so text orders by bytes as on SQLite).
+
+use crate::error::StoreError;
+
+/// Rows per multi-row `INSERT` (at most 6 parameters per row: well under SQLite's 32766 and
+/// PostgreSQL's 65535 bind parameters per statement).
+pub(crate) const CHUNK: usize = 1000;
+
+/// The counter that assigns log line ids.
+pub(crate) const LOG_COUNTER: &str = "log_lines";
+
+/// The counter that assigns the item seqs of `run_id`.
+pub(crate) fn item_counter(run_id: &str) -> String {
+    format!("items:{run_id}")
+}
+
+/// One schema migration, embedded in the binary.
+pub(crate) struct Migration {
+    /// Its version (the number in the file name), increasing from 1.
+    pub(crate) version: i64,
+    /// Its name: the file name without `.sql`.
+    pub(crate) name: &'static str,
+    /// Its statements.
+    pub(crate) sql: &'static str,
+}
+
+/// Every migration, in order. Each file in `migrations/` is listed here (a test checks it).
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "0001_init",
+    sql: include_str!("../migrations/0001_init.sql"),
+}];
+
+/// The table that records applied migrations (created at open if missing).
+pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS silk_migrations (
+    version    BIGINT NOT NULL PRIMARY KEY,
+    name       TEXT   NOT NULL,
+    checksum   TEXT   NOT NULL,
+    applied_ms BIGINT NOT NULL
+)";
+
+/// The checksum recorded for a migration: xxh3 of its text without carriage returns (so a
+/// CRLF checkout does not look like an edit).
+pub(crate) fn checksum(sql: &str) -> String {
+    let text: String = sql.chars().filter(|&c| c != '\r').collect();
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+}
+
+/// Milliseconds since the epoch, for `silk_migrations.applied_ms` only.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// `v` as a `BIGINT`, or [`StoreError::BadData`] naming `what` if it is above `i64::MAX`.
+pub(crate) fn to_db(v: u64, what: impl FnOnce() -> String) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::bad(what(), format!("{v} is above {}", i64::MAX)))
+}
+
+/// [`to_db`] for an optional value.
+pub(crate) fn opt_to_db(
+    v: Option<u64>,
+    what: impl FnOnce() -> String,
+) -> Result<Option<i64>, StoreError> {
+    v.map(|v| to_db(v, what)).transpose()
+}
+
+/// A `BIGINT` read back as `u64`, or [`StoreError::BadData`] if it is negative.
+pub(crate) fn from_db(v: i64, what: impl FnOnce() -> String) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::bad(what(), format!("{v} is negative")))
+}
+
+/// [`from_db`] for an optional value.
+pub(crate) fn opt_from_db(
+    v: Option<i64>,
+    what: impl FnOnce() -> String,
+) -> Result<Option<u64>, StoreError> {
+    v.map(|v| from_db(v, what)).transpose()
+}
+
+/// The text of a JSON document.
+pub(crate) fn json_text(
+    v: &serde_json::Value,
+    what: impl FnOnce() -> String,
+) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::bad(what(), e.to_string()))
+}
+
+/// A JSON document read back.
+pub(crate) fn parse_json(
+    text: &str,
+    what: impl FnOnce() -> String,
+) -> Result<serde_json::Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::bad(what(), format!("not JSON: {e}")))
+}
+
+/// A `LIKE` pattern (with `ESCAPE '!'`) matching any text that contains `text`: `%`, `_`
+/// and `!` in `text` match themselves.
+pub(crate) fn contains_pattern(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('%');
+    for c in text.chars() {
+        if matches!(c, '%' | '_' | '!') {
+            out.push('!');
+        }
+        out.push(c);
+    }
+    out.push('%');
+    out
+}
+
+/// Whether `e` is a unique or primary key violation.
+pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .is_some_and(|d| d.is_unique_violation())
+}
+
+/// `n` (a slice length) as `i64`.
+pub(crate) fn len_i64(n: usize, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::bad(what, format!("{n} rows is too many")))
+}
+
+/// Implements [`crate::MetaStore`] for `$store`, a struct with fields `pool` (a sqlx pool of
+/// `$db`) and `location`, and an inherent `async fn begin_write(&self) ->
+/// Result<sqlx::Transaction<'static, $db>, sqlx::Error>`. Also adds an inherent
+/// `migrate(&self)` that takes `$lock` (an `Option<&str>` statement run first in the
+/// migration transaction). `$c` is appended to text columns in `ORDER BY`.
+macro_rules! impl_meta_store {
+    (
+        store = $store:ty,
+        db = $db:ty,
+        backend = $backend:literal,
+        lock = $lock:expr,
+        c = $c:literal
+    ) => {
+        use $crate::error::StoreError;
+        use $crate::model::{
+            AgentRow, AllocationRow, ItemRow, JobRow, Level, LogLine, LogQuery, MAX_PAGE,
+            NewLogLine, RunFilter, RunRow, TokenRow,
+        };
+        use $crate::sql::{
+            CHUNK, LOG_COUNTER, MIGRATIONS, MIGRATIONS_TABLE, checksum, contains_pattern,
+            from_db, is_unique_violation, item_counter, json_text, len_i64, now_ms,
+            opt_from_db, opt_to_db, parse_json, to_db,
+        };
+        use sqlx::{QueryBuilder, Row as _};
+
+        type DbRow = <$db as sqlx::Database>::Row;
+
+        /// Column `col` of `row`, a row of `table` with key `id` (for the error).
+        fn get<'r, T>(row: &'r DbRow, table: &str, id: &str, col: &str) -> Result<T, StoreError>
+        where
+            T: sqlx::Decode<'r, $db> + sqlx::Type<$db>,
+        {
+            row.try_get(col)
+                .map_err(|e| StoreError::bad(format!("{table} {id:?} {col}"), e.to_string()))
+        }
+
+        /// A `BIGINT` column of `row` as `u64`.
+        fn get_u64(row: &DbRow, table: &str, id: &str, col: &str) -> Result<u64, StoreError> {
+            from_db(get(row, table, id, col)?, || format!("{table} {id:?} {col}"))
+        }
+
+        /// A nullable `BIGINT` column of `row` as `Option<u64>`.
+        fn get_opt_u64(
+            row: &DbRow,
+            table: &str,
+            id: &str,
+            col: &str,
+        ) -> Result<Option<u64>, StoreError> {
+            opt_from_db(get(row, table, id, col)?, || format!("{table} {id:?} {col}"))
+        }
+
+        /// A `TEXT` column of `row` holding a JSON document.
+        fn get_json(
+            row: &DbRow,
+            table: &str,
+            id: &str,
+            col: &str,
+        ) -> Result<serde_json::Value, StoreError> {
+            let text: String = get(row, table, id, col)?;
+            parse_json(&text, || format!("{table} {id:?} {col}"))
+        }
+
+        /// A `BIGINT` 0/1 column of `row` as `bool`.
+        fn get_bool(row: &DbRow, table: &str, id: &str, col: &str) -> Result<bool, StoreError> {
+            match get::<i64>(row, table, id, col)? {
+                0 => Ok(false),
+                1 => Ok(true),
+                other => Err(StoreError::bad(
+                    format!("{table} {id:?} {col}"),
+                    format!("{other} is not a boolean (0 or 1)"),
+                )),
+            }
+        }
+
+        const JOB_COLS: &str = "id, name, enabled, spec, created_ms, updated_ms, next_fire_ms, \
+                                last_fire_ms, queued";
+
+        fn job_from_row(row: &DbRow) -> Result<JobRow, StoreError> {
+            let id: String = get(row, "job", "?", "id")?;
+            let queued: i64 = get(row, "job", &id, "queued")?;
+            let queued = u32::try_from(queued).map_err(|_| {
+                StoreError::bad(format!("job {id:?} queued"), format!("{queued} is not a u32"))
+            })?;
+            Ok(JobRow {
+                name: get(row, "job", &id, "name")?,
+                enabled: get_bool(row, "job", &id, "enabled")?,
+                spec: get_json(row, "job", &id, "spec")?,
+                created_ms: get_u64(row, "job", &id, "created_ms")?,
+                updated_ms: get_u64(row, "job", &id, "updated_ms")?,
+                next_fire_ms: get_opt_u64(row, "job", &id, "next_fire_ms")?,
+                last_fire_ms: get_opt_u64(row, "job", &id, "last_fire_ms")?,
+                queued,
+                id,
+            })
+        }
+
+        /// A job's columns converted for binding.
+        struct JobBinds {
+            spec: String,
+            created_ms: i64,
+            updated_ms: i64,
+            next_fire_ms: Option<i64>,
+            last_fire_ms: Option<i64>,
+        }
+
+        impl JobBinds {
+            fn new(job: &JobRow) -> Result<Self, StoreError> {
+                let w = |col: &str| format!("job {:?} {col}", job.id);
+                Ok(Self {
+                    spec: json_text(&job.spec, || w("spec"))?,
+                    created_ms: to_db(job.created_ms, || w("created_ms"))?,
+                    updated_ms: to_db(job.updated_ms, || w("updated_ms"))?,
+                    next_fire_ms: opt_to_db(job.next_fire_ms, || w("next_fire_ms"))?,
+                    last_fire_ms: opt_to_db(job.last_fire_ms, || w("last_fire_ms"))?,
+                })
+            }
+        }
+
+        const RUN_COLS: &str = "id, job_id, state, created_ms, finished_ms, record";
+
+        fn run_from_row(row: &DbRow) -> Result<RunRow, StoreError> {
+            let id: String = get(row, "run", "?", "id")?;
+            Ok(RunRow {
+                job_id: get(row, "run", &id, "job_id")?,
+                state: get(row, "run", &id, "state")?,
+                created_ms: get_u64(row, "run", &id, "created_ms")?,
+                finished_ms: get_opt_u64(row, "run", &id, "finished_ms")?,
+                record: get_json(row, "run", &id, "record")?,
+                id,
+            })
+        }
+
+        /// Appends the `WHERE` clause of `filter`.
+        fn push_run_filter<'a>(qb: &mut QueryBuilder<'a, $db>, filter: &'a RunFilter) {
+            let mut sep = " WHERE ";
+            if let Some(job_id) = &filter.job_id {
+                qb.push(sep).push("job_id = ").push_bind(job_id.as_str());
+                sep = " AND ";
+            }
+            if !filter.states.is_empty() {
+                qb.push(sep).push("state IN (");
+                let mut list = qb.separated(", ");
+                for state in &filter.states {
+                    list.push_bind(state.as_str());
+                }
+                list.push_unseparated(")");
+            }
+        }
+
+        const AGENT_COLS: &str = "id, register, sent_ms, updated_ms";
+
+        fn agent_from_row(row: &DbRow) -> Result<AgentRow, StoreError> {
+            let id: String = get(row, "agent", "?", "id")?;
+            Ok(AgentRow {
+                register: get_json(row, "agent", &id, "register")?,
+                sent_ms: get_u64(row, "agent", &id, "sent_ms")?,
+                updated_ms: get_u64(row, "agent", &id, "updated_ms")?,
+                id,
+            })
+        }
+
+        fn allocation_from_row(row: &DbRow) -> Result<AllocationRow, StoreError> {
+            let run_id: String = get(row, "allocation", "?", "run_id")?;
+            let agent_id: String = get(row, "allocation", &run_id, "agent_id")?;
+            let key = format!("{run_id}/{agent_id}");
+            Ok(AllocationRow {
+                confirmed_ms: get_u64(row, "allocation", &key, "confirmed_ms")?,
+                run_id,
+                agent_id,
+            })
+        }
+
+        fn log_from_row(row: &DbRow) -> Result<LogLine, StoreError> {
+            let id: i64 = get(row, "log line", "?", "id")?;
+            let key = id.to_string();
+            let rank: i64 = get(row, "log line", &key, "level")?;
+            let level = Level::from_rank(rank).ok_or_else(|| {
+                StoreError::bad(
+                    format!("log line {id} level"),
+                    format!("unknown level rank {rank}"),
+                )
+            })?;
+            Ok(LogLine {
+                id,
+                run_id: get(row, "log line", &key, "run_id")?,
+                ts_ms: get_u64(row, "log line", &key, "ts_ms")?,
+                level,
+                source: get(row, "log line", &key, "source")?,
+                message: get(row, "log line", &key, "message")?,
+            })
+        }
+
+        const TOKEN_COLS: &str = "id, name, hash, admin, created_ms, last_used_ms";
+
+        fn token_from_row(row: &DbRow) -> Result<TokenRow, StoreError> {
+            let id: String = get(row, "token", "?", "id")?;
+            Ok(TokenRow {
+                name: get(row, "token", &id, "name")?,
+                hash: get(row, "token", &id, "hash")?,
+                admin: get_bool(row, "token", &id, "admin")?,
+                created_ms: get_u64(row, "token", &id, "created_ms")?,
+                last_used_ms: get_opt_u64(row, "token", &id, "last_used_ms")?,
+                id,
+            })
+        }
+
+        fn item_from_row(row: &DbRow) -> Result<ItemRow, StoreError> {
+            let run_id: String = get(row, "item", "?", "run_id")?;
+            let key: String = get(row, "item", &run_id, "item_key")?;
+            let what = format!("{run_id}/{key}");
+            Ok(ItemRow {
+                seq: get(row, "item", &what, "seq")?,
+                ts_ms: get_u64(row, "item", &what, "ts_ms")?,
+                data: get_json(row, "item", &what, "data")?,
+                run_id,
+                key,
+            })
+        }
+
+        /// Reserves `n` values of counter `name` (inside the caller's write transaction, which
+        /// holds the counter's row until it ends) and returns the first.
+        async fn reserve(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            name: &str,
+            n: i64,
+            op: &'static str,
+        ) -> Result<i64, StoreError> {
+            let last: i64 = sqlx::query_scalar(
+                "INSERT INTO seq_counters (name, last_seq) VALUES ($1, $2) \
+                 ON CONFLICT (name) DO UPDATE \
+                 SET last_seq = seq_counters.last_seq + excluded.last_seq \
+                 RETURNING last_seq",
+            )
+            .bind(name)
+            .bind(n)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| StoreError::query(op, e))?;
+            Ok(last - n + 1)
+        }
+
+        impl $store {
+            /// Brings the schema up to date: one write transaction that creates the history
+            /// table if missing, checks the recorded migrations against the embedded ones and
+            /// applies the missing ones. Concurrent opens serialize on the transaction (and
+            /// `$lock`), so the second one finds everything applied.
+            async fn migrate(&self) -> Result<(), StoreError> {
+                let fail = |migration: &str, reason: String| StoreError::Migrate {
+                    location: self.location.clone(),
+                    migration: migration.to_owned(),
+                    reason,
+                };
+                let mut tx = self
+                    .begin_write()
+                    .await
+                    .map_err(|e| fail("lock", e.to_string()))?;
+                let lock: Option<&str> = $lock;
+                if let Some(lock) = lock {
+                    sqlx::query(lock)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| fail("lock", e.to_string()))?;
+                }
+                sqlx::Executor::execute(&mut *tx, sqlx::raw_sql(MIGRATIONS_TABLE))
+                    .await
+                    .map_err(|e| fail("history", e.to_string()))?;
+                let applied: Vec<(i64, String, String)> = sqlx::query_as(
+                    "SELECT version, name, checksum FROM silk_migrations ORDER BY version",
+                )
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| fail("history", e.to_string()))?;
+                for (version, name, sum) in &applied {
+                    match MIGRATIONS.iter().find(|m| m.version == *version) {
+                        None => {
+                            return Err(fail(
+                                name,
+                                format!(
+                                    "the database has schema version {version}, newer than this \
+                                     build knows ({}); use a newer silk",
+                                    MIGRATIONS.len()
+                                ),
+                            ));
+                        }
+                        Some(m) if checksum(m.sql) != *sum => {
+                            return Err(fail(
+                                name,
+                                "was changed after it was applied (checksum differs)".to_owned(),
+                            ));
+                        }
+                        Some(_) => {}
+                    }
+                }
+                let mut done = 0;
+                for m in MIGRATIONS {
+                    if applied.iter().any(|(v, _, _)| *v == m.version) {
+                        continue;
+                    }
+                    sqlx::Executor::execute(&mut *tx, sqlx::raw_sql(m.sql))
+                        .await
+                        .map_err(|e| fail(m.name, e.to_string()))?;
+                    sqlx::query(
+                        "INSERT INTO silk_migrations (version, name, checksum, applied_ms) \
+                         VALUES ($1, $2, $3, $4)",
+                    )
+                    .bind(m.version)
+                    .bind(m.name)
+                    .bind(checksum(m.sql))
+                    .bind(now_ms())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| fail(m.name, e.to_string()))?;
+                    done += 1;
+                }
+                tx.commit().await.map_err(|e| fail("commit", e.to_string()))?;
+                if done > 0 {
+                    tracing::info!(
+                        location = %self.location,
+                        applied = done,
+                        "metadata store migrated"
+                    );
+                }
+                Ok(())
+            }
+
+            /// Whether a job with this id exists (to name the key of a conflict).
+            async fn job_id_exists(&self, id: &str, op: &'static str) -> Result<bool, StoreError> {
+                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query(op, e))?;
+                Ok(n > 0)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::store::MetaStore for $store {
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+
+            fn location(&self) -> &str {
+                &self.location
+            }
+
+            async fn ping(&self) -> Result<(), StoreError> {
+                sqlx::query("SELECT 1")
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("ping", e))?;
+                Ok(())
+            }
+
+            async fn close(&self) {
+                self.pool.close().await;
+            }
+
+            // ---- jobs -----------------------------------------------------------------
+
+            async fn create_job(&self, job: &JobRow) -> Result<(), StoreError> {
+                const OP: &str = "create_job";
+                let b = JobBinds::new(job)?;
+                let res = sqlx::query(
+                    "INSERT INTO jobs (id, name, enabled, spec, created_ms, updated_ms, \
+                     next_fire_ms, last_fire_ms, queued) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                )
+                .bind(&job.id)
+                .bind(&job.name)
+                .bind(i64::from(job.enabled))
+                .bind(&b.spec)
+                .bind(b.created_ms)
+                .bind(b.updated_ms)
+                .bind(b.next_fire_ms)
+                .bind(b.last_fire_ms)
+                .bind(i64::from(job.queued))
+                .execute(&self.pool)
+                .await;
+                match res {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_unique_violation(&e) => {
+                        let what = if self.job_id_exists(&job.id, OP).await? {
+                            format!("job id {:?}", job.id)
+                        } else {
+                            format!("job name {:?}", job.name)
+                        };
+                        Err(StoreError::Conflict { what })
+                    }
+                    Err(e) => Err(StoreError::query(OP, e)),
+                }
+            }
+
+            async fn update_job(&self, job: &JobRow) -> Result<(), StoreError> {
+                const OP: &str = "update_job";
+                let b = JobBinds::new(job)?;
+                let res = sqlx::query(
+                    "UPDATE jobs SET name = $2, enabled = $3, spec = $4, created_ms = $5, \
+                     updated_ms = $6, next_fire_ms = $7, last_fire_ms = $8, queued = $9 \
+                     WHERE id = $1",
+                )
+                .bind(&job.id)
+                .bind(&job.name)
+                .bind(i64::from(job.enabled))
+                .bind(&b.spec)
+                .bind(b.created_ms)
+                .bind(b.updated_ms)
+                .bind(b.next_fire_ms)
+                .bind(b.last_fire_ms)
+                .bind(i64::from(job.queued))
+                .execute(&self.pool)
+                .await;
+                match res {
+                    Ok(done) if done.rows_affected() == 0 => Err(StoreError::NotFound {
+                        what: format!("job {:?}", job.id),
+                    }),
+                    Ok(_) => Ok(()),
+                    Err(e) if is_unique_violation(&e) => Err(StoreError::Conflict {
+                        what: format!("job name {:?}", job.name),
+                    }),
+                    Err(e) => Err(StoreError::query(OP, e)),
+                }
+            }
+
+            async fn get_job(&self, id: &str) -> Result<Option<JobRow>, StoreError> {
+                let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE id = $1");
+                sqlx::query(&sql)
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("get_job", e))?
+                    .as_ref()
+                    .map(job_from_row)
+                    .transpose()
+            }
+
+            async fn get_job_by_name(&self, name: &str) -> Result<Option<JobRow>, StoreError> {
+                let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE name = $1");
+                sqlx::query(&sql)
+                    .bind(name)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("get_job_by_name", e))?
+                    .as_ref()
+                    .map(job_from_row)
+                    .transpose()
+            }
+
+            async fn list_jobs(&self) -> Result<Vec<JobRow>, StoreError> {
+                let sql = format!("SELECT {JOB_COLS} FROM jobs ORDER BY name{}", $c);
+                sqlx::query(&sql)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("list_jobs", e))?
+                    .iter()
+                    .map(job_from_row)
+                    .collect()
+            }
+
+            async fn delete_job(&self, id: &str) -> Result<bool, StoreError> {
+                let done = sqlx::query("DELETE FROM jobs WHERE id = $1")
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("delete_job", e))?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            // ---- runs -----------------------------------------------------------------
+
+            async fn put_run(&self, run: &RunRow) -> Result<(), StoreError> {
+                let w = |col: &str| format!("run {:?} {col}", run.id);
+                let record = json_text(&run.record, || w("record"))?;
+                let created_ms = to_db(run.created_ms, || w("created_ms"))?;
+                let finished_ms = opt_to_db(run.finished_ms, || w("finished_ms"))?;
+                sqlx::query(
+                    "INSERT INTO runs (id, job_id, state, created_ms, finished_ms, record) \
+                     VALUES ($1, $2, $3, $4, $5, $6) \
+                     ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, \
+                     state = excluded.state, created_ms = excluded.created_ms, \
+                     finished_ms = excluded.finished_ms, record = excluded.record",
+                )
+                .bind(&run.id)
+                .bind(run.job_id.as_deref())
+                .bind(&run.state)
+                .bind(created_ms)
+                .bind(finished_ms)
+                .bind(&record)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| StoreError::query("put_run", e))?;
+                Ok(())
+            }
+
+            async fn get_run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+                let sql = format!("SELECT {RUN_COLS} FROM runs WHERE id = $1");
+                sqlx::query(&sql)
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("get_run", e))?
+                    .as_ref()
+                    .map(run_from_row)
+                    .transpose()
+            }
+
+            async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>, StoreError> {
+                let mut qb = QueryBuilder::<$db>::new(format!("SELECT {RUN_COLS} FROM runs"));
+                push_run_filter(&mut qb, filter);
+                if filter.newest_first {
+                    qb.push(format!(" ORDER BY created_ms DESC, id{} DESC", $c));
+                } else {
+                    qb.push(format!(" ORDER BY created_ms, id{}", $c));
+                }
+                if let Some(limit) = filter.limit {
+                    qb.push(" LIMIT ").push_bind(i64::from(limit));
+                }
+                qb.build()
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("list_runs", e))?
+                    .iter()
+                    .map(run_from_row)
+                    .collect()
+            }
+
+            async fn count_runs(&self, filter: &RunFilter) -> Result<u64, StoreError> {
+                let mut qb = QueryBuilder::<$db>::new("SELECT COUNT(*) FROM runs");
+                push_run_filter(&mut qb, filter);
+                let n: i64 = qb
+                    .build_query_scalar()
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("count_runs", e))?;
+                from_db(n, || "run count".to_owned())
+            }
+
+            async fn delete_run(&self, id: &str) -> Result<bool, StoreError> {
+                const OP: &str = "delete_run";
+                let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
+                let done = sqlx::query("DELETE FROM runs WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| StoreError::query(OP, e))?;
+                for sql in [
+                    "DELETE FROM allocations WHERE run_id = $1",
+                    "DELETE FROM log_lines WHERE run_id = $1",
+                    "DELETE FROM items WHERE run_id = $1",
+                ] {
+                    sqlx::query(sql)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| StoreError::query(OP, e))?;
+                }
+                sqlx::query("DELETE FROM seq_counters WHERE name = $1")
+                    .bind(item_counter(id))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| StoreError::query(OP, e))?;
+                tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            // ---- agents ---------------------------------------------------------------
+
+            async fn put_agent(&self, agent: &AgentRow) -> Result<(), StoreError> {
+                let w = |col: &str| format!("agent {:?} {col}", agent.id);
+                let register = json_text(&agent.register, || w("register"))?;
+                let sent_ms = to_db(agent.sent_ms, || w("sent_ms"))?;
+                let updated_ms = to_db(agent.updated_ms, || w("updated_ms"))?;
+                sqlx::query(
+                    "INSERT INTO agents (id, register, sent_ms, updated_ms) \
+                     VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (id) DO UPDATE SET register = excluded.register, \
+                     sent_ms = excluded.sent_ms, updated_ms = excluded.updated_ms",
+                )
+                .bind(&agent.id)
+                .bind(&register)
+                .bind(sent_ms)
+                .bind(updated_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| StoreError::query("put_agent", e))?;
+                Ok(())
+            }
+
+            async fn get_agent(&self, id: &str) -> Result<Option<AgentRow>, StoreError> {
+                let sql = format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1");
+                sqlx::query(&sql)
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("get_agent", e))?
+                    .as_ref()
+                    .map(agent_from_row)
+                    .transpose()
+            }
+
+            async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError> {
+                let sql = format!("SELECT {AGENT_COLS} FROM agents ORDER BY id{}", $c);
+                sqlx::query(&sql)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("list_agents", e))?
+                    .iter()
+                    .map(agent_from_row)
+                    .collect()
+            }
+
+            async fn delete_agent(&self, id: &str) -> Result<bool, StoreError> {
+                let done = sqlx::query("DELETE FROM agents WHERE id = $1")
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("delete_agent", e))?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            // ---- allocations ----------------------------------------------------------
+
+            async fn put_allocations(
+                &self,
+                run_id: &str,
+                rows: &[AllocationRow],
+            ) -> Result<(), StoreError> {
+                const OP: &str = "put_allocations";
+                let mut binds = Vec::with_capacity(rows.len());
+                let mut seen = std::collections::HashSet::with_capacity(rows.len());
+                for row in rows {
+                    if row.run_id != run_id {
+                        return Err(StoreError::bad(
+                            format!("allocation of run {run_id:?}"),
+                            format!("a row is for run {:?}", row.run_id),
+                        ));
+                    }
+                    if !seen.insert(row.agent_id.as_str()) {
+                        return Err(StoreError::Conflict {
+                            what: format!(
+                                "agent {:?} in the allocation of run {run_id:?}",
+                                row.agent_id
+                            ),
+                        });
+                    }
+                    let confirmed_ms = to_db(row.confirmed_ms, || {
+                        format!("allocation {run_id:?}/{:?} confirmed_ms", row.agent_id)
+                    })?;
+                    binds.push((row.agent_id.as_str(), confirmed_ms));
+                }
+                let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
+                sqlx::query("DELETE FROM allocations WHERE run_id = $1")
+                    .bind(run_id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| StoreError::query(OP, e))?;
+                for chunk in binds.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<$db>::new(
+                        "INSERT INTO allocations (run_id, agent_id, confirmed_ms) ",
+                    );
+                    qb.push_values(chunk, |mut b, (agent_id, confirmed_ms)| {
+                        b.push_bind(run_id).push_bind(*agent_id).push_bind(*confirmed_ms);
+                    });
+                    qb.build()
+                        .persistent(false) // one statement text per batch size: do not cache it
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| StoreError::query(OP, e))?;
+                }
+                tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
+                Ok(())
+            }
+
+            async fn list_allocations(
+                &self,
+                run_id: &str,
+            ) -> Result<Vec<AllocationRow>, StoreError> {
+                let sql = format!(
+                    "SELECT run_id, agent_id, confirmed_ms FROM allocations WHERE run_id = $1 \
+                     ORDER BY agent_id{}",
+                    $c
+                );
+                sqlx::query(&sql)
+                    .bind(run_id)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("list_allocations", e))?
+                    .iter()
+                    .map(allocation_from_row)
+                    .collect()
+            }
+
+            async fn delete_allocations(&self, run_id: &str) -> Result<u64, StoreError> {
+                let done = sqlx::query("DELETE FROM allocations WHERE run_id = $1")
+                    .bind(run_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("delete_allocations", e))?;
+                Ok(done.rows_affected())
+            }
+
+            // ---- logs -----------------------------------------------------------------
+
+            async fn append_logs(&self, lines: &[NewLogLine]) -> Result<(), StoreError> {
+                const OP: &str = "append_logs";
+                if lines.is_empty() {
+                    return Ok(());
+                }
+                let n = len_i64(lines.len(), "log lines")?;
+                let ts = lines
+                    .iter()
+                    .map(|l| to_db(l.ts_ms, || format!("log line of run {:?} ts_ms", l.run_id)))
+                    .collect::<Result<Vec<i64>, _>>()?;
+                let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
+                let first = reserve(&mut tx, LOG_COUNTER, n, OP).await?;
+                let mut next = first;
+                for (chunk, chunk_ts) in lines.chunks(CHUNK).zip(ts.chunks(CHUNK)) {
+                    let mut qb = QueryBuilder::<$db>::new(
+                        "INSERT INTO log_lines (id, run_id, ts_ms, level, source, message) ",
+                    );
+                    qb.push_values(chunk.iter().zip(chunk_ts), |mut b, (line, ts_ms)| {
+                        b.push_bind(next)
+                            .push_bind(line.run_id.as_str())
+                            .push_bind(*ts_ms)
+                            .push_bind(line.level.rank())
+                            .push_bind(line.source.as_str())
+                            .push_bind(line.message.as_str());
+                        next += 1;
+                    });
+                    qb.build()
+                        .persistent(false) // one statement text per batch size: do not cache it
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| StoreError::query(OP, e))?;
+                }
+                tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
+                Ok(())
+            }
+
+            async fn query_logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, StoreError> {
+                let limit = query.limit.min(MAX_PAGE);
+                if limit == 0 {
+                    return Ok(Vec::new());
+                }
+                let w = |what: &str| format!("log query of run {:?}: {what}", query.run_id);
+                let since = opt_to_db(query.since_ms, || w("since_ms"))?;
+                let until = opt_to_db(query.until_ms, || w("until_ms"))?;
+                let mut qb = QueryBuilder::<$db>::new(
+                    "SELECT id, run_id, ts_ms, level, source, message FROM log_lines \
+                     WHERE run_id = ",
+                );
+                qb.push_bind(query.run_id.as_str());
+                if let Some(level) = query.min_level {
+                    qb.push(" AND level >= ").push_bind(level.rank());
+                }
+                if let Some(text) = &query.text {
+                    qb.push(" AND LOWER(message) LIKE LOWER(")
+                        .push_bind(contains_pattern(text))
+                        .push(") ESCAPE '!'");
+                }
+                if let Some(since) = since {
+                    qb.push(" AND ts_ms >= ").push_bind(since);
+                }
+                if let Some(until) = until {
+                    qb.push(" AND ts_ms < ").push_bind(until);
+                }
+                if let Some(after) = query.after_id {
+                    qb.push(" AND id > ").push_bind(after);
+                }
+                if let Some(before) = query.before_id {
+                    qb.push(" AND id < ").push_bind(before);
+                }
+                qb.push(if query.newest_first {
+                    " ORDER BY id DESC"
+                } else {
+                    " ORDER BY id"
+                });
+                qb.push(" LIMIT ").push_bind(i64::from(limit));
+                qb.build()
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("query_logs", e))?
+                    .iter()
+                    .map(log_from_row)
+                    .collect()
+            }
+
+            async fn delete_logs_before(&self, ts_ms: u64) -> Result<u64, StoreError> {
+                let ts_ms = to_db(ts_ms, || "log retention cutoff".to_owned())?;
+                let done = sqlx::query("DELETE FROM log_lines WHERE ts_ms < $1")
+                    .bind(ts_ms)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("delete_logs_before", e))?;
+                Ok(done.rows_affected())
+            }
+
+            async fn delete_run_logs(&self, run_id: &str) -> Result<u64, StoreError> {
+                let done = sqlx::query("DELETE FROM log_lines WHERE run_id = $1")
+                    .bind(run_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("delete_run_logs", e))?;
+                Ok(done.rows_affected())
+            }
+
+            // ---- tokens ---------------------------------------------------------------
+
+            async fn create_token(&self, token: &TokenRow) -> Result<(), StoreError> {
+                let w = |col: &str| format!("token {:?} {col}", token.id);
+                let created_ms = to_db(token.created_ms, || w("created_ms"))?;
+                let last_used_ms = opt_to_db(token.last_used_ms, || w("last_used_ms"))?;
+                let res = sqlx::query(
+                    "INSERT INTO tokens (id, name, hash, admin, created_ms, last_used_ms) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(&token.id)
+                .bind(&token.name)
+                .bind(&token.hash)
+                .bind(i64::from(token.admin))
+                .bind(created_ms)
+                .bind(last_used_ms)
+                .execute(&self.pool)
+                .await;
+                match res {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_unique_violation(&e) => Err(StoreError::Conflict {
+                        what: format!("token id {:?}", token.id),
+                    }),
+                    Err(e) => Err(StoreError::query("create_token", e)),
+                }
+            }
+
+            async fn get_token(&self, id: &str) -> Result<Option<TokenRow>, StoreError> {
+                let sql = format!("SELECT {TOKEN_COLS} FROM tokens WHERE id = $1");
+                sqlx::query(&sql)
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("get_token", e))?
+                    .as_ref()
+                    .map(token_from_row)
+                    .transpose()
+            }
+
+            async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+                let sql = format!("SELECT {TOKEN_COLS} FROM tokens ORDER BY created_ms, id{}", $c);
+                sqlx::query(&sql)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("list_tokens", e))?
+                    .iter()
+                    .map(token_from_row)
+                    .collect()
+            }
+
+            async fn delete_token(&self, id: &str) -> Result<bool, StoreError> {
+                let done = sqlx::query("DELETE FROM tokens WHERE id = $1")
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("delete_token", e))?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn touch_token(&self, id: &str, used_ms: u64) -> Result<bool, StoreError> {
+                let used_ms = to_db(used_ms, || format!("token {id:?} last_used_ms"))?;
+                let done = sqlx::query(
+                    "UPDATE tokens SET last_used_ms = CASE \
+                     WHEN last_used_ms IS NULL OR last_used_ms < $2 THEN $2 \
+                     ELSE last_used_ms END WHERE id = $1",
+                )
+                .bind(id)
+                .bind(used_ms)
+                .execute(&self.pool)
+                .await
+                .map_err(|e| StoreError::query("touch_token", e))?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn count_tokens(&self) -> Result<u64, StoreError> {
+                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tokens")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("count_tokens", e))?;
+                from_db(n, || "token count".to_owned())
+            }
+
+            // ---- items ----------------------------------------------------------------
+
+            async fn insert_items(
+                &self,
+                run_id: &str,
+                items: &[(String, u64, serde_json::Value)],
+            ) -> Result<u64, StoreError> {
+                const OP: &str = "insert_items";
+                if items.is_empty() {
+                    return Ok(0);
+                }
+                let n = len_i64(items.len(), "items")?;
+                let mut binds = Vec::with_capacity(items.len());
+                for (key, ts_ms, data) in items {
+                    let w = |col: &str| format!("item {run_id:?}/{key:?} {col}");
+                    binds.push((
+                        key.as_str(),
+                        to_db(*ts_ms, || w("ts_ms"))?,
+                        json_text(data, || w("data"))?,
+                    ));
+                }
+                let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
+                let first = reserve(&mut tx, &item_counter(run_id), n, OP).await?;
+                let mut next = first;
+                let mut inserted = 0;
+                for chunk in binds.chunks(CHUNK) {
+                    let mut qb = QueryBuilder::<$db>::new(
+                        "INSERT INTO items (run_id, item_key, seq, ts_ms, data) ",
+                    );
+                    qb.push_values(chunk, |mut b, (key, ts_ms, data)| {
+                        b.push_bind(run_id)
+                            .push_bind(*key)
+                            .push_bind(next)
+                            .push_bind(*ts_ms)
+                            .push_bind(data.as_str());
+                        next += 1;
+                    });
+                    qb.push(" ON CONFLICT (run_id, item_key) DO NOTHING");
+                    inserted += qb
+                        .build()
+                        .persistent(false) // one statement text per batch size: do not cache it
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| StoreError::query(OP, e))?
+                        .rows_affected();
+                }
+                tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
+                Ok(inserted)
+            }
+
+            async fn list_items(
+                &self,
+                run_id: &str,
+                after_seq: i64,
+                limit: u32,
+            ) -> Result<Vec<ItemRow>, StoreError> {
+                let limit = limit.min(MAX_PAGE);
+                if limit == 0 {
+                    return Ok(Vec::new());
+                }
+                sqlx::query(
+                    "SELECT run_id, item_key, seq, ts_ms, data FROM items \
+                     WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                )
+                .bind(run_id)
+                .bind(after_seq)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| StoreError::query("list_items", e))?
+                .iter()
+                .map(item_from_row)
+                .collect()
+            }
+
+            async fn count_items(&self, run_id: &str) -> Result<u64, StoreError> {
+                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE run_id = $1")
+                    .bind(run_id)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("count_items", e))?;
+                from_db(n, || format!("item count of run {run_id:?}"))
+            }
+
+            async fn delete_items(&self, run_id: &str) -> Result<u64, StoreError> {
+                let done = sqlx::query("DELETE FROM items WHERE run_id = $1")
+                    .bind(run_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("delete_items", e))?;
+                Ok(done.rows_affected())
+            }
+        }
+    };
+}
+
+pub(crate) use impl_meta_store;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_migration_file_is_listed_in_order() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .expect("migrations dir")
+            .map(|e| {
+                e.expect("dir entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|n| n.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let listed: Vec<String> = MIGRATIONS
+            .iter()
+            .map(|m| format!("{}.sql", m.name))
+            .collect();
+        assert_eq!(files, listed);
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(
+                m.version,
+                i64::try_from(i).expect("small") + 1,
+                "{}",
+                m.name
+            );
+            assert!(
+                m.name.starts_with(&format!("{:04}_", m.version)),
+                "{}",
+                m.name
+            );
+        }
+    }
+
+    #[test]
+    fn pattern_escapes_like_wildcards() {
+        assert_eq!(contains_pattern("50%_off!"), "%50!%!_off!!%");
+        assert_eq!(contains_pattern(""), "%%");
+    }
+
+    #[test]
+    fn checksum_ignores_carriage_returns() {
+        assert_eq!(checksum("a\r\nb"), checksum("a\nb"));
+        assert_ne!(checksum("a"), checksum("b"));
+    }
+}

@@ -1,0 +1,81 @@
+//! The SQLite backend: one database file (created if missing, with its directory), WAL
+//! journal (readers never block the writer), `synchronous = FULL` (a committed call survives
+//! power loss), a busy timeout (writers from other connections and processes queue instead of
+//! failing). Every write transaction begins with `BEGIN IMMEDIATE`, so writes serialize at
+//! their start; this is also what makes log ids and item seqs increase in commit order.
+
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use std::path::Path;
+use std::time::Duration;
+
+/// How long a write waits for another writer before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections per store (one writes at a time; the others read).
+const MAX_CONNECTIONS: u32 = 8;
+
+/// A [`crate::MetaStore`] in a SQLite file.
+pub(crate) struct SqliteStore {
+    pool: SqlitePool,
+    location: String,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `path` and migrates it.
+    pub(crate) async fn open(path: &Path) -> Result<Self, crate::StoreError> {
+        let location = path.display().to_string();
+        let fail = |reason: String| crate::StoreError::Connect {
+            url: location.clone(),
+            reason,
+        };
+        if path.as_os_str().is_empty() {
+            return Err(fail("the SQLite path is empty".to_owned()));
+        }
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            tokio::fs::create_dir_all(parent.to_path_buf())
+                .await
+                .map_err(|e| fail(format!("cannot create directory {}: {e}", parent.display())))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(false);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(BUSY_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let store = Self { pool, location };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Begins a write transaction, taking the database's write lock at once.
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+crate::sql::impl_meta_store!(
+    store = SqliteStore,
+    db = sqlx::Sqlite,
+    backend = "sqlite",
+    lock = None,
+    c = ""
+);

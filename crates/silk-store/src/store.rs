@@ -1,0 +1,161 @@
+//! The [`MetaStore`] trait: the seam between the control plane (the hub) and where its
+//! metadata lives. Every implementation passes [`crate::conformance`].
+
+use crate::error::StoreError;
+use crate::model::{
+    AgentRow, AllocationRow, ItemRow, JobRow, LogLine, LogQuery, NewLogLine, RunFilter, RunRow,
+    TokenRow,
+};
+use async_trait::async_trait;
+
+/// The control plane's metadata store. Every call is one transaction: it happened entirely or
+/// not at all. Lists are ordered as documented per method (text ordering is by bytes on every
+/// backend).
+#[async_trait]
+pub trait MetaStore: Send + Sync + std::fmt::Debug {
+    /// `"sqlite"` or `"postgres"`.
+    fn backend(&self) -> &'static str;
+
+    /// Where the store is, for people: the SQLite path or the PostgreSQL URL without its
+    /// password.
+    fn location(&self) -> &str;
+
+    /// Checks that the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Closes the connections (waiting for calls in flight). Calls after `close` fail with
+    /// [`StoreError::Query`].
+    async fn close(&self);
+
+    // ---- jobs -------------------------------------------------------------------------
+
+    /// Adds a job. [`StoreError::Conflict`] if a job has the same id or the same name.
+    async fn create_job(&self, job: &JobRow) -> Result<(), StoreError>;
+
+    /// Replaces the job with `job.id` by `job` (every column, `created_ms` included).
+    /// [`StoreError::NotFound`] if there is no such job; [`StoreError::Conflict`] if another
+    /// job has `job.name`.
+    async fn update_job(&self, job: &JobRow) -> Result<(), StoreError>;
+
+    /// The job with this id.
+    async fn get_job(&self, id: &str) -> Result<Option<JobRow>, StoreError>;
+
+    /// The job with this name.
+    async fn get_job_by_name(&self, name: &str) -> Result<Option<JobRow>, StoreError>;
+
+    /// All jobs, by name.
+    async fn list_jobs(&self) -> Result<Vec<JobRow>, StoreError>;
+
+    /// Removes the job; its runs stay (they keep the `job_id`). Whether it existed.
+    async fn delete_job(&self, id: &str) -> Result<bool, StoreError>;
+
+    // ---- runs -------------------------------------------------------------------------
+
+    /// Inserts the run, or replaces the run with the same id.
+    async fn put_run(&self, run: &RunRow) -> Result<(), StoreError>;
+
+    /// The run with this id.
+    async fn get_run(&self, id: &str) -> Result<Option<RunRow>, StoreError>;
+
+    /// The runs matching `filter`, by `created_ms` then id (both descending if
+    /// `newest_first`), at most `filter.limit`.
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>, StoreError>;
+
+    /// How many runs match `filter` (its `limit` and order are ignored).
+    async fn count_runs(&self, filter: &RunFilter) -> Result<u64, StoreError>;
+
+    /// Removes the run and everything stored for it: its allocations, log lines and items.
+    /// Whether the run existed (its other data is removed either way).
+    async fn delete_run(&self, id: &str) -> Result<bool, StoreError>;
+
+    // ---- agents -----------------------------------------------------------------------
+
+    /// Inserts the agent, or replaces the agent with the same id.
+    async fn put_agent(&self, agent: &AgentRow) -> Result<(), StoreError>;
+
+    /// The agent with this id.
+    async fn get_agent(&self, id: &str) -> Result<Option<AgentRow>, StoreError>;
+
+    /// All agents, by id.
+    async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError>;
+
+    /// Removes the agent (its allocations stay with their runs). Whether it existed.
+    async fn delete_agent(&self, id: &str) -> Result<bool, StoreError>;
+
+    // ---- allocations ------------------------------------------------------------------
+
+    /// Replaces the allocation of `run_id` by `rows`, atomically. Every row must have
+    /// `run_id` ([`StoreError::BadData`] otherwise); an agent listed twice is a
+    /// [`StoreError::Conflict`] and changes nothing.
+    async fn put_allocations(&self, run_id: &str, rows: &[AllocationRow])
+    -> Result<(), StoreError>;
+
+    /// The allocation of `run_id`, by agent id.
+    async fn list_allocations(&self, run_id: &str) -> Result<Vec<AllocationRow>, StoreError>;
+
+    /// Removes the allocation of `run_id`; how many rows went.
+    async fn delete_allocations(&self, run_id: &str) -> Result<u64, StoreError>;
+
+    // ---- logs -------------------------------------------------------------------------
+
+    /// Appends the lines in one transaction (multi-row inserts), in slice order: their ids
+    /// increase in that order and are above every id visible before the call.
+    async fn append_logs(&self, lines: &[NewLogLine]) -> Result<(), StoreError>;
+
+    /// The lines of one run matching `query` (see [`LogQuery`]).
+    async fn query_logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, StoreError>;
+
+    /// Retention: removes every line (of every run) with `ts_ms < ts_ms`; how many went.
+    async fn delete_logs_before(&self, ts_ms: u64) -> Result<u64, StoreError>;
+
+    /// Removes every line of `run_id`; how many went.
+    async fn delete_run_logs(&self, run_id: &str) -> Result<u64, StoreError>;
+
+    // ---- tokens -----------------------------------------------------------------------
+
+    /// Adds a token. [`StoreError::Conflict`] if a token has the same id.
+    async fn create_token(&self, token: &TokenRow) -> Result<(), StoreError>;
+
+    /// The token with this id.
+    async fn get_token(&self, id: &str) -> Result<Option<TokenRow>, StoreError>;
+
+    /// All tokens, by `created_ms` then id.
+    async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError>;
+
+    /// Removes the token. Whether it existed.
+    async fn delete_token(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Records a use of the token at `used_ms`; `last_used_ms` never moves back. Whether the
+    /// token exists.
+    async fn touch_token(&self, id: &str, used_ms: u64) -> Result<bool, StoreError>;
+
+    /// How many tokens there are.
+    async fn count_tokens(&self) -> Result<u64, StoreError>;
+
+    // ---- items ------------------------------------------------------------------------
+
+    /// The SQL item sink: stores `(key, ts_ms, data)` items of `run_id`, in one transaction,
+    /// ignoring every item whose key the run already has (or that repeats a key earlier in
+    /// `items`). Returns how many were newly inserted. Idempotent: replaying a batch inserts
+    /// nothing.
+    async fn insert_items(
+        &self,
+        run_id: &str,
+        items: &[(String, u64, serde_json::Value)],
+    ) -> Result<u64, StoreError>;
+
+    /// The items of `run_id` with `seq > after_seq`, in insertion order, at most `limit`
+    /// (capped at [`crate::MAX_PAGE`]). Start with `after_seq = 0`.
+    async fn list_items(
+        &self,
+        run_id: &str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<Vec<ItemRow>, StoreError>;
+
+    /// How many items `run_id` has.
+    async fn count_items(&self, run_id: &str) -> Result<u64, StoreError>;
+
+    /// Removes the items of `run_id`; how many went.
+    async fn delete_items(&self, run_id: &str) -> Result<u64, StoreError>;
+}
