@@ -58,8 +58,11 @@ use tokio::task::JoinHandle;
 /// handles a batch in milliseconds, far within the bus's ack wait).
 const RESULTS_BATCH: usize = 256;
 
+/// Log batches pulled from the bus at once.
+const LOGS_BATCH: usize = 64;
+
 /// The bus subscriptions of a ready hub.
-const SUBSCRIPTIONS: usize = 4;
+const SUBSCRIPTIONS: usize = 5;
 
 /// The hub's settings.
 #[derive(Debug, Clone)]
@@ -246,6 +249,11 @@ impl Hub {
             shared.clone(),
             Subject::allocations(),
             SubscribeOpts::live(),
+        ));
+        tokio::spawn(subscription_loop(
+            shared.clone(),
+            Subject::logs(),
+            SubscribeOpts::durable("hub-logs").batch(LOGS_BATCH),
         ));
         tokio::spawn(tick_loop(shared.clone()));
         tokio::spawn(crate::logs::retention(
@@ -507,7 +515,19 @@ impl Shared {
                 }
             }
             Message::Command(_) | Message::Control(_) => {}
-            Message::Log(_) => {}
+            Message::Log(batch) => {
+                let source = format!("agent:{}", batch.agent);
+                for line in &batch.lines {
+                    let level = line.level.as_str().parse().unwrap_or(Level::Info);
+                    self.logs.line(
+                        batch.run.as_str(),
+                        line.ts_ms,
+                        level,
+                        &source,
+                        line.message.clone(),
+                    );
+                }
+            }
         }
         if delivery.is_durable()
             && let Err(e) = delivery.ack().await

@@ -268,13 +268,18 @@ async fn jobs_runs_logs_items_events_tokens_over_http() {
         .await;
     assert!(next["lines"][0]["id"].as_i64() > first["lines"][0]["id"].as_i64());
     let (_, newest) = api
-        .get(&format!("/api/v1/runs/{run_id}/logs?order=desc&limit=1"))
+        .get(&format!(
+            "/api/v1/runs/{run_id}/logs?order=desc&limit=5&level=info"
+        ))
         .await;
+    let ids: Vec<i64> = newest["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_i64().unwrap())
+        .collect();
     assert!(
-        newest["lines"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("succeeded"),
+        ids.len() == 5 && ids.windows(2).all(|w| w[0] > w[1]),
         "{newest}"
     );
     let (status, bad) = api

@@ -4,18 +4,11 @@
 //! a hub restart in the middle of a run.
 
 use serde_json::Value;
-use silk_agent::{Agent, AgentConfig, AgentHandle};
-use silk_bus::{BusConfig, InProcessBus, RetryPolicy, TtlPolicy};
-use silk_core::{AgentId, SystemClock};
-use silk_hub::{
-    Hub, HubConfig, HubError, HubHandle, OnAgentLost, PhiConfig, RunRequest, RunState, RunView,
-    Strategy,
-};
-use silk_testkit::demo::{DemoConfig, DemoSite};
+use silk_core::AgentId;
+use silk_hub::{HubError, HubHandle, OnAgentLost, RunRequest, RunState, RunView, Strategy};
+use silk_testkit::demo::DemoSite;
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 use tempfile::TempDir;
 
 mod common;
