@@ -46,6 +46,18 @@ pub enum Strategy {
     Chained(u32),
 }
 
+impl utoipa::PartialSchema for Strategy {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some(r"^(random|fixed:[1-9][0-9]*|chained:[1-9][0-9]*)$"))
+            .description(Some("`random`, `fixed:N` or `chained:N`"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Strategy {}
+
 impl Strategy {
     /// How many distinct live agents the strategy needs at run start.
     pub fn agents_needed(self) -> usize {
@@ -114,7 +126,9 @@ impl From<Strategy> for String {
 
 /// What happens to a request whose agent died (`chained`), or to any request of a
 /// `fixed`/`chained` run whose allocated agents all died.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OnAgentLost {
     /// The request fails with `agent_lost` (the default, as the seeds).

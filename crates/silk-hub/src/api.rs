@@ -1,35 +1,83 @@
-//! The hub's HTTP API (JSON), under `/api/v1`:
+//! The hub's HTTP API (JSON) under `/api/v1`, with the web UI, health and metrics.
+//!
+//! The routes, their parameters and their bodies are declared once, on the handlers
+//! (`#[utoipa::path]`), and both the axum router and the OpenAPI document
+//! (`GET /api/v1/openapi.json`) are built from those declarations, so the document cannot
+//! drift from the code. `docs/api.md` is the guide.
 //!
 //! | method + path | answer |
 //! |---|---|
 //! | `GET /healthz` | `200 ok` while the process serves |
-//! | `GET /api/v1/agents` | `200` `[AgentView]`: `id`, `state` (`alive`/`suspect`/`dead`), `cpu_pct`, `memory_bytes`, `active_downloaders`, `in_flight`, `qps`, `last_heartbeat_ms`, `phi`, `labels`, `capacity`, `host`, `version`, `cores`, `total_memory_bytes` |
-//! | `GET /api/v1/runs` | `200` `[RunView]` (see `run`) |
-//! | `POST /api/v1/runs` | body `RunRequest`; `201` `RunView` once allocated and started; `409 allocation_failed` when it cannot be allocated (the run is stored as failed) |
-//! | `GET /api/v1/runs/{id}` | `200` `RunView` |
-//! | `POST /api/v1/runs/{id}/pause`, `/resume`, `/cancel` | `200` `RunView`; `409 wrong_state` when the action does not apply |
+//! | `GET /readyz` | `200 ready` when the store answers and the bus subscriptions are open; `503` with the reason otherwise |
+//! | `GET /metrics` | Prometheus text: agents, runs, per-run counters, log lines |
+//! | `GET /api/v1/openapi.json` | the OpenAPI 3.1 document |
+//! | `GET /api/v1/agents` | `[AgentView]` |
+//! | `GET, POST /api/v1/jobs` | `[Job]`; create from `JobSpec` → `201 Job` (`409 conflict` on a taken name) |
+//! | `GET, PATCH, DELETE /api/v1/jobs/{id}` | `Job`; a JSON merge patch → `Job`; `204` |
+//! | `GET, POST /api/v1/jobs/{id}/runs` | the job's runs, newest first; trigger (`{"args": {…}}`) → `201 RunView` |
+//! | `GET, POST /api/v1/runs` | runs, newest first (`?job=&state=&limit=`); an ad-hoc `RunRequest` → `201 RunView` |
+//! | `GET /api/v1/runs/{id}` | `RunView` |
+//! | `POST /api/v1/runs/{id}/pause`, `/resume`, `/cancel` | `RunView`; `409 wrong_state` when it does not apply |
+//! | `POST /api/v1/runs/{id}/restart` | `{"keep_frontier": bool}` → `201 RunView` of the new run |
+//! | `GET /api/v1/runs/{id}/logs` | `{lines, next}`: `?level=&q=&since_ms=&until_ms=&after=&before=&limit=&order=` |
+//! | `GET /api/v1/runs/{id}/events` | server-sent events: `run` (RunView), `log` (LogLine), `end` |
+//! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
+//! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | admin only |
 //!
-//! Errors are `{"code": "...", "message": "..."}` with the status of their kind: `400
-//! bad_request`, `404 not_found`, `409 wrong_state` / `allocation_failed`, `503 bus` /
-//! `shutting_down`, `500` otherwise.
+//! Errors are `{"code": "...", "message": "..."}`: `400 bad_request`, `401 unauthorized`,
+//! `403 forbidden`, `404 not_found`, `409 conflict` / `wrong_state` / `allocation_failed`,
+//! `503 bus` / `shutting_down` / `not_ready`, `500` otherwise.
+//!
+//! Auth: every `/api/v1` route but the OpenAPI document needs `Authorization: Bearer
+//! TOKEN` unless the API is built with [`ApiOptions::auth`] false (`--no-auth`, loopback
+//! only). The web UI, `/healthz`, `/readyz` and `/metrics` are public.
 
+use crate::auth::{NewToken, Principal, TokenView};
 use crate::error::HubError;
-use crate::hub::HubHandle;
-use crate::run::RunRequest;
+use crate::hub::{HubHandle, RunQuery};
+use crate::jobs::{Job, JobSpec};
+use crate::registry::AgentView;
+use crate::run::{RunRequest, RunState, RunView};
+use crate::scheduler::TriggerRequest;
+use crate::sinks::ItemsPage;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use serde::Serialize;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
 use silk_core::RunId;
+use silk_store::{Level, LogQuery};
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::time::Duration;
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-/// An API error.
-#[derive(Debug, Serialize)]
-struct ApiError {
+/// How the API is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiOptions {
+    /// Whether `/api/v1` needs a bearer token.
+    pub auth: bool,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        Self { auth: true }
+    }
+}
+
+/// An API error: `{"code": "...", "message": "..."}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiError {
+    /// Machine-readable code.
     code: String,
+    /// For people.
     message: String,
     #[serde(skip)]
     status: StatusCode,
@@ -51,7 +99,7 @@ impl From<HubError> for ApiError {
         let status = match code {
             "bad_request" => StatusCode::BAD_REQUEST,
             "not_found" => StatusCode::NOT_FOUND,
-            "wrong_state" | "allocation_failed" => StatusCode::CONFLICT,
+            "wrong_state" | "allocation_failed" | "conflict" => StatusCode::CONFLICT,
             "bus" | "shutting_down" => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -61,58 +109,155 @@ impl From<HubError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(&self)).into_response()
+        let mut response = (self.status, Json(&self)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"silk\""),
+            );
+        }
+        response
     }
 }
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// The API router (state included).
-pub(crate) fn router(hub: HubHandle) -> Router {
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Silk hub API",
+        description = "The control plane of Silk: jobs, runs, logs, items, agents, tokens."
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags((name = "silk"))
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The API router and its OpenAPI document, from the same declarations.
+fn api_routes() -> (Router<HubHandle>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(list_agents))
+        .routes(routes!(list_jobs, create_job))
+        .routes(routes!(get_job, patch_job, delete_job))
+        .routes(routes!(job_runs, trigger_job))
+        .routes(routes!(list_runs, submit_run))
+        .routes(routes!(get_run))
+        .routes(routes!(pause_run))
+        .routes(routes!(resume_run))
+        .routes(routes!(cancel_run))
+        .routes(routes!(restart_run))
+        .routes(routes!(run_logs))
+        .routes(routes!(run_events))
+        .routes(routes!(run_items))
+        .routes(routes!(list_tokens, create_token))
+        .routes(routes!(delete_token))
+        .split_for_parts()
+}
+
+/// The OpenAPI document of the API.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().1
+}
+
+/// The whole HTTP app: API (with auth per `options`), UI, health, metrics.
+pub(crate) fn router(hub: HubHandle, options: ApiOptions) -> Router {
+    let (api, doc) = api_routes();
+    let doc_json = doc.to_pretty_json().unwrap_or_else(|_| "{}".into());
+    let api = api.layer(axum::middleware::from_fn_with_state(
+        (hub.clone(), options),
+        authenticate,
+    ));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/api/v1/agents", get(agents))
-        .route("/api/v1/runs", get(runs).post(submit))
-        .route("/api/v1/runs/{id}", get(run))
-        .route("/api/v1/runs/{id}/{action}", post(act))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route(
+            "/api/v1/openapi.json",
+            get(move || async move {
+                (
+                    [(header::CONTENT_TYPE, "application/json")],
+                    doc_json.clone(),
+                )
+            }),
+        )
+        .merge(api)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(hub)
 }
 
-async fn agents(State(hub): State<HubHandle>) -> impl IntoResponse {
-    Json(hub.agents())
+/// Checks the bearer token of `/api/v1` requests.
+async fn authenticate(
+    State((hub, options)): State<(HubHandle, ApiOptions)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if !options.auth {
+        request.extensions_mut().insert(Principal {
+            token_id: "none".into(),
+            admin: true,
+        });
+        return next.run(request).await;
+    }
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let Some(token) = header.and_then(|h| {
+        h.strip_prefix("Bearer ")
+            .or_else(|| h.strip_prefix("bearer "))
+    }) else {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing bearer token (Authorization: Bearer TOKEN)",
+        )
+        .into_response();
+    };
+    match hub.authenticate(token.trim()).await {
+        Ok(Some(principal)) => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Ok(None) => {
+            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid token").into_response()
+        }
+        Err(e) => ApiError::from(e).into_response(),
+    }
 }
 
-async fn runs(State(hub): State<HubHandle>) -> impl IntoResponse {
-    Json(hub.runs().await)
-}
-
-fn run_id(id: &str) -> ApiResult<RunId> {
-    let valid = !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if valid {
-        Ok(RunId::new(id))
+fn require_admin(principal: &Principal) -> ApiResult<()> {
+    if principal.admin {
+        Ok(())
     } else {
         Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no run `{id}`"),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "only an admin token may manage tokens",
         ))
     }
 }
 
-async fn run(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<Response> {
-    let id = run_id(&id)?;
-    Ok(Json(hub.run(&id).await?).into_response())
-}
-
-async fn submit(State(hub): State<HubHandle>, body: Bytes) -> ApiResult<Response> {
-    let request: RunRequest = parse_body(&body)?;
-    let view = hub.submit(request).await?;
-    Ok((StatusCode::CREATED, Json(view)).into_response())
+async fn readyz(State(hub): State<HubHandle>) -> Response {
+    match hub.ready().await {
+        Ok(()) => "ready".into_response(),
+        Err(reason) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", reason).into_response()
+        }
+    }
 }
 
 /// Parses a JSON body; the error names the field (`spider: invalid type: …`) and the place.
@@ -134,22 +279,682 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
     })
 }
 
-async fn act(
+/// An optional JSON body: empty means the default.
+fn parse_optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> ApiResult<T> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        parse_body(body)
+    }
+}
+
+fn run_id(id: &str) -> ApiResult<RunId> {
+    let valid = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if valid {
+        Ok(RunId::new(id))
+    } else {
+        Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no run `{id}`"),
+        ))
+    }
+}
+
+/// Agents known to the hub, with their state and load.
+#[utoipa::path(get, path = "/api/v1/agents", responses((status = 200, body = [AgentView])))]
+async fn list_agents(State(hub): State<HubHandle>) -> Json<Vec<AgentView>> {
+    Json(hub.agents())
+}
+
+/// Every job, by name.
+#[utoipa::path(get, path = "/api/v1/jobs", responses((status = 200, body = [Job])))]
+async fn list_jobs(State(hub): State<HubHandle>) -> ApiResult<Json<Vec<Job>>> {
+    Ok(Json(hub.jobs().await?))
+}
+
+/// Creates a job.
+#[utoipa::path(post, path = "/api/v1/jobs", request_body = JobSpec,
+    responses((status = 201, body = Job), (status = 400, body = ApiError), (status = 409, body = ApiError)))]
+async fn create_job(State(hub): State<HubHandle>, body: Bytes) -> ApiResult<Response> {
+    let spec: JobSpec = parse_body(&body)?;
+    let job = hub.create_job(spec).await?;
+    Ok((StatusCode::CREATED, Json(job)).into_response())
+}
+
+/// A job, by id or name.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
+    responses((status = 200, body = Job), (status = 404, body = ApiError)))]
+async fn get_job(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    Ok(Json(hub.job(&id).await?))
+}
+
+/// Changes a job: a JSON merge patch of `JobSpec` fields (`null` resets one).
+#[utoipa::path(patch, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
+    request_body = Object,
+    responses((status = 200, body = Job), (status = 400, body = ApiError), (status = 404, body = ApiError)))]
+async fn patch_job(
     State(hub): State<HubHandle>,
-    Path((id, action)): Path<(String, String)>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Job>> {
+    let patch: serde_json::Value = parse_body(&body)?;
+    Ok(Json(hub.update_job(&id, &patch).await?))
+}
+
+/// Deletes a job (its runs stay).
+#[utoipa::path(delete, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
+    responses((status = 204), (status = 404, body = ApiError)))]
+async fn delete_job(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    hub.delete_job(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Which runs to list.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct RunsParams {
+    /// Only this job's runs (id or name).
+    job: Option<String>,
+    /// Only runs in this state (or several, comma-separated).
+    state: Option<String>,
+    /// At most this many (default 100).
+    limit: Option<u32>,
+}
+
+fn parse_states(text: Option<&str>) -> ApiResult<Vec<RunState>> {
+    let Some(text) = text else {
+        return Ok(Vec::new());
+    };
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            serde_json::from_value(serde_json::Value::String(s.trim().to_owned())).map_err(|_| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    format!("state `{s}`: expected pending, allocating, running, paused, stopping, succeeded, failed or cancelled"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The job's runs, newest first.
+#[utoipa::path(get, path = "/api/v1/jobs/{id}/runs", params(("id" = String, Path, description = "job id or name"), ("limit" = Option<u32>, Query, description = "at most this many")),
+    responses((status = 200, body = [RunView]), (status = 404, body = ApiError)))]
+async fn job_runs(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Query(params): Query<RunsParams>,
+) -> ApiResult<Json<Vec<RunView>>> {
+    Ok(Json(hub.job_runs(&id, params.limit).await?))
+}
+
+/// Triggers a run of the job now.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/runs", params(("id" = String, Path, description = "job id or name")),
+    request_body(content = Object, description = "optional: {\"args\": {\"name\": \"value\"}}"),
+    responses((status = 201, body = RunView), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+async fn trigger_job(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    body: Bytes,
 ) -> ApiResult<Response> {
+    let trigger: TriggerRequest = parse_optional_body(&body)?;
+    let view = hub.trigger(&id, trigger).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+/// Runs, newest first.
+#[utoipa::path(get, path = "/api/v1/runs", params(RunsParams), responses((status = 200, body = [RunView])))]
+async fn list_runs(
+    State(hub): State<HubHandle>,
+    Query(params): Query<RunsParams>,
+) -> ApiResult<Json<Vec<RunView>>> {
+    let job_id = match &params.job {
+        Some(j) => Some(hub.job(j).await?.id),
+        None => None,
+    };
+    let query = RunQuery {
+        job_id,
+        states: parse_states(params.state.as_deref())?,
+        limit: params.limit,
+    };
+    Ok(Json(hub.runs(&query).await?))
+}
+
+/// Starts an ad-hoc run (no job): allocated synchronously.
+#[utoipa::path(post, path = "/api/v1/runs", request_body = RunRequest,
+    responses((status = 201, body = RunView), (status = 400, body = ApiError), (status = 409, body = ApiError)))]
+async fn submit_run(State(hub): State<HubHandle>, body: Bytes) -> ApiResult<Response> {
+    let request: RunRequest = parse_body(&body)?;
+    let view = hub.submit(request).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+/// A run with its counters.
+#[utoipa::path(get, path = "/api/v1/runs/{id}", params(("id" = String, Path, description = "run id")),
+    responses((status = 200, body = RunView), (status = 404, body = ApiError)))]
+async fn get_run(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
+    Ok(Json(hub.run(&run_id(&id)?).await?))
+}
+
+/// Pauses a running run: no new dispatch; requests out finish.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/pause", params(("id" = String, Path, description = "run id")),
+    responses((status = 200, body = RunView), (status = 409, body = ApiError)))]
+async fn pause_run(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(hub.pause(&run_id(&id)?).await?))
+}
+
+/// Resumes a paused run.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/resume", params(("id" = String, Path, description = "run id")),
+    responses((status = 200, body = RunView), (status = 409, body = ApiError)))]
+async fn resume_run(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(hub.resume(&run_id(&id)?).await?))
+}
+
+/// Cancels a run; answers once it is recorded as cancelled.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/cancel", params(("id" = String, Path, description = "run id")),
+    responses((status = 200, body = RunView), (status = 409, body = ApiError)))]
+async fn cancel_run(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(hub.cancel(&run_id(&id)?).await?))
+}
+
+/// How to restart.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct RestartRequest {
+    /// The new run takes over the old run's frontier (what was fetched is not fetched
+    /// again).
+    #[serde(default)]
+    keep_frontier: bool,
+}
+
+/// Restarts a run: stops it if active, then starts a new run of the same spider.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/restart", params(("id" = String, Path, description = "run id")),
+    request_body(content = RestartRequest, description = "optional"),
+    responses((status = 201, body = RunView), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+async fn restart_run(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let request: RestartRequest = parse_optional_body(&body)?;
+    let view = hub.restart(&run_id(&id)?, request.keep_frontier).await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+/// A run's log line.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LogLineView {
+    /// Increasing id: the cursor.
+    pub id: i64,
+    /// The run.
+    pub run_id: String,
+    /// When, ms since the epoch.
+    pub ts_ms: u64,
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    #[schema(value_type = String)]
+    pub level: Level,
+    /// `hub` or `agent:ID`.
+    pub source: String,
+    /// The text.
+    pub message: String,
+}
+
+impl From<silk_store::LogLine> for LogLineView {
+    fn from(l: silk_store::LogLine) -> Self {
+        Self {
+            id: l.id,
+            run_id: l.run_id,
+            ts_ms: l.ts_ms,
+            level: l.level,
+            source: l.source,
+            message: l.message,
+        }
+    }
+}
+
+/// A page of log lines.
+#[derive(Debug, Serialize, ToSchema)]
+struct LogPage {
+    lines: Vec<LogLineView>,
+    /// The cursor of the next page (`after` when ascending, `before` when descending).
+    next: Option<i64>,
+}
+
+/// Which log lines.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct LogParams {
+    /// Lowest level: trace, debug, info, warn, error.
+    level: Option<String>,
+    /// Text the message contains (case-insensitive).
+    q: Option<String>,
+    /// Not before, ms since the epoch.
+    since_ms: Option<u64>,
+    /// Not after, ms since the epoch.
+    until_ms: Option<u64>,
+    /// Lines after this id.
+    after: Option<i64>,
+    /// Lines before this id.
+    before: Option<i64>,
+    /// At most this many (default 100, at most 1000).
+    limit: Option<u32>,
+    /// `asc` (default) or `desc`.
+    order: Option<String>,
+}
+
+fn parse_level(text: Option<&str>) -> ApiResult<Option<Level>> {
+    text.map(|t| {
+        t.parse::<Level>()
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.to_string()))
+    })
+    .transpose()
+}
+
+/// A run's log lines: by level, text, time range, paged by id.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/logs", params(("id" = String, Path, description = "run id"), LogParams),
+    responses((status = 200, body = LogPage), (status = 404, body = ApiError)))]
+async fn run_logs(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Query(params): Query<LogParams>,
+) -> ApiResult<Json<LogPage>> {
     let id = run_id(&id)?;
-    let view = match action.as_str() {
-        "pause" => hub.pause(&id).await?,
-        "resume" => hub.resume(&id).await?,
-        "cancel" => hub.cancel(&id).await?,
-        other => {
+    hub.run(&id).await?;
+    let newest_first = match params.order.as_deref() {
+        None | Some("asc") => false,
+        Some("desc") => true,
+        Some(other) => {
             return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                format!("no run action `{other}` (expected pause, resume or cancel)"),
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("order `{other}`: expected asc or desc"),
             ));
         }
     };
-    Ok(Json(view).into_response())
+    let limit = params.limit.unwrap_or(100).clamp(1, 1000);
+    let mut query = LogQuery::new(id.as_str());
+    query.min_level = parse_level(params.level.as_deref())?;
+    query.text = params.q.filter(|q| !q.is_empty());
+    query.since_ms = params.since_ms;
+    query.until_ms = params.until_ms;
+    query.after_id = params.after;
+    query.before_id = params.before;
+    query.limit = limit;
+    query.newest_first = newest_first;
+    let lines: Vec<LogLineView> = hub
+        .store()
+        .query_logs(&query)
+        .await
+        .map_err(HubError::from)?
+        .into_iter()
+        .map(LogLineView::from)
+        .collect();
+    let next = if lines.len() as u32 == limit {
+        lines.last().map(|l| l.id)
+    } else {
+        None
+    };
+    Ok(Json(LogPage { lines, next }))
+}
+
+/// What the event stream carries.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct EventParams {
+    /// Also the log tail (default true).
+    logs: Option<bool>,
+    /// Log lines after this id (default: the last 100 lines).
+    after: Option<i64>,
+    /// Lowest log level.
+    level: Option<String>,
+}
+
+/// Live run counters and log tail, as server-sent events: `run` (a RunView, at once and
+/// then at most once a second while it changes), `log` (a LogLine), `end` (the run is over;
+/// the stream closes).
+#[utoipa::path(get, path = "/api/v1/runs/{id}/events", params(("id" = String, Path, description = "run id"), EventParams),
+    responses((status = 200, content_type = "text/event-stream", description = "events `run`, `log`, `end`"), (status = 404, body = ApiError)))]
+async fn run_events(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Query(params): Query<EventParams>,
+) -> ApiResult<Response> {
+    let id = run_id(&id)?;
+    hub.run(&id).await?;
+    let level = parse_level(params.level.as_deref())?;
+    let logs = params.logs.unwrap_or(true);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Event>(256);
+    tokio::spawn(event_feed(hub, id, logs, params.after, level, tx));
+    let stream =
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok::<_, Infallible>)));
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+async fn event_feed(
+    hub: HubHandle,
+    id: RunId,
+    logs: bool,
+    after: Option<i64>,
+    level: Option<Level>,
+    tx: tokio::sync::mpsc::Sender<Event>,
+) {
+    let mut stored = hub.shared().logs.subscribe();
+    let mut last_id = match after {
+        Some(a) => a,
+        None if logs => {
+            let mut q = LogQuery::new(id.as_str());
+            q.min_level = level;
+            q.limit = 100;
+            q.newest_first = true;
+            match hub.store().query_logs(&q).await {
+                Ok(lines) => lines.last().map_or(0, |l| l.id - 1),
+                Err(_) => 0,
+            }
+        }
+        None => 0,
+    };
+    let mut last_view = String::new();
+    let mut ending = false;
+    loop {
+        let Ok(view) = hub.run(&id).await else {
+            return;
+        };
+        let terminal = view.state.is_terminal();
+        let json = serde_json::to_string(&view).unwrap_or_default();
+        if json != last_view {
+            if tx
+                .send(Event::default().event("run").data(&json))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            last_view = json;
+        }
+        if logs {
+            loop {
+                let mut q = LogQuery::new(id.as_str());
+                q.min_level = level;
+                q.after_id = Some(last_id);
+                q.limit = 500;
+                let Ok(lines) = hub.store().query_logs(&q).await else {
+                    break;
+                };
+                let n = lines.len();
+                for line in lines {
+                    last_id = line.id;
+                    let data = serde_json::to_string(&LogLineView::from(line)).unwrap_or_default();
+                    if tx
+                        .send(
+                            Event::default()
+                                .event("log")
+                                .id(last_id.to_string())
+                                .data(data),
+                        )
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                if n < 500 {
+                    break;
+                }
+            }
+        }
+        if ending {
+            let _ = tx
+                .send(Event::default().event("end").data(view.state.as_str()))
+                .await;
+            return;
+        }
+        if terminal {
+            // One more round for the run's last log lines (the writer stores within a
+            // fraction of a second).
+            ending = true;
+            let _ = tokio::time::timeout(
+                Duration::from_millis(2 * crate::logs::FLUSH_MS + 300),
+                stored.changed(),
+            )
+            .await;
+            continue;
+        }
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = stored.changed(), if logs => {
+                // Coalesce bursts: at most ~10 rounds a second.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Which items.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct ItemsParams {
+    /// Where to start (0, or a `next_cursor`).
+    cursor: Option<u64>,
+    /// At most this many (default 100, at most 1000).
+    limit: Option<u32>,
+}
+
+/// A run's items, in the order they were written.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/items", params(("id" = String, Path, description = "run id"), ItemsParams),
+    responses((status = 200, body = ItemsPage), (status = 404, body = ApiError)))]
+async fn run_items(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Query(params): Query<ItemsParams>,
+) -> ApiResult<Json<ItemsPage>> {
+    let id = run_id(&id)?;
+    let view = hub.run(&id).await?;
+    let limit = params.limit.unwrap_or(100).clamp(1, 1000) as usize;
+    let cursor = params.cursor.unwrap_or(0);
+    let path = view.items_path.clone();
+    let page = tokio::task::spawn_blocking(move || crate::sinks::read_items(&path, cursor, limit))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", e))?;
+    Ok(Json(page))
+}
+
+/// API tokens (admin only; no secrets).
+#[utoipa::path(get, path = "/api/v1/tokens", responses((status = 200, body = [TokenView]), (status = 403, body = ApiError)))]
+async fn list_tokens(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> ApiResult<Json<Vec<TokenView>>> {
+    require_admin(&principal)?;
+    Ok(Json(hub.tokens().await?))
+}
+
+/// A token to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct TokenRequest {
+    /// For people.
+    name: String,
+    /// May manage tokens (default false).
+    #[serde(default)]
+    admin: bool,
+}
+
+/// Creates a token (admin only); the answer is the only place its secret appears.
+#[utoipa::path(post, path = "/api/v1/tokens", request_body = TokenRequest,
+    responses((status = 201, body = NewToken), (status = 403, body = ApiError)))]
+async fn create_token(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    require_admin(&principal)?;
+    let request: TokenRequest = parse_body(&body)?;
+    let token = hub.create_token(&request.name, request.admin).await?;
+    Ok((StatusCode::CREATED, Json(token)).into_response())
+}
+
+/// Deletes a token (admin only).
+#[utoipa::path(delete, path = "/api/v1/tokens/{id}", params(("id" = String, Path, description = "token id")),
+    responses((status = 204), (status = 403, body = ApiError), (status = 404, body = ApiError)))]
+async fn delete_token(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    require_admin(&principal)?;
+    hub.delete_token(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Escapes a Prometheus label value.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus text exposition (hand-written: a handful of gauges and counters read from
+/// the hub's state at scrape time, which needs no metrics registry).
+async fn metrics(State(hub): State<HubHandle>) -> Response {
+    let mut out = String::new();
+    let agents = hub.agents();
+    let _ = writeln!(out, "# HELP silk_agents Agents known to the hub, by state.");
+    let _ = writeln!(out, "# TYPE silk_agents gauge");
+    for state in ["alive", "suspect", "dead"] {
+        let n = agents.iter().filter(|a| a.state.as_str() == state).count();
+        let _ = writeln!(out, "silk_agents{{state=\"{state}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP silk_agent_in_flight Requests an agent is fetching."
+    );
+    let _ = writeln!(out, "# TYPE silk_agent_in_flight gauge");
+    for a in &agents {
+        let _ = writeln!(
+            out,
+            "silk_agent_in_flight{{agent=\"{}\"}} {}",
+            label(a.id.as_str()),
+            a.in_flight
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP silk_agent_qps Requests per second of an agent."
+    );
+    let _ = writeln!(out, "# TYPE silk_agent_qps gauge");
+    for a in &agents {
+        let _ = writeln!(
+            out,
+            "silk_agent_qps{{agent=\"{}\"}} {}",
+            label(a.id.as_str()),
+            a.qps
+        );
+    }
+    let active = hub
+        .runs(&RunQuery {
+            job_id: None,
+            states: vec![
+                RunState::Pending,
+                RunState::Allocating,
+                RunState::Running,
+                RunState::Paused,
+                RunState::Stopping,
+            ],
+            limit: Some(10_000),
+        })
+        .await
+        .unwrap_or_default();
+    let _ = writeln!(out, "# HELP silk_runs_active Runs not ended, by state.");
+    let _ = writeln!(out, "# TYPE silk_runs_active gauge");
+    for state in ["pending", "allocating", "running", "paused", "stopping"] {
+        let n = active.iter().filter(|r| r.state.as_str() == state).count();
+        let _ = writeln!(out, "silk_runs_active{{state=\"{state}\"}} {n}");
+    }
+    let counters: [(&str, &str, fn(&RunView) -> f64); 8] = [
+        ("silk_run_total", "Unique requests of a run.", |r| {
+            r.stats.total as f64
+        }),
+        ("silk_run_left", "Requests of a run not finished.", |r| {
+            r.stats.left as f64
+        }),
+        (
+            "silk_run_in_flight",
+            "Requests of a run out at agents.",
+            |r| r.stats.in_flight as f64,
+        ),
+        ("silk_run_success", "Requests of a run fetched.", |r| {
+            r.stats.success as f64
+        }),
+        (
+            "silk_run_failed",
+            "Requests of a run failed for good.",
+            |r| r.stats.failed as f64,
+        ),
+        ("silk_run_items", "Items a run wrote.", |r| {
+            r.stats.items as f64
+        }),
+        ("silk_run_bytes", "Body bytes a run fetched.", |r| {
+            r.stats.bytes as f64
+        }),
+        (
+            "silk_run_pages_per_second",
+            "Pages per second of a run.",
+            |r| r.stats.pages_per_s,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for r in &active {
+            let _ = writeln!(
+                out,
+                "{name}{{run=\"{}\",job=\"{}\"}} {}",
+                label(r.id.as_str()),
+                label(r.job_name.as_deref().unwrap_or("")),
+                value(r)
+            );
+        }
+    }
+    let logs = &hub.shared().logs;
+    let _ = writeln!(
+        out,
+        "# HELP silk_log_lines_stored_total Run log lines stored."
+    );
+    let _ = writeln!(out, "# TYPE silk_log_lines_stored_total counter");
+    let _ = writeln!(out, "silk_log_lines_stored_total {}", logs.stored_total());
+    let _ = writeln!(
+        out,
+        "# HELP silk_log_lines_dropped_total Run log lines dropped (queue full or store down)."
+    );
+    let _ = writeln!(out, "# TYPE silk_log_lines_dropped_total counter");
+    let _ = writeln!(out, "silk_log_lines_dropped_total {}", logs.dropped_total());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
 }

@@ -1,4 +1,4 @@
-//! [`HubError`]: everything that can go wrong in the hub's pure modules.
+//! [`HubError`]: everything that can go wrong in the hub.
 
 use crate::allocation::Strategy;
 use silk_core::{AgentId, RunId};
@@ -92,6 +92,21 @@ pub enum HubError {
     /// The hub is shutting down.
     #[error("the hub is shutting down")]
     ShuttingDown,
+    /// The metadata store failed.
+    #[error("store: {0}")]
+    Store(String),
+    /// A job definition that cannot be accepted (the message names the field).
+    #[error("invalid job: {0}")]
+    BadJob(String),
+    /// No job with that id or name.
+    #[error("no job `{0}`")]
+    NoSuchJob(String),
+    /// Something with that name exists already.
+    #[error("{0}")]
+    Conflict(String),
+    /// No such API token.
+    #[error("no token `{0}`")]
+    NoSuchToken(String),
 }
 
 impl HubError {
@@ -101,14 +116,20 @@ impl HubError {
             HubError::BadStrategy { .. }
             | HubError::BadPolicy { .. }
             | HubError::BadLabelFilter { .. }
-            | HubError::BadRun(_) => "bad_request",
+            | HubError::BadRun(_)
+            | HubError::BadJob(_) => "bad_request",
             HubError::BadConfig(_) => "bad_config",
             HubError::NotEnoughAgents { .. } | HubError::AllocationFailed { .. } => {
                 "allocation_failed"
             }
-            HubError::NoSuchRun(_) => "not_found",
+            HubError::NoSuchRun(_) | HubError::NoSuchJob(_) | HubError::NoSuchToken(_) => {
+                "not_found"
+            }
+            HubError::Conflict(_) => "conflict",
             HubError::WrongState { .. } => "wrong_state",
-            HubError::Storage { .. } | HubError::RunStorage { .. } => "storage",
+            HubError::Storage { .. } | HubError::RunStorage { .. } | HubError::Store(_) => {
+                "storage"
+            }
             HubError::Bus(_) => "bus",
             HubError::ShuttingDown => "shutting_down",
         }
@@ -127,4 +148,13 @@ fn not_enough(strategy: &Strategy, needed: usize, alive: &[AgentId]) -> String {
         text.push_str(&format!(" ({})", names.join(", ")));
     }
     text
+}
+
+impl From<silk_store::StoreError> for HubError {
+    fn from(e: silk_store::StoreError) -> Self {
+        match e {
+            silk_store::StoreError::Conflict { .. } => HubError::Conflict(e.to_string()),
+            other => HubError::Store(other.to_string()),
+        }
+    }
 }

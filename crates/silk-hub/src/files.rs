@@ -1,25 +1,24 @@
-//! The hub's files in its data dir. Until the store of the control plane exists, the hub
-//! keeps what must survive a restart here:
+//! The hub's files in its data dir, besides the metadata store (`silk.db` when it is the
+//! default SQLite file):
 //!
 //! ```text
-//! DATA_DIR/agents.json            registered agents (the last Register of each, with sent_ms)
-//! DATA_DIR/runs/{id}/run.json     the RunRecord
-//! DATA_DIR/runs/{id}/frontier/    the run's frontier (embedded store)
-//! DATA_DIR/runs/{id}/items.jsonl  the run's items
+//! DATA_DIR/runs/{id}/frontier/        the run's frontier (embedded store)
+//! DATA_DIR/runs/{id}/items.jsonl      the run's items (the truth the other sinks are fed from)
+//! DATA_DIR/runs/{id}/sink-*.json      a sink's delivery offset in items.jsonl
+//! DATA_DIR/admin.token                the admin token (mode 0600), written at first start
 //! ```
 //!
 //! Every JSON file is replaced atomically (written to a temporary file, synced, renamed), so a
 //! crash leaves the old or the new version, never a torn one.
 
 use crate::error::HubError;
-use crate::run::RunRecord;
 use serde::{Deserialize, Serialize};
 use silk_bus::Register;
 use silk_core::RunId;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// A registered agent as remembered across hub restarts.
+/// A registered agent as remembered across hub restarts (the store's agent document).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KnownAgent {
     /// Its last registration.
@@ -63,49 +62,59 @@ impl HubFiles {
         self.run_dir(id).join("frontier")
     }
 
-    /// Stores a run record atomically.
-    pub(crate) fn save_run(&self, record: &RunRecord) -> Result<(), HubError> {
-        let dir = self.run_dir(&record.id);
-        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
-        write_json(&dir.join("run.json"), record)
+    /// Moves the frontier of the ended run `from` to the new run `to` (restart with
+    /// `keep_frontier`).
+    pub(crate) fn take_frontier(&self, from: &RunId, to: &RunId) -> Result<(), HubError> {
+        let src = self.frontier_dir(from);
+        if !src.exists() {
+            return Err(io_error(&src, "no frontier"));
+        }
+        let dst_dir = self.run_dir(to);
+        std::fs::create_dir_all(&dst_dir).map_err(|e| io_error(&dst_dir, e))?;
+        let dst = self.frontier_dir(to);
+        std::fs::rename(&src, &dst).map_err(|e| io_error(&src, e))
     }
 
-    /// Every stored run, oldest first; unreadable records are logged and skipped.
-    pub(crate) fn load_runs(&self) -> Vec<RunRecord> {
-        let runs = self.dir.join("runs");
-        let Ok(entries) = std::fs::read_dir(&runs) else {
+    /// Writes a small state file of a run atomically (e.g. a sink's delivery offset).
+    pub(crate) fn write_state<T: Serialize + ?Sized>(
+        &self,
+        id: &RunId,
+        name: &str,
+        value: &T,
+    ) -> Result<(), HubError> {
+        let dir = self.run_dir(id);
+        std::fs::create_dir_all(&dir).map_err(|e| io_error(&dir, e))?;
+        write_json(&dir.join(name), value)
+    }
+
+    /// Reads a state file of a run; `None` when it does not exist.
+    pub(crate) fn read_state<T: for<'de> Deserialize<'de>>(
+        &self,
+        id: &RunId,
+        name: &str,
+    ) -> Result<Option<T>, HubError> {
+        let path = self.run_dir(id).join(name);
+        if !path.exists() {
+            return Ok(None);
+        }
+        read_json(&path).map(Some)
+    }
+
+    /// Removes a state file of a run (absent is fine).
+    pub(crate) fn remove_state(&self, id: &RunId, name: &str) {
+        let _ = std::fs::remove_file(self.run_dir(id).join(name));
+    }
+
+    /// The runs that have a state file `name`.
+    pub(crate) fn runs_with_state(&self, name: &str) -> Vec<RunId> {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("runs")) else {
             return Vec::new();
         };
-        let mut out = Vec::new();
-        for entry in entries.flatten() {
-            let path = entry.path().join("run.json");
-            if !path.exists() {
-                continue;
-            }
-            match read_json::<RunRecord>(&path) {
-                Ok(r) => out.push(r),
-                Err(e) => tracing::warn!(error = %e, "run record skipped"),
-            }
-        }
-        out.sort_by(|a, b| (a.created_ms, &a.id.0).cmp(&(b.created_ms, &b.id.0)));
-        out
-    }
-
-    /// Stores the known agents atomically.
-    pub(crate) fn save_agents(&self, agents: &[KnownAgent]) -> Result<(), HubError> {
-        write_json(&self.dir.join("agents.json"), &agents)
-    }
-
-    /// The known agents (none when the file does not exist or cannot be read; logged).
-    pub(crate) fn load_agents(&self) -> Vec<KnownAgent> {
-        let path = self.dir.join("agents.json");
-        if !path.exists() {
-            return Vec::new();
-        }
-        read_json(&path).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "known agents not loaded");
-            Vec::new()
-        })
+        entries
+            .flatten()
+            .filter(|e| e.path().join(name).exists())
+            .filter_map(|e| e.file_name().to_str().map(RunId::new))
+            .collect()
     }
 }
 

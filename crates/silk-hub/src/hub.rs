@@ -16,6 +16,14 @@
 //!   submit call waiting for it.
 //! - one **dispatch loop** per active run (`runner::drive`).
 //!
+//! - **logs**: a durable subscription to `logs` (the agents' run log batches), queued to the
+//!   store with the hub's own run events (`logs`).
+//! - **scheduler**: jobs' cron fires, retries, timeouts, queued fires (`scheduler`).
+//!
+//! What must survive a restart is in the metadata store (`silk-store`: runs, jobs, agents,
+//! allocations, logs, tokens); each run's frontier and items are files of the data dir
+//! (`files`).
+//!
 //! Submitting a run ([`HubHandle::submit`]) is synchronous: the allocation is decided from
 //! the live agents, the `allocate` commands sent, and their replies awaited (at most
 //! `allocate_timeout_ms`); a run that cannot be allocated is stored as `failed` with the
@@ -24,6 +32,7 @@
 use crate::allocation::{OnAgentLost, Strategy, allocate};
 use crate::error::HubError;
 use crate::files::{HubFiles, KnownAgent};
+use crate::logs::RunLogs;
 use crate::phi::{AgentState, PhiConfig};
 use crate::registry::{AgentRegistry, AgentView, Applied, LabelFilter, RegisterOutcome};
 use crate::run::{
@@ -37,6 +46,7 @@ use silk_bus::{
 };
 use silk_core::spider::Spider;
 use silk_core::{AgentId, Clock, RunId};
+use silk_store::{AgentRow, AllocationRow, Level, MetaStore, RunFilter, RunRow};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -47,6 +57,12 @@ use tokio::task::JoinHandle;
 /// Results pulled from the bus at once: one pull round trip per this many results (the hub
 /// handles a batch in milliseconds, far within the bus's ack wait).
 const RESULTS_BATCH: usize = 256;
+
+/// Log batches pulled from the bus at once.
+const LOGS_BATCH: usize = 64;
+
+/// The bus subscriptions of a ready hub.
+const SUBSCRIPTIONS: usize = 5;
 
 /// The hub's settings.
 #[derive(Debug, Clone)]
@@ -64,6 +80,13 @@ pub struct HubConfig {
     /// Wait between attempts to (re)subscribe while the bus is down, ms (doubling up to
     /// 5 s).
     pub resubscribe_initial_ms: u64,
+    /// The metadata store: `sqlite://PATH` or `postgres://…`; default the SQLite file
+    /// `DATA_DIR/silk.db`.
+    pub store_url: Option<String>,
+    /// Run log lines older than this are deleted, ms (default 30 days).
+    pub log_retention_ms: u64,
+    /// How often the scheduler looks at jobs, ms (default 1000).
+    pub schedule_tick_ms: u64,
 }
 
 impl HubConfig {
@@ -76,14 +99,11 @@ impl HubConfig {
             tick_ms: 250,
             allocate_timeout_ms: 10_000,
             resubscribe_initial_ms: 100,
+            store_url: None,
+            log_retention_ms: 30 * 24 * 3600 * 1000,
+            schedule_tick_ms: 1000,
         }
     }
-}
-
-/// A run as the hub holds it.
-pub(crate) enum Entry {
-    Active(Arc<Run>),
-    Finished(Box<RunRecord>),
 }
 
 /// What the hub's tasks share.
@@ -91,12 +111,26 @@ pub(crate) struct Shared {
     pub(crate) config: HubConfig,
     pub(crate) bus: Arc<dyn Bus>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// The clock of cron fires and retries (the hub's clock unless a test injects one).
+    pub(crate) schedule_clock: Arc<dyn Clock>,
     pub(crate) files: HubFiles,
+    pub(crate) store: Arc<dyn MetaStore>,
+    pub(crate) logs: Arc<RunLogs>,
     pub(crate) registry: Mutex<AgentRegistry>,
     pub(crate) rng: Mutex<StdRng>,
-    pub(crate) runs: Mutex<BTreeMap<RunId, Entry>>,
-    known: Mutex<BTreeMap<AgentId, KnownAgent>>,
+    /// The runs active on this hub (terminal ones are in the store only).
+    pub(crate) runs: Mutex<BTreeMap<RunId, Arc<Run>>>,
     waiters: Mutex<HashMap<RunId, mpsc::UnboundedSender<AllocationReply>>>,
+    /// Job changes are serialised (the scheduler and the API).
+    pub(crate) jobs_lock: tokio::sync::Mutex<()>,
+    /// Ended runs, for the scheduler (last run, retries, queued fires).
+    pub(crate) ended: mpsc::UnboundedSender<RunRecord>,
+    /// Scheduler ticks done (tests wait for them).
+    pub(crate) schedule_ticks: watch::Sender<u64>,
+    /// Subscriptions open now (readiness).
+    pub(crate) subscribed: std::sync::atomic::AtomicUsize,
+    /// The log writer, awaited at shutdown so that the last lines are stored.
+    log_writer: Mutex<Option<JoinHandle<()>>>,
     pub(crate) stop: watch::Sender<bool>,
     /// The live agents as of the last tick.
     live: watch::Sender<Vec<AgentId>>,
@@ -134,6 +168,19 @@ impl Hub {
         bus: Arc<dyn Bus>,
         clock: Arc<dyn Clock>,
     ) -> Result<HubHandle, HubError> {
+        let schedule_clock = clock.clone();
+        Self::start_with_schedule_clock(config, bus, clock, schedule_clock).await
+    }
+
+    /// As [`Hub::start`], with a clock of its own for the job schedule (cron fires and
+    /// retries), so that a test can move the schedule's time without moving the agents'
+    /// liveness or the runs' timers.
+    pub async fn start_with_schedule_clock(
+        config: HubConfig,
+        bus: Arc<dyn Bus>,
+        clock: Arc<dyn Clock>,
+        schedule_clock: Arc<dyn Clock>,
+    ) -> Result<HubHandle, HubError> {
         config.phi.validate()?;
         if config.tick_ms == 0 || config.allocate_timeout_ms == 0 {
             return Err(HubError::BadConfig(
@@ -141,23 +188,43 @@ impl Hub {
             ));
         }
         let files = HubFiles::open(&config.data_dir)?;
+        let store_url = match &config.store_url {
+            Some(url) => url.clone(),
+            None => format!("sqlite://{}", config.data_dir.join("silk.db").display()),
+        };
+        let store = silk_store::open(&store_url).await?;
         let mut registry = AgentRegistry::new(config.phi)?;
         let now = clock.now_ms();
-        let mut known = BTreeMap::new();
-        for agent in files.load_agents() {
-            registry.register(&agent.register, agent.sent_ms, now);
-            known.insert(agent.register.agent.clone(), agent);
+        for row in store.list_agents().await? {
+            match serde_json::from_value::<KnownAgent>(row.register.clone()) {
+                Ok(agent) => {
+                    registry.register(&agent.register, agent.sent_ms, now);
+                }
+                Err(e) => {
+                    tracing::warn!(agent = %row.id, error = %e, "stored agent unreadable; skipped")
+                }
+            }
         }
+        let (logs, log_rx) = RunLogs::new(clock.clone());
+        let log_writer = tokio::spawn(crate::logs::writer(logs.clone(), log_rx, store.clone()));
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             config,
             bus,
             clock,
+            schedule_clock,
             files,
+            store,
+            logs,
             registry: Mutex::new(registry),
             rng: Mutex::new(StdRng::from_os_rng()),
             runs: Mutex::new(BTreeMap::new()),
-            known: Mutex::new(known),
             waiters: Mutex::new(HashMap::new()),
+            jobs_lock: tokio::sync::Mutex::new(()),
+            ended: ended_tx,
+            subscribed: std::sync::atomic::AtomicUsize::new(0),
+            schedule_ticks: watch::channel(0).0,
+            log_writer: Mutex::new(Some(log_writer)),
             stop: watch::channel(false).0,
             live: watch::channel(Vec::new()).0,
             drivers: Mutex::new(Vec::new()),
@@ -183,11 +250,82 @@ impl Hub {
             Subject::allocations(),
             SubscribeOpts::live(),
         ));
+        tokio::spawn(subscription_loop(
+            shared.clone(),
+            Subject::logs(),
+            SubscribeOpts::durable("hub-logs").batch(LOGS_BATCH),
+        ));
         tokio::spawn(tick_loop(shared.clone()));
-        shared.recover().await;
-        tracing::info!(data_dir = %shared.config.data_dir.display(), "hub started");
+        tokio::spawn(crate::logs::retention(
+            shared.store.clone(),
+            shared.clock.clone(),
+            shared.config.log_retention_ms,
+            shared.stop.subscribe(),
+        ));
+        shared.recover().await?;
+        crate::sinks::resume_pending(&shared).await;
+        tokio::spawn(crate::scheduler::scheduler(shared.clone(), ended_rx));
+        tracing::info!(data_dir = %shared.config.data_dir.display(), store = shared.store.backend(), "hub started");
         Ok(HubHandle { shared })
     }
+}
+
+/// What a new run is made of besides its request.
+#[derive(Debug, Clone)]
+pub(crate) struct NewRun {
+    pub(crate) request: RunRequest,
+    /// The job (id, name).
+    pub(crate) job: Option<(String, String)>,
+    pub(crate) attempt: u32,
+    pub(crate) restart_of: Option<RunId>,
+    pub(crate) args: BTreeMap<String, String>,
+    pub(crate) timeout_ms: Option<u64>,
+    /// Take over this (ended) run's frontier.
+    pub(crate) frontier_from: Option<RunId>,
+}
+
+/// Checks a run request; the compiled spider.
+pub(crate) fn check_request(request: &RunRequest) -> Result<Spider, HubError> {
+    let spider = Spider::from_yaml(&request.spider, "spider")
+        .map_err(|e| HubError::BadRun(e.to_string()))?;
+    if request.max_pending == Some(0) {
+        return Err(HubError::BadRun("max_pending must be at least 1".into()));
+    }
+    if request.stall_timeout_ms == Some(0) {
+        return Err(HubError::BadRun(
+            "stall_timeout_ms must be at least 1".into(),
+        ));
+    }
+    if let Some(d) = &request.downloader
+        && d.contains_key("spider")
+    {
+        return Err(HubError::BadRun(
+            "downloader.spider is not allowed: the run's spider is sent to the agents".into(),
+        ));
+    }
+    if let Some(sinks) = &request.sinks {
+        sinks.validate().map_err(HubError::BadRun)?;
+    }
+    Ok(spider)
+}
+
+/// The store row of a run record.
+pub(crate) fn run_row(record: &RunRecord) -> Result<RunRow, HubError> {
+    Ok(RunRow {
+        id: record.id.to_string(),
+        job_id: record.job_id.clone(),
+        state: record.state.as_str().to_owned(),
+        created_ms: record.created_ms,
+        finished_ms: record.finished_ms,
+        record: serde_json::to_value(record)
+            .map_err(|e| HubError::Store(format!("run `{}`: {e}", record.id)))?,
+    })
+}
+
+/// The run record of a store row.
+pub(crate) fn record_of(row: RunRow) -> Result<RunRecord, HubError> {
+    serde_json::from_value(row.record)
+        .map_err(|e| HubError::Store(format!("run `{}` is unreadable: {e}", row.id)))
 }
 
 impl Shared {
@@ -195,6 +333,12 @@ impl Shared {
     pub(crate) fn live_agents(&self) -> Vec<AgentId> {
         let now = self.clock.now_ms();
         lock(&self.registry).live_agents(now, &LabelFilter::any())
+    }
+
+    /// Stores a run record (and its allocation).
+    pub(crate) async fn save_run(&self, record: &RunRecord) -> Result<(), HubError> {
+        self.store.put_run(&run_row(record)?).await?;
+        Ok(())
     }
 
     /// Sends a command to one agent (the bus retries per its policy).
@@ -211,61 +355,106 @@ impl Shared {
     /// Called by a run's driver when it has ended.
     pub(crate) fn run_finished(&self, run: &Run) {
         let record = run.record();
-        let mut runs = lock(&self.runs);
         if record.state.is_terminal() {
-            runs.insert(run.id.clone(), Entry::Finished(Box::new(record)));
+            lock(&self.runs).remove(&run.id);
+            let _ = self.ended.send(record);
         }
     }
 
+    /// The active run `id`.
+    pub(crate) fn active_run(&self, id: &RunId) -> Option<Arc<Run>> {
+        lock(&self.runs).get(id).cloned()
+    }
+
+    /// The active runs of a job.
+    pub(crate) fn active_runs_of(&self, job_id: &str) -> Vec<Arc<Run>> {
+        lock(&self.runs)
+            .values()
+            .filter(|r| r.job_id() == Some(job_id))
+            .cloned()
+            .collect()
+    }
+
     fn spawn_driver(self: &Arc<Self>, run: Arc<Run>) {
-        lock(&self.runs).insert(run.id.clone(), Entry::Active(run.clone()));
+        lock(&self.runs).insert(run.id.clone(), run.clone());
         let handle = tokio::spawn(drive(self.clone(), run));
         let mut drivers = lock(&self.drivers);
         drivers.retain(|h| !h.is_finished());
         drivers.push(handle);
     }
 
-    /// Reloads the stored runs: running and paused ones resume, the others are settled.
-    async fn recover(self: &Arc<Self>) {
-        for mut record in self.files.load_runs() {
-            let id = record.id.clone();
+    /// Stores a run as failed (it never ran, or could not resume) and tells the scheduler.
+    async fn fail_stored(&self, mut record: RunRecord, reason: String) -> RunRecord {
+        record.state = RunState::Failed;
+        record.reason = Some(reason.clone());
+        record.finished_ms = Some(self.clock.now_ms());
+        if let Err(e) = self.save_run(&record).await {
+            tracing::error!(run = %record.id, error = %e, "run state not stored");
+        }
+        self.logs
+            .hub(&record.id, Level::Error, format!("run failed: {reason}"));
+        let _ = self.ended.send(record.clone());
+        record
+    }
+
+    /// Reloads the stored runs that had not ended: running and paused ones resume, the
+    /// others are settled.
+    async fn recover(self: &Arc<Self>) -> Result<(), HubError> {
+        let filter = RunFilter {
+            job_id: None,
+            states: ["pending", "allocating", "running", "paused", "stopping"]
+                .map(String::from)
+                .to_vec(),
+            limit: None,
+            newest_first: false,
+        };
+        for row in self.store.list_runs(&filter).await? {
+            let id = row.id.clone();
+            let record = match record_of(row) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(run = %id, error = %e, "stored run skipped");
+                    continue;
+                }
+            };
             match record.state {
                 RunState::Pending | RunState::Allocating => {
-                    record.state = RunState::Failed;
-                    record.reason =
-                        Some("the hub stopped before the run's allocation completed".into());
-                    record.finished_ms = Some(self.clock.now_ms());
-                    if let Err(e) = self.files.save_run(&record) {
-                        tracing::error!(run = %id, error = %e, "run state not stored");
-                    }
-                    lock(&self.runs).insert(id, Entry::Finished(Box::new(record)));
+                    self.fail_stored(
+                        record,
+                        "the hub stopped before the run's allocation completed".into(),
+                    )
+                    .await;
                 }
                 RunState::Running | RunState::Paused | RunState::Stopping => {
                     // A run whose seeds never reached its frontier (a crash right after
                     // the allocation) is seeded again: dedup makes that harmless.
                     match Run::open(self, record.clone(), true).await {
                         Ok(run) => {
-                            tracing::info!(run = %id, state = %record.state, "run resumed");
+                            tracing::info!(run = %record.id, state = %record.state, "run resumed");
+                            self.logs.hub(
+                                &record.id,
+                                Level::Info,
+                                format!("hub restarted: run resumed ({})", record.state),
+                            );
                             self.spawn_driver(run);
+                            if let Err(e) = crate::sinks::start(self, &record) {
+                                tracing::warn!(run = %record.id, error = %e, "item sinks not resumed");
+                            }
                         }
                         Err(e) => {
-                            tracing::error!(run = %id, error = %e, "run could not be resumed");
-                            record.state = RunState::Failed;
-                            record.reason = Some(format!("could not be resumed: {e}"));
-                            record.finished_ms = Some(self.clock.now_ms());
-                            let _ = self.files.save_run(&record);
-                            lock(&self.runs).insert(id, Entry::Finished(Box::new(record)));
+                            tracing::error!(run = %record.id, error = %e, "run could not be resumed");
+                            self.fail_stored(record, format!("could not be resumed: {e}"))
+                                .await;
                         }
                     }
                 }
-                RunState::Succeeded | RunState::Failed | RunState::Cancelled => {
-                    lock(&self.runs).insert(id, Entry::Finished(Box::new(record)));
-                }
+                RunState::Succeeded | RunState::Failed | RunState::Cancelled => {}
             }
         }
+        Ok(())
     }
 
-    fn on_register(&self, delivery: &Delivery) {
+    async fn on_register(&self, delivery: &Delivery) {
         let now = self.clock.now_ms();
         let envelope = &delivery.envelope;
         let Message::Register(register) = &envelope.body else {
@@ -282,25 +471,29 @@ impl Shared {
             }
             RegisterOutcome::Refreshed => {}
         }
-        let snapshot: Vec<KnownAgent> = {
-            let mut known = lock(&self.known);
-            known.insert(
-                register.agent.clone(),
-                KnownAgent {
-                    register: register.clone(),
-                    sent_ms: envelope.sent_ms,
-                },
-            );
-            known.values().cloned().collect()
+        let known = KnownAgent {
+            register: register.clone(),
+            sent_ms: envelope.sent_ms,
         };
-        if let Err(e) = self.files.save_agents(&snapshot) {
-            tracing::warn!(error = %e, "known agents not stored");
+        let row = serde_json::to_value(&known).map(|register| AgentRow {
+            id: known.register.agent.to_string(),
+            register,
+            sent_ms: envelope.sent_ms,
+            updated_ms: now,
+        });
+        match row {
+            Ok(row) => {
+                if let Err(e) = self.store.put_agent(&row).await {
+                    tracing::warn!(agent = %row.id, error = %e, "known agent not stored");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "known agent not stored"),
         }
     }
 
     async fn on_delivery(&self, delivery: Delivery) {
         match &delivery.envelope.body {
-            Message::Register(_) => self.on_register(&delivery),
+            Message::Register(_) => self.on_register(&delivery).await,
             Message::Heartbeat(_) => {
                 let now = self.clock.now_ms();
                 if let Applied::Heartbeat(crate::registry::HeartbeatOutcome::NeedsRegister) =
@@ -309,18 +502,12 @@ impl Shared {
                     tracing::debug!("heartbeat of an agent that has not registered yet");
                 }
             }
-            Message::Result(result) => {
-                let run = match lock(&self.runs).get(&result.run) {
-                    Some(Entry::Active(run)) => Some(run.clone()),
-                    _ => None,
-                };
-                match run {
-                    Some(run) => run.on_result(self, result).await,
-                    None => {
-                        tracing::debug!(run = %result.run, "result of a run that is not active here ignored")
-                    }
+            Message::Result(result) => match self.active_run(&result.run) {
+                Some(run) => run.on_result(self, result).await,
+                None => {
+                    tracing::debug!(run = %result.run, "result of a run that is not active here ignored")
                 }
-            }
+            },
             Message::Allocated(reply) => {
                 let waiter = lock(&self.waiters).get(&reply.run).cloned();
                 if let Some(tx) = waiter {
@@ -328,7 +515,19 @@ impl Shared {
                 }
             }
             Message::Command(_) | Message::Control(_) => {}
-            Message::Log(_) => {}
+            Message::Log(batch) => {
+                let source = format!("agent:{}", batch.agent);
+                for line in &batch.lines {
+                    let level = line.level.as_str().parse().unwrap_or(Level::Info);
+                    self.logs.line(
+                        batch.run.as_str(),
+                        line.ts_ms,
+                        level,
+                        &source,
+                        line.message.clone(),
+                    );
+                }
+            }
         }
         if delivery.is_durable()
             && let Err(e) = delivery.ack().await
@@ -338,29 +537,15 @@ impl Shared {
     }
 
     /// Decides, confirms and stores the allocation of a new run; then starts it.
-    async fn submit(self: &Arc<Self>, request: RunRequest) -> Result<RunView, HubError> {
+    pub(crate) async fn start_run(self: &Arc<Self>, new: NewRun) -> Result<RunView, HubError> {
         if *self.stop.borrow() {
             return Err(HubError::ShuttingDown);
         }
-        let spider = Spider::from_yaml(&request.spider, "spider")
-            .map_err(|e| HubError::BadRun(e.to_string()))?;
-        if request.max_pending == Some(0) {
-            return Err(HubError::BadRun("max_pending must be at least 1".into()));
-        }
-        if request.stall_timeout_ms == Some(0) {
-            return Err(HubError::BadRun(
-                "stall_timeout_ms must be at least 1".into(),
-            ));
-        }
-        if let Some(d) = &request.downloader
-            && d.contains_key("spider")
-        {
-            return Err(HubError::BadRun(
-                "downloader.spider is not allowed: the run's spider is sent to the agents".into(),
-            ));
-        }
+        let request = new.request;
+        let spider = check_request(&request)?;
         let now = self.clock.now_ms();
         let id = RunId::new(uuid::Uuid::now_v7().simple().to_string());
+        let (job_id, job_name) = new.job.unzip();
         let mut record = RunRecord {
             id: id.clone(),
             spider: request.spider,
@@ -378,34 +563,73 @@ impl Shared {
             started_ms: None,
             finished_ms: None,
             final_stats: None,
+            job_id,
+            job_name,
+            attempt: new.attempt,
+            restart_of: new.restart_of,
+            args: new.args,
+            timeout_ms: new.timeout_ms,
+            sinks: request.sinks.unwrap_or_default(),
         };
-        self.files.save_run(&record)?;
-        match self.allocate_run(&mut record).await {
-            Ok(()) => {}
-            Err(reason) => {
-                record.state = RunState::Failed;
-                record.reason = Some(reason.clone());
-                record.finished_ms = Some(self.clock.now_ms());
-                self.files.save_run(&record)?;
-                lock(&self.runs).insert(id.clone(), Entry::Finished(Box::new(record)));
-                tracing::warn!(run = %id, reason = %reason, "run could not be allocated");
-                return Err(HubError::AllocationFailed { run: id, reason });
+        self.save_run(&record).await?;
+        let what = match (&record.job_name, &record.restart_of) {
+            (_, Some(of)) => format!("restart of run {of}"),
+            (Some(job), None) if record.attempt > 0 => {
+                format!("job `{job}`, retry {}", record.attempt)
             }
+            (Some(job), None) => format!("job `{job}`"),
+            (None, None) => "ad-hoc run".to_owned(),
+        };
+        self.logs.hub(
+            &id,
+            Level::Info,
+            format!(
+                "run created ({what}): spider `{}`, strategy {}, allocating agents",
+                record.spider_name, record.strategy
+            ),
+        );
+        if let Err(reason) = self.allocate_run(&mut record).await {
+            tracing::warn!(run = %id, reason = %reason, "run could not be allocated");
+            self.fail_stored(record, reason.clone()).await;
+            return Err(HubError::AllocationFailed { run: id, reason });
+        }
+        let allocations: Vec<AllocationRow> = record
+            .agents
+            .iter()
+            .map(|a| AllocationRow {
+                run_id: id.to_string(),
+                agent_id: a.to_string(),
+                confirmed_ms: self.clock.now_ms(),
+            })
+            .collect();
+        if let Err(e) = self.store.put_allocations(id.as_str(), &allocations).await {
+            tracing::warn!(run = %id, error = %e, "allocations not stored (the run record has them)");
+        }
+        if let Some(from) = &new.frontier_from {
+            let moved = self.files.take_frontier(from, &id);
+            if let Err(e) = moved {
+                self.release_agents(&record).await;
+                self.fail_stored(
+                    record,
+                    format!("could not take over the frontier of run {from}: {e}"),
+                )
+                .await;
+                return Err(e);
+            }
+            self.logs.hub(
+                &id,
+                Level::Info,
+                format!("took over the frontier of run {from} (what it had fetched is not fetched again)"),
+            );
         }
         // Open and seed the frontier while the run is still `allocating`: a crash before it
         // is `running` fails the run at the next start instead of leaving it empty.
         let run = match Run::open(self, record.clone(), true).await {
             Ok(run) => run,
             Err(e) => {
-                record.state = RunState::Failed;
-                record.reason = Some(format!("could not open the run's storage: {e}"));
-                record.finished_ms = Some(self.clock.now_ms());
-                self.files.save_run(&record)?;
-                for agent in &record.agents {
-                    let release = Command::Release { run: id.clone() };
-                    let _ = self.send_command(agent, release).await;
-                }
-                lock(&self.runs).insert(id.clone(), Entry::Finished(Box::new(record)));
+                self.release_agents(&record).await;
+                self.fail_stored(record, format!("could not open the run's storage: {e}"))
+                    .await;
                 return Err(e);
             }
         };
@@ -413,13 +637,37 @@ impl Shared {
         run.update(self, |r| {
             r.state = RunState::Running;
             r.started_ms = Some(started);
-        })?;
+        })
+        .await?;
         record.started_ms = Some(started);
         run.mark_allocated(&record.agents);
         tracing::info!(run = %id, spider = %record.spider_name, strategy = %record.strategy, agents = ?record.agents, "run started");
+        let names: Vec<&str> = record.agents.iter().map(AgentId::as_str).collect();
+        self.logs.hub(
+            &id,
+            Level::Info,
+            format!(
+                "run started on {} agent(s): {}",
+                names.len(),
+                names.join(", ")
+            ),
+        );
         let view = run.view(self.clock.now_ms()).await;
         self.spawn_driver(run);
+        if let Err(e) = crate::sinks::start(self, &record) {
+            self.logs
+                .hub(&id, Level::Error, format!("item sinks not started: {e}"));
+        }
         Ok(view)
+    }
+
+    async fn release_agents(&self, record: &RunRecord) {
+        for agent in &record.agents {
+            let release = Command::Release {
+                run: record.id.clone(),
+            };
+            let _ = self.send_command(agent, release).await;
+        }
     }
 
     /// Picks the run's agents and gets their confirmation; the reason when it cannot.
@@ -506,6 +754,15 @@ impl Shared {
     }
 }
 
+/// Counts an open subscription down when it ends.
+struct Decrement<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Decrement<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Reads one subject forever (re-subscribing with back-off while the bus is down).
 async fn subscription_loop(shared: Arc<Shared>, subject: Subject, opts: SubscribeOpts) {
     let mut stop = shared.stop.subscribe();
@@ -523,6 +780,10 @@ async fn subscription_loop(shared: Arc<Shared>, subject: Subject, opts: Subscrib
             Ok(mut subscription) => {
                 tracing::debug!(subject = %subject, "hub subscribed");
                 backoff = initial;
+                shared
+                    .subscribed
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _open = Decrement(&shared.subscribed);
                 loop {
                     let next = tokio::select! {
                         _ = stop.changed() => return,
@@ -591,81 +852,108 @@ async fn tick_loop(shared: Arc<Shared>) {
                 }
             }
             if t.to == AgentState::Dead {
-                let runs: Vec<Arc<Run>> = lock(&shared.runs)
-                    .values()
-                    .filter_map(|e| match e {
-                        Entry::Active(r) => Some(r.clone()),
-                        Entry::Finished(_) => None,
-                    })
-                    .collect();
+                let runs: Vec<Arc<Run>> = lock(&shared.runs).values().cloned().collect();
                 for run in runs {
-                    run.on_agent_dead(&t.agent).await;
+                    run.on_agent_dead(&shared, &t.agent).await;
                 }
             }
         }
     }
 }
 
+/// Which runs to list.
+#[derive(Debug, Clone, Default)]
+pub struct RunQuery {
+    /// Only this job's runs.
+    pub job_id: Option<String>,
+    /// Only runs in these states (any when empty).
+    pub states: Vec<RunState>,
+    /// At most this many (newest first); default 100.
+    pub limit: Option<u32>,
+}
+
 impl HubHandle {
-    /// Submits a run: allocates it synchronously and starts it (see the module doc).
-    pub async fn submit(&self, request: RunRequest) -> Result<RunView, HubError> {
-        self.shared.submit(request).await
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
-    /// Every run, oldest first.
-    pub async fn runs(&self) -> Vec<RunView> {
-        let entries: Vec<(RunId, Option<Arc<Run>>, Option<RunRecord>)> = lock(&self.shared.runs)
-            .iter()
-            .map(|(id, e)| match e {
-                Entry::Active(r) => (id.clone(), Some(r.clone()), None),
-                Entry::Finished(rec) => (id.clone(), None, Some((**rec).clone())),
+    /// Submits an ad-hoc run: allocates it synchronously and starts it (see the module doc).
+    pub async fn submit(&self, request: RunRequest) -> Result<RunView, HubError> {
+        self.shared
+            .start_run(NewRun {
+                request,
+                job: None,
+                attempt: 0,
+                restart_of: None,
+                args: BTreeMap::new(),
+                timeout_ms: None,
+                frontier_from: None,
             })
-            .collect();
+            .await
+    }
+
+    /// Runs, newest first.
+    pub async fn runs(&self, query: &RunQuery) -> Result<Vec<RunView>, HubError> {
+        let filter = RunFilter {
+            job_id: query.job_id.clone(),
+            states: query.states.iter().map(|s| s.as_str().to_owned()).collect(),
+            limit: Some(query.limit.unwrap_or(100).clamp(1, 10_000)),
+            newest_first: true,
+        };
+        let rows = self.shared.store.list_runs(&filter).await?;
         let now = self.shared.clock.now_ms();
-        let mut out = Vec::with_capacity(entries.len());
-        for (id, run, record) in entries {
-            match (run, record) {
-                (Some(run), _) => out.push(run.view(now).await),
-                (None, Some(rec)) => out.push(self.finished_view(&id, &rec)),
-                _ => {}
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = RunId::new(row.id.clone());
+            match self.shared.active_run(&id) {
+                Some(run) => out.push(run.view(now).await),
+                None => match record_of(row) {
+                    Ok(record) => out.push(self.stored_view(&record)),
+                    Err(e) => tracing::warn!(run = %id, error = %e, "stored run skipped"),
+                },
             }
         }
-        out.sort_by(|a, b| (a.created_ms, &a.id.0).cmp(&(b.created_ms, &b.id.0)));
-        out
+        Ok(out)
     }
 
-    fn finished_view(&self, id: &RunId, record: &RunRecord) -> RunView {
+    fn stored_view(&self, record: &RunRecord) -> RunView {
         RunView::new(
             record,
             record.final_stats.clone().unwrap_or_default(),
-            self.shared.files.items_path(id),
+            self.shared.files.items_path(&record.id),
         )
+    }
+
+    /// The stored record of a run (active or not).
+    pub(crate) async fn stored_record(&self, id: &RunId) -> Result<RunRecord, HubError> {
+        if let Some(run) = self.shared.active_run(id) {
+            return Ok(run.record());
+        }
+        match self.shared.store.get_run(id.as_str()).await? {
+            Some(row) => record_of(row),
+            None => Err(HubError::NoSuchRun(id.clone())),
+        }
     }
 
     /// One run.
     pub async fn run(&self, id: &RunId) -> Result<RunView, HubError> {
-        let entry = match lock(&self.shared.runs).get(id) {
-            Some(Entry::Active(r)) => Ok(r.clone()),
-            Some(Entry::Finished(rec)) => Err(Some((**rec).clone())),
-            None => Err(None),
-        };
-        match entry {
-            Ok(run) => Ok(run.view(self.shared.clock.now_ms()).await),
-            Err(Some(rec)) => Ok(self.finished_view(id, &rec)),
-            Err(None) => Err(HubError::NoSuchRun(id.clone())),
+        if let Some(run) = self.shared.active_run(id) {
+            return Ok(run.view(self.shared.clock.now_ms()).await);
         }
+        let record = self.stored_record(id).await?;
+        Ok(self.stored_view(&record))
     }
 
-    fn active(&self, id: &RunId) -> Result<Arc<Run>, HubError> {
-        match lock(&self.shared.runs).get(id) {
-            Some(Entry::Active(r)) => Ok(r.clone()),
-            Some(Entry::Finished(rec)) => Err(HubError::WrongState {
-                run: id.clone(),
-                state: rec.state.to_string(),
-                action: "this".into(),
-            }),
-            None => Err(HubError::NoSuchRun(id.clone())),
+    async fn active(&self, id: &RunId) -> Result<Arc<Run>, HubError> {
+        if let Some(run) = self.shared.active_run(id) {
+            return Ok(run);
         }
+        let record = self.stored_record(id).await?;
+        Err(HubError::WrongState {
+            run: id.clone(),
+            state: record.state.to_string(),
+            action: "this".into(),
+        })
     }
 
     /// Pauses a running run: no new dispatch, requests out finish.
@@ -680,24 +968,104 @@ impl HubHandle {
 
     /// Cancels a run; returns once it is recorded as cancelled.
     pub async fn cancel(&self, id: &RunId) -> Result<RunView, HubError> {
-        let run = self.active(id)?;
-        run.control(&self.shared, Desired::Cancel)?;
+        let run = self.active(id).await?;
+        run.control(&self.shared, Desired::Cancel).await?;
         run.finished().await;
         self.run(id).await
     }
 
+    /// Restarts a run: stops it if it is active (cancel), then starts a new run of the same
+    /// spider and settings (and job); with `keep_frontier` the new run takes over the old
+    /// run's frontier, so what was fetched is not fetched again and what was left is next.
+    pub async fn restart(&self, id: &RunId, keep_frontier: bool) -> Result<RunView, HubError> {
+        if let Some(run) = self.shared.active_run(id) {
+            match run.control(&self.shared, Desired::Cancel).await {
+                Ok(()) | Err(HubError::WrongState { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            run.finished().await;
+        }
+        let old = self.stored_record(id).await?;
+        if !old.state.is_terminal() {
+            return Err(HubError::WrongState {
+                run: id.clone(),
+                state: old.state.to_string(),
+                action: "restart".into(),
+            });
+        }
+        let request = RunRequest {
+            spider: old.spider.clone(),
+            strategy: Some(old.strategy),
+            on_agent_lost: Some(old.on_agent_lost),
+            max_pending: Some(old.max_pending),
+            stall_timeout_ms: Some(old.stall_timeout_ms),
+            downloader: Some(old.downloader.clone()),
+            sinks: Some(old.sinks.clone()),
+        };
+        let job = old.job_id.clone().zip(old.job_name.clone());
+        let view = self
+            .shared
+            .start_run(NewRun {
+                request,
+                job,
+                attempt: 0,
+                restart_of: Some(id.clone()),
+                args: old.args.clone(),
+                timeout_ms: old.timeout_ms,
+                frontier_from: keep_frontier.then(|| id.clone()),
+            })
+            .await?;
+        self.shared
+            .logs
+            .hub(id, Level::Info, format!("restarted as run {}", view.id));
+        if let Some(job_id) = &view.job_id {
+            crate::scheduler::note_run(&self.shared, job_id, &view.id, view.state).await;
+        }
+        Ok(view)
+    }
+
     async fn control(&self, id: &RunId, desired: Desired) -> Result<RunView, HubError> {
-        let run = self.active(id)?;
-        run.control(&self.shared, desired)?;
+        let run = self.active(id).await?;
+        run.control(&self.shared, desired).await?;
         Ok(run.view(self.shared.clock.now_ms()).await)
     }
 
     /// Waits until a run is in a terminal state; its view then.
     pub async fn wait_run(&self, id: &RunId) -> Result<RunView, HubError> {
-        if let Ok(run) = self.active(id) {
+        if let Some(run) = self.shared.active_run(id) {
             run.finished().await;
         }
         self.run(id).await
+    }
+
+    /// Waits until the scheduler has looked at the jobs `n` more times (after a change of
+    /// the schedule clock in a test, two ticks make sure a whole tick saw it).
+    pub async fn wait_schedule_ticks(&self, n: u64) {
+        let mut ticks = self.shared.schedule_ticks.subscribe();
+        let target = *ticks.borrow() + n;
+        let _ = ticks.wait_for(|t| *t >= target).await;
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn MetaStore> {
+        &self.shared.store
+    }
+
+    /// Whether the hub is ready: the store answers and every bus subscription is open.
+    pub async fn ready(&self) -> Result<(), String> {
+        self.shared
+            .store
+            .ping()
+            .await
+            .map_err(|e| format!("store: {e}"))?;
+        let open = self
+            .shared
+            .subscribed
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if open < SUBSCRIPTIONS {
+            return Err(format!("bus: {open} of {SUBSCRIPTIONS} subscriptions open"));
+        }
+        Ok(())
     }
 
     /// Every registered agent, sorted by id.
@@ -730,9 +1098,14 @@ impl HubHandle {
         &self.shared.config.data_dir
     }
 
-    /// The HTTP API (see `api`).
+    /// The HTTP app (API with bearer-token auth, web UI, health, metrics; see `api`).
     pub fn router(&self) -> axum::Router {
-        crate::api::router(self.clone())
+        crate::api::router(self.clone(), crate::api::ApiOptions::default())
+    }
+
+    /// The HTTP app with `options` (e.g. without auth).
+    pub fn router_with(&self, options: crate::api::ApiOptions) -> axum::Router {
+        crate::api::router(self.clone(), options)
     }
 
     /// Stops the hub: the runs' loops end (runs stay `running` or `paused` and resume at
@@ -743,6 +1116,12 @@ impl HubHandle {
         for d in drivers {
             let _ = d.await;
         }
+        self.shared.logs.close();
+        let writer = lock(&self.shared.log_writer).take();
+        if let Some(writer) = writer {
+            let _ = writer.await;
+        }
+        self.shared.store.close().await;
         tracing::info!("hub stopped");
     }
 }

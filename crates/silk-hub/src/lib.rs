@@ -30,21 +30,30 @@
 //! its items are written before its ack.
 
 pub mod allocation;
-mod api;
+pub mod api;
+pub mod auth;
 pub mod error;
 mod files;
 pub mod hub;
+pub mod jobs;
+mod logs;
 pub mod phi;
 pub mod registry;
 pub mod run;
 mod runner;
+mod scheduler;
+mod sinks;
 
 pub use allocation::{Allocation, OnAgentLost, Route, Strategy, allocate};
+pub use api::{ApiOptions, openapi};
+pub use auth::{ADMIN_TOKEN_FILE, NewToken, TokenView};
 pub use error::HubError;
 pub use files::KnownAgent;
-pub use hub::{Hub, HubConfig, HubHandle};
+pub use hub::{Hub, HubConfig, HubHandle, RunQuery};
+pub use jobs::{Job, JobSpec};
 pub use phi::{AgentState, PhiConfig, PhiDetector};
 pub use registry::{
     AgentRegistry, AgentView, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,
 };
-pub use run::{RunRequest, RunState, RunStats, RunView};
+pub use run::{RunRequest, RunState, RunStats, RunView, Sinks, WebhookSink};
+pub use scheduler::TriggerRequest;

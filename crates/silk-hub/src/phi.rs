@@ -42,7 +42,19 @@ use std::collections::VecDeque;
 use std::fmt;
 
 /// The liveness of an agent, as the failure detector sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentState {
     /// Heartbeats arrive as expected.

@@ -79,9 +79,10 @@ pub struct Transition {
 }
 
 /// One agent as `silk agents` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AgentView {
     /// The agent.
+    #[schema(value_type = String)]
     pub id: AgentId,
     /// Its state at the time asked.
     pub state: AgentState,

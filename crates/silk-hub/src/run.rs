@@ -14,6 +14,7 @@
 use crate::allocation::{Allocation, OnAgentLost, Strategy};
 use serde::{Deserialize, Serialize};
 use silk_core::{AgentId, RunId};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Default most requests sent and not yet returned, per run (design §4 back-pressure).
@@ -22,7 +23,7 @@ pub const DEFAULT_MAX_PENDING: u64 = 100;
 pub const DEFAULT_STALL_TIMEOUT_MS: u64 = 60_000;
 
 /// The state of a run (spelled on the wire as below, snake case).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Accepted, not yet allocated.
@@ -80,7 +81,7 @@ impl std::fmt::Display for RunState {
 ///  "on_agent_lost": "reassign", "max_pending": 200, "stall_timeout_ms": 60000,
 ///  "downloader": {"qps": 5, "trim": {"rules": [{"css": "main"}]}}}
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
     /// The declarative spider, as YAML text.
@@ -101,11 +102,77 @@ pub struct RunRequest {
     /// Downloader settings sent to the agents with the spider (`qps`, `trim`, `return_body`,
     /// `proxies`, `redial`: the agent's `DownloaderConfig` without `spider`).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub downloader: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Item sinks besides the run's JSON Lines file.
+    #[serde(default)]
+    pub sinks: Option<Sinks>,
+}
+
+/// Where a run's items go besides its JSON Lines file (`runs/{id}/items.jsonl`, always
+/// written: it is the truth the other sinks are fed from, in order, at least once, so a
+/// sink that is down delays nothing and loses nothing).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Sinks {
+    /// Also insert items into the hub store's `items` table (insert-ignore on the run and
+    /// the item key).
+    #[serde(default)]
+    pub sql: bool,
+    /// Also POST items in batches to a URL.
+    #[serde(default)]
+    pub webhook: Option<WebhookSink>,
+}
+
+/// A webhook item sink: `POST url` with a JSON body `{"run": ID, "items": [{"key": K,
+/// "item": {...}}, ...]}`; a non-2xx answer or a transport error is retried with back-off
+/// (the run goes on; delivery resumes where it stopped, also after a hub restart).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSink {
+    /// Where to POST (http or https).
+    pub url: String,
+    /// Items per POST; default 100.
+    #[serde(default)]
+    pub batch: Option<u32>,
+    /// Extra request headers (e.g. `Authorization`); their values are secrets: never shown
+    /// by the API or logged.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Sinks {
+    /// A copy safe to show: header values replaced by `***`.
+    pub fn redacted(&self) -> Sinks {
+        let mut s = self.clone();
+        if let Some(w) = &mut s.webhook {
+            for v in w.headers.values_mut() {
+                *v = "***".into();
+            }
+        }
+        s
+    }
+
+    /// Checks the settings; the error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(w) = &self.webhook {
+            let ok = w.url.starts_with("http://") || w.url.starts_with("https://");
+            if !ok {
+                return Err(format!(
+                    "sinks.webhook.url `{}` must be an http:// or https:// URL",
+                    w.url
+                ));
+            }
+            if w.batch == Some(0) {
+                return Err("sinks.webhook.batch must be at least 1".into());
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Counters of a run, read from counters (the frontier's and the hub's), never by scanning.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default)]
 pub struct RunStats {
     /// Unique requests ever enqueued.
@@ -195,12 +262,34 @@ pub struct RunRecord {
     /// The counters at the end (terminal runs).
     #[serde(default)]
     pub final_stats: Option<RunStats>,
+    /// The job it is a run of (none for an ad-hoc run).
+    #[serde(default)]
+    pub job_id: Option<String>,
+    /// The job's name when the run was made.
+    #[serde(default)]
+    pub job_name: Option<String>,
+    /// 0 for a first run; n for the job's n-th retry of a failed run.
+    #[serde(default)]
+    pub attempt: u32,
+    /// The run this one restarts.
+    #[serde(default)]
+    pub restart_of: Option<RunId>,
+    /// The arguments the spider was filled with.
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
+    /// The job's run timeout, ms.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Item sinks besides the JSON Lines file.
+    #[serde(default)]
+    pub sinks: Sinks,
 }
 
 /// A run as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RunView {
     /// The run id.
+    #[schema(value_type = String)]
     pub id: RunId,
     /// The state.
     pub state: RunState,
@@ -212,6 +301,7 @@ pub struct RunView {
     pub on_agent_lost: OnAgentLost,
     /// The agents allocated to the run: the fixed/chained agents, or for `random` every
     /// agent that received the run's downloader.
+    #[schema(value_type = Vec<String>)]
     pub agents: Vec<AgentId>,
     /// The spider's name.
     pub spider_name: String,
@@ -226,9 +316,25 @@ pub struct RunView {
     /// Finished.
     pub finished_ms: Option<u64>,
     /// The JSON Lines file of the run's items.
+    #[schema(value_type = String)]
     pub items_path: PathBuf,
     /// The counters.
     pub stats: RunStats,
+    /// The job it is a run of.
+    pub job_id: Option<String>,
+    /// The job's name.
+    pub job_name: Option<String>,
+    /// 0, or the retry number.
+    pub attempt: u32,
+    /// The run this one restarts.
+    #[schema(value_type = Option<String>)]
+    pub restart_of: Option<RunId>,
+    /// The arguments the spider was filled with.
+    pub args: BTreeMap<String, String>,
+    /// The run timeout, ms.
+    pub timeout_ms: Option<u64>,
+    /// Item sinks besides the JSON Lines file (header values shown as `***`).
+    pub sinks: Sinks,
 }
 
 impl RunView {
@@ -253,6 +359,13 @@ impl RunView {
             finished_ms: record.finished_ms,
             items_path,
             stats,
+            job_id: record.job_id.clone(),
+            job_name: record.job_name.clone(),
+            attempt: record.attempt,
+            restart_of: record.restart_of.clone(),
+            args: record.args.clone(),
+            timeout_ms: record.timeout_ms,
+            sinks: record.sinks.redacted(),
         }
     }
 }

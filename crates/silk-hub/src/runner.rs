@@ -32,12 +32,16 @@ use silk_core::spider::Spider;
 use silk_core::{AgentId, Request, RunId};
 use silk_crawl::{JsonlSink, Written};
 use silk_frontier::{AckResult, FrontierStore, Lease, LeaseId, Outcome};
+use silk_store::Level;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
+
+/// How often a running run logs its progress, ms.
+const PROGRESS_LOG_MS: u64 = 10_000;
 
 /// Most requests in one `download` command.
 const MAX_BATCH: usize = 64;
@@ -116,6 +120,14 @@ pub(crate) struct Run {
     lease_timeout_ms: u64,
     /// Turns true when the dispatch loop has ended and the run is recorded.
     done: watch::Sender<bool>,
+    /// Bumped (under the record's lock) by every change of the record.
+    version: AtomicU64,
+    /// The last version stored; held while storing, so stores never go back in time.
+    persisted: tokio::sync::Mutex<u64>,
+    /// Woken when items are written (the sinks that tail the items file).
+    pub(crate) items_written: Notify,
+    /// The job it is a run of.
+    job_id: Option<String>,
 }
 
 impl Run {
@@ -157,6 +169,7 @@ impl Run {
             _ => Desired::Run,
         };
         let now = hub.clock.now_ms();
+        let job_id = record.job_id.clone();
         Ok(Arc::new(Run {
             id,
             record: Mutex::new(record),
@@ -177,6 +190,10 @@ impl Run {
             closing: std::sync::atomic::AtomicBool::new(false),
             lease_timeout_ms,
             done: watch::channel(false).0,
+            version: AtomicU64::new(1),
+            persisted: tokio::sync::Mutex::new(0),
+            items_written: Notify::new(),
+            job_id,
         }))
     }
 
@@ -188,17 +205,43 @@ impl Run {
         lock(&self.record).state
     }
 
-    /// Changes the record and stores it.
-    /// Changes the record and stores it, under the record's lock: two writers never
-    /// interleave, and the file always holds the latest state.
-    pub(crate) fn update(
+    /// The job it is a run of.
+    pub(crate) fn job_id(&self) -> Option<&str> {
+        self.job_id.as_deref()
+    }
+
+    /// Changes the record (under its lock: two writers never interleave), then stores it.
+    pub(crate) async fn update(
         &self,
         hub: &Shared,
         f: impl FnOnce(&mut RunRecord),
     ) -> Result<(), HubError> {
-        let mut r = lock(&self.record);
-        f(&mut r);
-        hub.files.save_run(&r)
+        {
+            let mut r = lock(&self.record);
+            f(&mut r);
+            self.version.fetch_add(1, Ordering::SeqCst);
+        }
+        self.persist(hub).await
+    }
+
+    /// Stores the latest record unless a newer or equal version is stored already.
+    async fn persist(&self, hub: &Shared) -> Result<(), HubError> {
+        let mut stored = self.persisted.lock().await;
+        let (record, version) = {
+            let r = lock(&self.record);
+            (r.clone(), self.version.load(Ordering::SeqCst))
+        };
+        if version <= *stored {
+            return Ok(());
+        }
+        hub.save_run(&record).await?;
+        *stored = version;
+        Ok(())
+    }
+
+    /// Fails the run with `reason` (a timeout, a sink that cannot go on).
+    pub(crate) fn fail(&self, reason: String) {
+        self.set_fatal(reason);
     }
 
     /// Notes that the agents in `agents` hold the run's downloader (after a confirmed
@@ -210,7 +253,7 @@ impl Run {
     /// Asks the run to pause, resume or cancel. The state check and the change happen under
     /// the record's lock, and a run that is ending refuses, so a control never overwrites a
     /// final state. Cancelling a run that is already being cancelled is not an error.
-    pub(crate) fn control(&self, hub: &Shared, desired: Desired) -> Result<(), HubError> {
+    pub(crate) async fn control(&self, hub: &Shared, desired: Desired) -> Result<(), HubError> {
         let action = match desired {
             Desired::Pause => "pause",
             Desired::Run => "resume",
@@ -245,11 +288,17 @@ impl Run {
                 Desired::Run => RunState::Running,
                 Desired::Cancel => RunState::Stopping,
             };
-            hub.files.save_run(&r)?;
+            self.version.fetch_add(1, Ordering::SeqCst);
         }
         self.desired.send_replace(desired);
         self.wake.notify_one();
-        Ok(())
+        let what = match desired {
+            Desired::Pause => "paused by a user: no new requests are sent; those out finish",
+            Desired::Run => "resumed by a user",
+            Desired::Cancel => "cancel requested by a user",
+        };
+        hub.logs.hub(&self.id, Level::Info, what);
+        self.persist(hub).await
     }
 
     /// Waits until the run has ended and is recorded.
@@ -341,6 +390,9 @@ impl Run {
         self.counters
             .bytes_saved
             .fetch_add(o.bytes_saved, Ordering::Relaxed);
+        if !o.items.is_empty() {
+            self.items_written.notify_waiters();
+        }
         if let Err(reason) = self.write_items(&o.items) {
             // The items file failed: the lease stays out and expires; stop the run rather
             // than ack a page whose items were lost.
@@ -400,7 +452,7 @@ impl Run {
     /// An agent was declared dead: release its requests out (they go to live agents), or
     /// fail the run when it is chained with `on_agent_lost: fail` and the agent was one of
     /// its own.
-    pub(crate) async fn on_agent_dead(&self, agent: &AgentId) {
+    pub(crate) async fn on_agent_dead(&self, hub: &Shared, agent: &AgentId) {
         lock(&self.allocated_on).remove(agent);
         let (strategy, policy, allocated) = {
             let r = lock(&self.record);
@@ -431,6 +483,14 @@ impl Run {
         };
         if !lost.is_empty() {
             tracing::info!(run = %self.id, agent = %agent, requests = lost.len(), "agent dead: its requests go back to the frontier");
+            hub.logs.hub(
+                &self.id,
+                Level::Warn,
+                format!(
+                    "agent `{agent}` is dead: its {} request(s) out go back to the frontier",
+                    lost.len()
+                ),
+            );
             if let Err(e) = self.frontier.ack_many(lost).await {
                 self.set_fatal(format!("frontier: {e}"));
             }
@@ -513,6 +573,7 @@ impl Run {
                 .unwrap_or(0)
                 .saturating_add(ms)
         });
+        let mut progress_logged_ms = hub.clock.now_ms();
         loop {
             if *hub.stop.borrow() {
                 return Ok(End::HubStopping);
@@ -533,6 +594,18 @@ impl Run {
                 Desired::Run => {}
             }
             let now = hub.clock.now_ms();
+            if now.saturating_sub(progress_logged_ms) >= PROGRESS_LOG_MS {
+                progress_logged_ms = now;
+                let s = self.stats(now).await;
+                hub.logs.hub(
+                    &self.id,
+                    Level::Info,
+                    format!(
+                        "progress: success {}, failed {}, left {} of {}, in flight {}, items {}, {:.1} pages/s",
+                        s.success, s.failed, s.left, s.total, s.in_flight, s.items, s.pages_per_s
+                    ),
+                );
+            }
             self.expire_silent(hub, now).await?;
             let success = self.success_before + self.counters.succeeded.load(Ordering::Relaxed);
             let out_now = lock(&self.out).len();
@@ -666,7 +739,13 @@ impl Run {
         if allocation.generation() != generation {
             tracing::info!(run = %self.id, agents = ?allocation.agents(), "agents reassigned");
             let agents = allocation.agents().to_vec();
+            hub.logs.hub(
+                &self.id,
+                Level::Warn,
+                format!("agents reassigned: now {:?}", allocation.agents()),
+            );
             self.update(hub, |r| r.allocation = Some(allocation.clone()))
+                .await
                 .map_err(|e| e.to_string())?;
             lock(&self.allocated_on).retain(|a| agents.contains(a));
         }
@@ -740,10 +819,12 @@ impl Run {
         lock(&self.allocated_on).insert(agent.clone());
         let known = lock(&self.record).agents.contains(agent);
         if !known {
-            let _ = self.update(hub, |r| {
-                r.agents.push(agent.clone());
-                r.agents.sort();
-            });
+            let _ = self
+                .update(hub, |r| {
+                    r.agents.push(agent.clone());
+                    r.agents.sort();
+                })
+                .await;
         }
         Ok(())
     }
@@ -778,22 +859,37 @@ impl Run {
                     tracing::warn!(run = %self.id, agent = %agent, error = %e, "release not sent (the agent frees idle downloaders itself)");
                 }
             }
-            if let Err(e) = self.update(hub, |r| {
-                r.state = state;
-                r.reason = reason.clone();
-                r.finished_ms = Some(now);
-                r.final_stats = Some(stats.clone());
-            }) {
+            if let Err(e) = self
+                .update(hub, |r| {
+                    r.state = state;
+                    r.reason = reason.clone();
+                    r.finished_ms = Some(now);
+                    r.final_stats = Some(stats.clone());
+                })
+                .await
+            {
                 tracing::error!(run = %self.id, error = %e, "final state not stored");
             }
+            let summary = format!(
+                "total {}, success {}, failed {}, items {}, {:.1} pages/s",
+                stats.total, stats.success, stats.failed, stats.items, stats.pages_per_s
+            );
             match &reason {
                 Some(reason) if state == RunState::Failed => {
-                    tracing::warn!(run = %self.id, reason = %reason, "run failed")
+                    tracing::warn!(run = %self.id, reason = %reason, "run failed");
+                    hub.logs.hub(
+                        &self.id,
+                        Level::Error,
+                        format!("run failed: {reason} ({summary})"),
+                    );
                 }
                 _ => {
-                    tracing::info!(run = %self.id, state = %state, success = stats.success, failed = stats.failed, "run ended")
+                    tracing::info!(run = %self.id, state = %state, success = stats.success, failed = stats.failed, "run ended");
+                    hub.logs
+                        .hub(&self.id, Level::Info, format!("run {state}: {summary}"));
                 }
             }
+            self.items_written.notify_waiters();
         }
         if let Err(e) = self.frontier.close().await {
             tracing::warn!(run = %self.id, error = %e, "frontier close failed");

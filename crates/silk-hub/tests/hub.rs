@@ -4,93 +4,15 @@
 //! a hub restart in the middle of a run.
 
 use serde_json::Value;
-use silk_agent::{Agent, AgentConfig, AgentHandle};
-use silk_bus::{BusConfig, InProcessBus, RetryPolicy, TtlPolicy};
-use silk_core::{AgentId, SystemClock};
-use silk_hub::{
-    Hub, HubConfig, HubError, HubHandle, OnAgentLost, PhiConfig, RunRequest, RunState, RunView,
-    Strategy,
-};
-use silk_testkit::demo::{DemoConfig, DemoSite};
+use silk_core::AgentId;
+use silk_hub::{HubError, HubHandle, OnAgentLost, RunRequest, RunState, RunView, Strategy};
+use silk_testkit::demo::DemoSite;
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 use tempfile::TempDir;
 
-const HEARTBEAT_MS: u64 = 100;
-
-fn bus() -> InProcessBus {
-    let config = BusConfig {
-        retry: RetryPolicy {
-            retries: 2,
-            backoff_initial_ms: 10,
-            backoff_max_ms: 50,
-        },
-        ..BusConfig::with_namespace("hubtest")
-    };
-    InProcessBus::new(config).expect("bus")
-}
-
-fn hub_config(dir: &Path) -> HubConfig {
-    HubConfig {
-        phi: PhiConfig {
-            acceptable_heartbeat_pause_ms: 300,
-            first_heartbeat_estimate_ms: HEARTBEAT_MS,
-            min_std_dev_ms: 50.0,
-            dead_after_ms: 1_500,
-            ..PhiConfig::default()
-        },
-        ttl: TtlPolicy {
-            heartbeat_interval_ms: HEARTBEAT_MS,
-            ..TtlPolicy::default()
-        },
-        tick_ms: 50,
-        allocate_timeout_ms: 5_000,
-        ..HubConfig::new(dir.join("hub"))
-    }
-}
-
-async fn start_hub(dir: &Path, bus: &InProcessBus) -> HubHandle {
-    Hub::start(
-        hub_config(dir),
-        Arc::new(bus.clone()),
-        Arc::new(SystemClock),
-    )
-    .await
-    .expect("hub starts")
-}
-
-async fn start_agent(dir: &Path, bus: &InProcessBus, id: &str) -> AgentHandle {
-    let config = AgentConfig {
-        id: Some(AgentId::new(id)),
-        capacity: 16,
-        heartbeat_interval_ms: HEARTBEAT_MS,
-        shutdown_grace_ms: 0,
-        ..AgentConfig::new(dir.join(id))
-    };
-    Agent::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
-        .await
-        .expect("agent starts")
-}
-
-async fn within<T>(what: &str, secs: u64, f: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(secs), f).await {
-        Ok(v) => v,
-        Err(_) => panic!("timed out after {secs} s waiting for {what}"),
-    }
-}
-
-async fn site(pages: u32, latency_ms: u64) -> DemoSite {
-    DemoSite::start(DemoConfig {
-        hosts: 3,
-        pages,
-        latency_ms: (latency_ms > 0).then_some(latency_ms),
-        ..DemoConfig::default()
-    })
-    .await
-    .expect("demo site")
-}
+mod common;
+use common::*;
 
 fn spider(site: &DemoSite) -> String {
     let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
@@ -111,6 +33,7 @@ fn request(site: &DemoSite, strategy: Strategy, policy: OnAgentLost) -> RunReque
         max_pending: Some(32),
         stall_timeout_ms: Some(20_000),
         downloader: None,
+        sinks: None,
     }
 }
 
@@ -169,7 +92,7 @@ async fn a_random_run_over_two_agents_writes_every_page_once() {
         done.stats.by_agent
     );
     // The API lists it with the same state.
-    let listed = hub.runs().await;
+    let listed = hub.runs(&silk_hub::RunQuery::default()).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].state, RunState::Succeeded);
     hub.shutdown().await;
@@ -394,7 +317,22 @@ async fn the_http_api_answers_json_with_codes() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     let router = hub.router();
     tokio::spawn(async move { axum::serve(listener, router).await });
-    let http = Http(reqwest::Client::new());
+    let token = hub
+        .ensure_admin_token()
+        .await
+        .unwrap()
+        .expect("first start makes a token");
+    assert!(
+        hub.ensure_admin_token().await.unwrap().is_none(),
+        "only once"
+    );
+    let anonymous = Http(reqwest::Client::new(), None);
+    let (status, body) = anonymous.get(&format!("{base}/api/v1/agents")).await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
+    let wrong = Http(reqwest::Client::new(), Some(format!("{token}x")));
+    let (status, _) = wrong.get(&format!("{base}/api/v1/agents")).await;
+    assert_eq!(status, 401);
+    let http = Http(reqwest::Client::new(), Some(token));
 
     let (_, agents) = http.get(&format!("{base}/api/v1/agents")).await;
     assert_eq!(agents[0]["id"], "a1");
@@ -441,7 +379,7 @@ async fn the_http_api_answers_json_with_codes() {
     hub.shutdown().await;
 }
 
-struct Http(reqwest::Client);
+struct Http(reqwest::Client, Option<String>);
 
 impl Http {
     async fn read(resp: reqwest::Response) -> (u16, Value) {
@@ -452,14 +390,20 @@ impl Http {
         (status, value)
     }
 
+    fn auth(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.1 {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
     async fn get(&self, url: &str) -> (u16, Value) {
-        Self::read(self.0.get(url).send().await.expect("GET")).await
+        Self::read(self.auth(self.0.get(url)).send().await.expect("GET")).await
     }
 
     async fn post(&self, url: &str, body: &str) -> (u16, Value) {
         let resp = self
-            .0
-            .post(url)
+            .auth(self.0.post(url))
             .header("content-type", "application/json")
             .body(body.to_owned())
             .send()

@@ -1,7 +1,13 @@
 //! `silk up` (hub + N local agents in one process, in-process bus) and `silk hub --bus
-//! nats://…` (the hub alone, agents elsewhere): both serve the hub's HTTP API on `--listen`
-//! until Ctrl-C or SIGTERM, then stop the hub (running runs stay running on disk and resume
-//! at the next start).
+//! nats://…` (the hub alone, agents elsewhere): both serve the hub's HTTP API and web UI on
+//! `--listen` until Ctrl-C or SIGTERM, then stop the hub (running runs stay running on disk
+//! and resume at the next start).
+//!
+//! The API needs a bearer token: at first start the hub makes the admin token, writes it to
+//! `DATA_DIR/admin.token` (mode 0600) and it is printed once, inside the web UI's URL
+//! fragment (`#token=…`, which browsers never send to the server). `--no-auth` is refused
+//! unless `--listen` is a loopback address. `silk up --demo` also serves the demo site and
+//! creates and triggers a `demo` job that crawls it.
 
 use crate::agent::{connect, parse_bus_url, redact};
 use anyhow::Context;
@@ -14,6 +20,21 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+
+/// Options of the HTTP API and the store, shared by `silk up` and `silk hub`.
+#[derive(Debug, Args)]
+pub struct ControlArgs {
+    /// Serve the API without tokens (only allowed when --listen is a loopback address).
+    #[arg(long)]
+    pub no_auth: bool,
+    /// The metadata store: `sqlite://PATH` or `postgres://USER@HOST/DB`; default the
+    /// SQLite file DATA_DIR/silk.db.
+    #[arg(long, value_name = "URL", env = "SILK_STORE")]
+    pub store: Option<String>,
+    /// Run log lines older than this are deleted.
+    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
+    pub log_retention: std::time::Duration,
+}
 
 /// Options of `silk up`.
 #[derive(Debug, Args)]
@@ -30,6 +51,12 @@ pub struct UpArgs {
     /// Address of the HTTP API (loopback by default).
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
+    /// Also serve the demo site on loopback and create and trigger a `demo` job crawling
+    /// it (watch it in the web UI).
+    #[arg(long)]
+    pub demo: bool,
+    #[command(flatten)]
+    pub control: ControlArgs,
 }
 
 /// Options of `silk hub`.
@@ -53,21 +80,46 @@ pub struct HubArgs {
     /// Phi threshold of the failure detector (suspect at half of it).
     #[arg(long, default_value_t = 8.0)]
     pub phi_threshold: f64,
+    #[command(flatten)]
+    pub control: ControlArgs,
+}
+
+impl ControlArgs {
+    /// Checks the options against the listen address.
+    fn check(&self, listen: SocketAddr) -> Result<(), String> {
+        if self.no_auth && !listen.ip().is_loopback() {
+            return Err(format!(
+                "--no-auth is only allowed on a loopback address, not {listen}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn apply(&self, config: &mut HubConfig) {
+        config.store_url = self.store.clone();
+        config.log_retention_ms = self.log_retention.as_millis() as u64;
+    }
 }
 
 /// Runs `silk up`.
 pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging("info");
+    if let Err(e) = args.control.check(args.listen) {
+        eprintln!("error: {e}");
+        return Ok(ExitCode::from(2));
+    }
     let bus = InProcessBus::new(BusConfig::default()).context("in-process bus")?;
     let bus: Arc<dyn Bus> = Arc::new(bus);
     let listener = bind(args.listen).await?;
-    let hub = Hub::start(
-        HubConfig::new(args.data_dir.join("hub")),
-        bus.clone(),
-        Arc::new(SystemClock),
-    )
-    .await
-    .context("starting the hub")?;
+    let mut config = HubConfig::new(args.data_dir.join("hub"));
+    args.control.apply(&mut config);
+    let hub = match Hub::start(config, bus.clone(), Arc::new(SystemClock)).await {
+        Ok(hub) => hub,
+        Err(e) => {
+            eprintln!("error: cannot start the hub: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let mut agents = Vec::new();
     for k in 1..=args.agents {
         let mut config = AgentConfig::new(args.data_dir.join("agents").join(format!("local-{k}")));
@@ -81,16 +133,110 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         agents.push(agent);
     }
     println!(
-        "silk is up: hub API on http://{} with {} local agents (data in {})",
+        "silk is up: hub on http://{} with {} local agents (data in {})",
         args.listen,
         args.agents,
         args.data_dir.display()
     );
+    print_access(&hub, args.listen, args.control.no_auth).await?;
+    let demo = if args.demo {
+        Some(start_demo(&hub, args.agents as usize).await?)
+    } else {
+        println!(
+            "submit a run:  silk run SPIDER.yaml --server http://{}",
+            args.listen
+        );
+        None
+    };
+    let code = serve(hub, listener, agents, args.control.no_auth).await;
+    drop(demo);
+    code
+}
+
+/// Prints where the web UI is and, at first start, the admin token (once).
+async fn print_access(hub: &HubHandle, listen: SocketAddr, no_auth: bool) -> anyhow::Result<()> {
+    if no_auth {
+        println!("web UI:  http://{listen}/  (no auth: --no-auth)");
+        return Ok(());
+    }
+    let token_file = hub.data_dir().join(silk_hub::ADMIN_TOKEN_FILE);
+    match hub
+        .ensure_admin_token()
+        .await
+        .context("creating the admin token")?
+    {
+        Some(token) => {
+            println!("web UI:  http://{listen}/#token={token}");
+            println!(
+                "the admin token above is shown once; it is also in {} (mode 0600)",
+                token_file.display()
+            );
+        }
+        None => println!(
+            "web UI:  http://{listen}/  (token in {})",
+            token_file.display()
+        ),
+    }
+    Ok(())
+}
+
+/// The demo job's spider: the demo site's start URL and hosts come in as args.
+const DEMO_SPIDER: &str = r#"# The demo job of `silk up --demo`: crawls the built-in demo site (served by the hub process
+# on loopback). The calendar is a spider trap, so it is denied.
+name: demo
+start_urls: ['${args.start_url}']
+allowed_domains: [${args.hosts}]
+follow:
+  - deny: ['/calendar/']
+item_when: '/p/\d+$'
+extract:
+  title: { css: 'h1.title' }
+  price: { css: 'span.price' }
+  tags: { css: 'a.tag', all: true }
+  sku: { json: '$.sku' }
+per_host_concurrency: 4
+per_host_delay_ms: 20
+"#;
+
+/// Serves the demo site, creates the `demo` job if needed and triggers it.
+async fn start_demo(
+    hub: &HubHandle,
+    agents: usize,
+) -> anyhow::Result<silk_testkit::demo::DemoSite> {
+    let site = crate::demo::start(silk_testkit::demo::DemoConfig {
+        port: 0,
+        ..silk_testkit::demo::DemoConfig::default()
+    })
+    .await?;
+    let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
+    let job = match hub.job("demo").await {
+        Ok(job) => job,
+        Err(silk_hub::HubError::NoSuchJob(_)) => {
+            let spec: silk_hub::JobSpec = serde_json::from_value(serde_json::json!({
+                "name": "demo",
+                "spider": DEMO_SPIDER,
+                "remarks": "made by `silk up --demo`: crawls the built-in demo site",
+            }))?;
+            hub.create_job(spec)
+                .await
+                .context("creating the demo job")?
+        }
+        Err(e) => return Err(e).context("looking up the demo job"),
+    };
+    hub.wait_for_live_agents(agents).await;
+    let mut args = std::collections::BTreeMap::new();
+    args.insert("start_url".to_owned(), site.start_url());
+    args.insert("hosts".to_owned(), hosts.join(", "));
+    let run = hub
+        .trigger(&job.id, silk_hub::TriggerRequest { args })
+        .await
+        .context("triggering the demo job")?;
     println!(
-        "submit a run:  silk run SPIDER.yaml --server http://{}",
-        args.listen
+        "demo: site on port {}, job `demo` triggered: run {} (open it in the web UI)",
+        site.port(),
+        run.id
     );
-    serve(hub, listener, agents).await
+    Ok(site)
 }
 
 /// Runs `silk hub`.
@@ -98,6 +244,10 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging("info");
     if let Err(e) = silk_bus::subject::check_namespace(&args.namespace) {
         eprintln!("error: --namespace: {e}");
+        return Ok(ExitCode::from(2));
+    }
+    if let Err(e) = args.control.check(args.listen) {
+        eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
     }
     let listener = bind(args.listen).await?;
@@ -111,6 +261,7 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
     let mut config = HubConfig::new(&args.data_dir);
     config.phi.dead_after_ms = args.dead_after.as_millis() as u64;
     config.phi.threshold = args.phi_threshold;
+    args.control.apply(&mut config);
     let hub = match Hub::start(config, Arc::new(bus), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
         Err(e) => {
@@ -124,7 +275,8 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
         redact(&args.bus),
         args.namespace
     );
-    serve(hub, listener, Vec::new()).await
+    print_access(&hub, args.listen, args.control.no_auth).await?;
+    serve(hub, listener, Vec::new(), args.control.no_auth).await
 }
 
 async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
@@ -138,8 +290,9 @@ async fn serve(
     hub: HubHandle,
     listener: tokio::net::TcpListener,
     agents: Vec<AgentHandle>,
+    no_auth: bool,
 ) -> anyhow::Result<ExitCode> {
-    let router = hub.router();
+    let router = hub.router_with(silk_hub::ApiOptions { auth: !no_auth });
     let server =
         axum::serve(listener, router).with_graceful_shutdown(crate::wait_for_stop_signal());
     server.await.context("the HTTP API failed")?;

@@ -219,9 +219,16 @@ impl Fleet {
         Instant::now()
     }
 
+    /// The hub's admin token (written at its first start).
+    fn token(&self) -> String {
+        std::fs::read_to_string(self.path("hub").join("admin.token"))
+            .map(|t| t.trim().to_owned())
+            .unwrap_or_default()
+    }
+
     async fn get(&self, path: &str) -> Value {
         let url = format!("{}{path}", self.server());
-        let resp = self.http.get(&url).send().await;
+        let resp = self.http.get(&url).bearer_auth(self.token()).send().await;
         match resp {
             Ok(r) => serde_json::from_slice(&r.bytes().await.unwrap()).unwrap(),
             Err(_) => Value::Null,
@@ -321,6 +328,7 @@ impl Fleet {
             .arg(policy)
             .arg("--max-pending")
             .arg("64")
+            .env("SILK_TOKEN", self.token())
             .output()
             .expect("silk run");
         assert!(

@@ -12,6 +12,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("silk-frontier", &["silk-core"]),
     ("silk-fetch", &["silk-core"]),
     ("silk-bus", &["silk-core"]),
+    ("silk-store", &[]),
+    ("silk-schedule", &[]),
     ("silk-crawl", &["silk-core", "silk-frontier", "silk-fetch"]),
     ("silk-router", &["silk-core", "silk-selector"]),
     ("silk-agent", &["silk-core", "silk-fetch", "silk-bus"]),
@@ -24,6 +26,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "silk-crawl",
             "silk-bus",
             "silk-selector",
+            "silk-store",
+            "silk-schedule",
         ],
     ),
 ];

@@ -1,0 +1,433 @@
+//! The job scheduler task and the job side of [`HubHandle`] (see `jobs` for the semantics).
+
+use crate::error::HubError;
+use crate::hub::{HubHandle, NewRun, RunQuery, Shared};
+use crate::jobs::{Job, JobSpec, LastRun, PendingRetry, patch_spec};
+use crate::run::{RunRecord, RunState, RunView};
+use crate::runner::Desired;
+use silk_core::RunId;
+use silk_schedule::{FireAction, due, on_fire, timed_out};
+use silk_store::Level;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Runs the schedule until the hub stops: ticks, and ended runs as they come.
+pub(crate) async fn scheduler(shared: Arc<Shared>, mut ended: mpsc::UnboundedReceiver<RunRecord>) {
+    let mut stop = shared.stop.subscribe();
+    let mut tick =
+        tokio::time::interval(Duration::from_millis(shared.config.schedule_tick_ms.max(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            Some(record) = ended.recv() => on_run_end(&shared, record).await,
+            _ = tick.tick() => {
+                if let Err(e) = tick_once(&shared).await {
+                    tracing::warn!(error = %e, "scheduler tick failed; trying again at the next one");
+                }
+                shared.schedule_ticks.send_modify(|n| *n += 1);
+            }
+        }
+    }
+}
+
+async fn load(shared: &Shared, id_or_name: &str) -> Result<Job, HubError> {
+    let row = match shared.store.get_job(id_or_name).await? {
+        Some(row) => row,
+        None => match shared.store.get_job_by_name(id_or_name).await? {
+            Some(row) => row,
+            None => return Err(HubError::NoSuchJob(id_or_name.to_owned())),
+        },
+    };
+    Job::from_row(row)
+}
+
+async fn save(shared: &Shared, job: &Job) -> Result<(), HubError> {
+    shared.store.update_job(&job.row()?).await?;
+    Ok(())
+}
+
+/// Starts a run of `job` (attempt 0 for a fire or a trigger).
+async fn start_job_run(
+    shared: &Arc<Shared>,
+    job: &Job,
+    extra: &BTreeMap<String, String>,
+    attempt: u32,
+) -> Result<RunView, HubError> {
+    let request = job.spec.run_request(extra)?;
+    shared
+        .start_run(NewRun {
+            request,
+            job: Some((job.id.clone(), job.spec.name.clone())),
+            attempt,
+            restart_of: None,
+            args: job.spec.merged_args(extra),
+            timeout_ms: job.spec.timeout_ms,
+            frontier_from: None,
+        })
+        .await
+}
+
+/// Records `run` as the job's last run.
+pub(crate) async fn note_run(shared: &Shared, job_id: &str, run: &RunId, state: RunState) {
+    let _guard = shared.jobs_lock.lock().await;
+    let Ok(mut job) = load(shared, job_id).await else {
+        return;
+    };
+    job.last_run = Some(LastRun {
+        id: run.clone(),
+        state,
+    });
+    if let Err(e) = save(shared, &job).await {
+        tracing::warn!(job = %job.spec.name, error = %e, "job's last run not stored");
+    }
+}
+
+/// Starts a run for the scheduler (a fire, a retry, a queued fire), recording it on `job`.
+async fn start_for(shared: &Arc<Shared>, job: &mut Job, attempt: u32, why: &str) {
+    match start_job_run(shared, job, &BTreeMap::new(), attempt).await {
+        Ok(view) => {
+            tracing::info!(job = %job.spec.name, run = %view.id, why, "job run started");
+            shared.logs.hub(
+                &view.id,
+                Level::Info,
+                format!("started by the scheduler: {why}"),
+            );
+            job.last_run = Some(LastRun {
+                id: view.id,
+                state: view.state,
+            });
+        }
+        Err(HubError::AllocationFailed { run, reason }) => {
+            tracing::warn!(job = %job.spec.name, run = %run, reason = %reason, why, "job run could not be allocated");
+            job.last_run = Some(LastRun {
+                id: run,
+                state: RunState::Failed,
+            });
+        }
+        Err(e) => {
+            tracing::warn!(job = %job.spec.name, error = %e, why, "job run could not start");
+        }
+    }
+}
+
+async fn tick_once(shared: &Arc<Shared>) -> Result<(), HubError> {
+    let run_now = shared.clock.now_ms();
+    let now = shared.schedule_clock.now_ms();
+    // Timeouts.
+    let active: Vec<Arc<crate::runner::Run>> = {
+        let runs = shared.runs.lock().unwrap_or_else(|p| p.into_inner());
+        runs.values().cloned().collect()
+    };
+    for run in active {
+        let record = run.record();
+        if !record.state.is_terminal() && timed_out(record.started_ms, record.timeout_ms, run_now) {
+            let ms = record.timeout_ms.unwrap_or(0);
+            run.fail(format!(
+                "timed out: still active {} after it started (timeout_ms {ms})",
+                humanize(ms)
+            ));
+        }
+    }
+    // Jobs.
+    for row in shared.store.list_jobs().await? {
+        let _guard = shared.jobs_lock.lock().await;
+        // Read again under the lock: the API may have changed it.
+        let mut job = match load(shared, &row.id).await {
+            Ok(job) => job,
+            Err(HubError::NoSuchJob(_)) => continue,
+            Err(e) => {
+                tracing::warn!(job = %row.name, error = %e, "job skipped by the scheduler");
+                continue;
+            }
+        };
+        let before = job.clone();
+        if job.spec.enabled
+            && let Some(schedule) = job.schedule()
+        {
+            let baseline = job
+                .last_fire_ms
+                .unwrap_or(job.schedule_from_ms)
+                .max(job.schedule_from_ms);
+            let d = due(&schedule, Some(baseline), job.schedule_from_ms, now);
+            if let Some(fire) = d.fire {
+                job.last_fire_ms = Some(fire.scheduled_ms);
+                if fire.missed > 0 {
+                    tracing::info!(job = %job.spec.name, missed = fire.missed, "fires missed while the hub was away or the job disabled: running once");
+                }
+                let active = shared.active_runs_of(&job.id);
+                match on_fire(job.spec.overlap, active.len(), job.queued) {
+                    FireAction::Start => start_for(shared, &mut job, 0, "cron").await,
+                    FireAction::Skip => {
+                        tracing::info!(job = %job.spec.name, "cron fire skipped: a run of the job is still active (overlap)");
+                    }
+                    FireAction::Queue => job.queued += 1,
+                    FireAction::ReplaceThenStart => {
+                        for run in active {
+                            shared.logs.hub(
+                                &run.id,
+                                Level::Warn,
+                                "replaced by a new cron fire of its job (overlap: replace)",
+                            );
+                            if run.control(shared, Desired::Cancel).await.is_ok() {
+                                run.finished().await;
+                            }
+                        }
+                        start_for(shared, &mut job, 0, "cron (replacing the active run)").await;
+                    }
+                }
+            }
+            job.next_fire_ms = d.next_fire_ms;
+        } else {
+            job.next_fire_ms = None;
+        }
+        if let Some(retry) = job.retry_pending.clone()
+            && retry.at_ms <= now
+        {
+            job.retry_pending = None;
+            let why = format!("retry {} of failed run {}", retry.attempt, retry.of);
+            start_for(shared, &mut job, retry.attempt, &why).await;
+        }
+        if job.queued > 0 && shared.active_runs_of(&job.id).is_empty() {
+            job.queued -= 1;
+            start_for(shared, &mut job, 0, "queued cron fire").await;
+        }
+        if job != before {
+            save(shared, &job).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A run ended: the job's last run, a retry if it failed, a queued fire.
+async fn on_run_end(shared: &Arc<Shared>, record: RunRecord) {
+    let Some(job_id) = &record.job_id else {
+        return;
+    };
+    let _guard = shared.jobs_lock.lock().await;
+    let mut job = match load(shared, job_id).await {
+        Ok(job) => job,
+        Err(_) => return,
+    };
+    let latest = job.last_run.as_ref().is_none_or(|l| l.id == record.id);
+    if latest {
+        job.last_run = Some(LastRun {
+            id: record.id.clone(),
+            state: record.state,
+        });
+    }
+    if record.state == RunState::Failed && record.restart_of.is_none() {
+        let now = shared.schedule_clock.now_ms();
+        let attempt = record.attempt + 1;
+        match job.spec.retry.retry_at(attempt, now) {
+            Some(at_ms) => {
+                shared.logs.hub(
+                    &record.id,
+                    Level::Info,
+                    format!(
+                        "the job will retry (attempt {attempt} of {}) in {}",
+                        job.spec.retry.max_retries,
+                        humanize(at_ms.saturating_sub(now))
+                    ),
+                );
+                job.retry_pending = Some(PendingRetry {
+                    of: record.id.clone(),
+                    attempt,
+                    at_ms,
+                });
+            }
+            None if job.spec.retry.max_retries > 0 => {
+                shared.logs.hub(
+                    &record.id,
+                    Level::Warn,
+                    format!(
+                        "no retry left ({} of {} used)",
+                        record.attempt, job.spec.retry.max_retries
+                    ),
+                );
+            }
+            None => {}
+        }
+    }
+    if job.queued > 0 && shared.active_runs_of(&job.id).is_empty() {
+        job.queued -= 1;
+        start_for(shared, &mut job, 0, "queued cron fire").await;
+    }
+    if let Err(e) = save(shared, &job).await {
+        tracing::warn!(job = %job.spec.name, error = %e, "job not stored after its run ended");
+    }
+}
+
+fn humanize(ms: u64) -> String {
+    if ms >= 3_600_000 && ms % 60_000 == 0 {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    } else if ms >= 60_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
+/// A trigger of a job (`POST /api/v1/jobs/{id}/runs`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRequest {
+    /// Arguments over the job's.
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
+}
+
+impl HubHandle {
+    /// Creates a job.
+    pub async fn create_job(&self, spec: JobSpec) -> Result<Job, HubError> {
+        let (spider_name, _) = spec.validate()?;
+        let shared = self.shared();
+        let now = shared.schedule_clock.now_ms();
+        let mut job = Job {
+            id: uuid::Uuid::now_v7().simple().to_string(),
+            spec,
+            spider_name,
+            created_ms: now,
+            updated_ms: now,
+            next_fire_ms: None,
+            last_fire_ms: None,
+            schedule_from_ms: now,
+            last_run: None,
+            queued: 0,
+            retry_pending: None,
+        };
+        job.refresh_next_fire();
+        let _guard = shared.jobs_lock.lock().await;
+        if shared
+            .store
+            .get_job_by_name(&job.spec.name)
+            .await?
+            .is_some()
+        {
+            return Err(HubError::Conflict(format!(
+                "a job named `{}` exists already",
+                job.spec.name
+            )));
+        }
+        shared
+            .store
+            .create_job(&job.row()?)
+            .await
+            .map_err(|e| match e {
+                silk_store::StoreError::Conflict { .. } => {
+                    HubError::Conflict(format!("a job named `{}` exists already", job.spec.name))
+                }
+                other => other.into(),
+            })?;
+        tracing::info!(job = %job.spec.name, id = %job.id, "job created");
+        Ok(job)
+    }
+
+    /// Every job, by name.
+    pub async fn jobs(&self) -> Result<Vec<Job>, HubError> {
+        let rows = self.shared().store.list_jobs().await?;
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            match Job::from_row(row) {
+                Ok(job) => jobs.push(job),
+                Err(e) => tracing::warn!(error = %e, "stored job skipped"),
+            }
+        }
+        Ok(jobs)
+    }
+
+    /// A job by id or name.
+    pub async fn job(&self, id_or_name: &str) -> Result<Job, HubError> {
+        load(self.shared(), id_or_name).await
+    }
+
+    /// Changes a job with a JSON merge patch (see [`patch_spec`]).
+    pub async fn update_job(
+        &self,
+        id_or_name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Job, HubError> {
+        let shared = self.shared();
+        let _guard = shared.jobs_lock.lock().await;
+        let mut job = load(shared, id_or_name).await?;
+        let spec = patch_spec(&job.spec, patch)?;
+        let (spider_name, _) = spec.validate()?;
+        if spec.name != job.spec.name && shared.store.get_job_by_name(&spec.name).await?.is_some() {
+            return Err(HubError::Conflict(format!(
+                "a job named `{}` exists already",
+                spec.name
+            )));
+        }
+        let now = shared.schedule_clock.now_ms();
+        let schedule_changed = spec.cron != job.spec.cron
+            || spec.timezone != job.spec.timezone
+            || spec.enabled != job.spec.enabled;
+        if schedule_changed {
+            // Count fires from now: no catching up on fires from before the change.
+            job.schedule_from_ms = now;
+            job.last_fire_ms = None;
+            if !spec.enabled {
+                job.queued = 0;
+            }
+        }
+        job.spec = spec;
+        job.spider_name = spider_name;
+        job.updated_ms = now;
+        job.refresh_next_fire();
+        save(shared, &job).await?;
+        Ok(job)
+    }
+
+    /// Deletes a job (its runs stay).
+    pub async fn delete_job(&self, id_or_name: &str) -> Result<(), HubError> {
+        let shared = self.shared();
+        let _guard = shared.jobs_lock.lock().await;
+        let job = load(shared, id_or_name).await?;
+        if !shared.store.delete_job(&job.id).await? {
+            return Err(HubError::NoSuchJob(id_or_name.to_owned()));
+        }
+        tracing::info!(job = %job.spec.name, "job deleted");
+        Ok(())
+    }
+
+    /// Triggers a job now (whatever its schedule, enabled or not).
+    pub async fn trigger(
+        &self,
+        id_or_name: &str,
+        trigger: TriggerRequest,
+    ) -> Result<RunView, HubError> {
+        let shared = self.shared();
+        let job = load(shared, id_or_name).await?;
+        let result = start_job_run(shared, &job, &trigger.args, 0).await;
+        match &result {
+            Ok(view) => {
+                shared
+                    .logs
+                    .hub(&view.id, Level::Info, "triggered by a user");
+                note_run(shared, &job.id, &view.id, view.state).await;
+            }
+            Err(HubError::AllocationFailed { run, .. }) => {
+                note_run(shared, &job.id, run, RunState::Failed).await;
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// The runs of a job, newest first.
+    pub async fn job_runs(
+        &self,
+        id_or_name: &str,
+        limit: Option<u32>,
+    ) -> Result<Vec<RunView>, HubError> {
+        let job = self.job(id_or_name).await?;
+        self.runs(&RunQuery {
+            job_id: Some(job.id),
+            states: Vec::new(),
+            limit,
+        })
+        .await
+    }
+}

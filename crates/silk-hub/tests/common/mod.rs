@@ -1,0 +1,86 @@
+//! Helpers shared by the hub's integration tests: an in-process bus, a hub and agents with
+//! fast heartbeats, the demo site, deadlines.
+#![allow(dead_code)]
+
+use silk_agent::{Agent, AgentConfig, AgentHandle};
+use silk_bus::{BusConfig, InProcessBus, RetryPolicy, TtlPolicy};
+use silk_core::{AgentId, SystemClock};
+use silk_hub::{Hub, HubConfig, HubHandle, PhiConfig};
+use silk_testkit::demo::{DemoConfig, DemoSite};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const HEARTBEAT_MS: u64 = 100;
+
+pub fn bus() -> InProcessBus {
+    let config = BusConfig {
+        retry: RetryPolicy {
+            retries: 2,
+            backoff_initial_ms: 10,
+            backoff_max_ms: 50,
+        },
+        ..BusConfig::with_namespace("hubtest")
+    };
+    InProcessBus::new(config).expect("bus")
+}
+
+pub fn hub_config(dir: &Path) -> HubConfig {
+    HubConfig {
+        phi: PhiConfig {
+            acceptable_heartbeat_pause_ms: 300,
+            first_heartbeat_estimate_ms: HEARTBEAT_MS,
+            min_std_dev_ms: 50.0,
+            dead_after_ms: 1_500,
+            ..PhiConfig::default()
+        },
+        ttl: TtlPolicy {
+            heartbeat_interval_ms: HEARTBEAT_MS,
+            ..TtlPolicy::default()
+        },
+        tick_ms: 50,
+        allocate_timeout_ms: 5_000,
+        ..HubConfig::new(dir.join("hub"))
+    }
+}
+
+pub async fn start_hub(dir: &Path, bus: &InProcessBus) -> HubHandle {
+    Hub::start(
+        hub_config(dir),
+        Arc::new(bus.clone()),
+        Arc::new(SystemClock),
+    )
+    .await
+    .expect("hub starts")
+}
+
+pub async fn start_agent(dir: &Path, bus: &InProcessBus, id: &str) -> AgentHandle {
+    let config = AgentConfig {
+        id: Some(AgentId::new(id)),
+        capacity: 16,
+        heartbeat_interval_ms: HEARTBEAT_MS,
+        shutdown_grace_ms: 0,
+        ..AgentConfig::new(dir.join(id))
+    };
+    Agent::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
+        .await
+        .expect("agent starts")
+}
+
+pub async fn within<T>(what: &str, secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(secs), f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {secs} s waiting for {what}"),
+    }
+}
+
+pub async fn site(pages: u32, latency_ms: u64) -> DemoSite {
+    DemoSite::start(DemoConfig {
+        hosts: 3,
+        pages,
+        latency_ms: (latency_ms > 0).then_some(latency_ms),
+        ..DemoConfig::default()
+    })
+    .await
+    .expect("demo site")
+}

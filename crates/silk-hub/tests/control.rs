@@ -1,0 +1,682 @@
+//! The control plane over real HTTP on loopback, with real agents on the in-process bus and
+//! the demo site: jobs, triggers, logs, the event stream, items, restart, tokens, metrics,
+//! OpenAPI; item sinks (SQL table, webhook); and the scheduler on an injected clock (cron
+//! fires, misfires coalesced, time zones, overlap policies, retries).
+
+mod common;
+
+use common::*;
+use serde_json::{Value, json};
+use silk_core::{Clock, ManualClock, SystemClock};
+use silk_hub::{Hub, HubHandle, RunState};
+use silk_testkit::demo::DemoSite;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+/// A spider of the demo site whose start URL and hosts are job args.
+const SPIDER: &str = "name: shop\nstart_urls: ['${args.start_url}']\nallowed_domains: [${args.hosts}]\n\
+    follow: [{deny: ['/calendar/']}]\nitem_when: '/p/\\d+$'\nextract: {title: {css: 'h1.title'}}\n\
+    per_host_concurrency: 8\nper_host_delay_ms: 0\n";
+
+fn site_args(site: &DemoSite) -> Value {
+    let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
+    json!({"start_url": site.start_url(), "hosts": hosts.join(", ")})
+}
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    token: Option<String>,
+}
+
+impl Api {
+    async fn serve(hub: &HubHandle) -> Api {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let router = hub.router();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let token = hub.ensure_admin_token().await.unwrap();
+        Api {
+            base,
+            http: reqwest::Client::new(),
+            token,
+        }
+    }
+
+    fn with_token(&self, token: Option<String>) -> Api {
+        Api {
+            base: self.base.clone(),
+            http: self.http.clone(),
+            token,
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.unwrap();
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        (status, value)
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Reads the run's event stream to its end; the (event, data) pairs.
+    async fn events(&self, run: &str) -> Vec<(String, Value)> {
+        let mut req = self
+            .http
+            .get(format!("{}/api/v1/runs/{run}/events?logs=true", self.base));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("events");
+        assert_eq!(resp.status().as_u16(), 200);
+        let text = within("the event stream to end", 60, resp.text())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        for block in text.split("\n\n") {
+            let mut event = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event:") {
+                    event = e.trim().to_owned();
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push_str(d.trim_start());
+                }
+            }
+            if !event.is_empty() {
+                let value = serde_json::from_str(&data).unwrap_or(Value::String(data));
+                out.push((event, value));
+            }
+        }
+        out
+    }
+}
+
+/// Polls `check` until it holds (60 s at most).
+async fn until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_runs_logs_items_events_tokens_over_http() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(30, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let api = Api::serve(&hub).await;
+
+    // Jobs: create, conflicts and bad input named, read by id and name, patch.
+    let spec =
+        json!({"name": "shop", "spider": SPIDER, "args": site_args(&site), "remarks": "daily"});
+    let (status, job) = api.post("/api/v1/jobs", spec.clone()).await;
+    assert_eq!(status, 201, "{job}");
+    let job_id = job["id"].as_str().unwrap().to_owned();
+    assert_eq!(job["spider_name"], "shop");
+    assert_eq!(job["enabled"], true);
+    let (status, dup) = api.post("/api/v1/jobs", spec.clone()).await;
+    assert_eq!(
+        (status, dup["code"].as_str()),
+        (409, Some("conflict")),
+        "{dup}"
+    );
+    let (status, bad) = api
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "x", "spider": SPIDER, "args": site_args(&site), "cron": "61 * * * *"}),
+        )
+        .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("61 * * * *"),
+        "{bad}"
+    );
+    let (status, bad) = api
+        .post("/api/v1/jobs", json!({"name": "y", "spider": SPIDER}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap()
+            .contains("${args.start_url}"),
+        "{bad}"
+    );
+    let (status, bad) = api
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "z", "spider": SPIDER, "colour": 1}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(bad["message"].as_str().unwrap().contains("colour"), "{bad}");
+    let (_, by_name) = api.get("/api/v1/jobs/shop").await;
+    assert_eq!(by_name["id"], job_id.as_str());
+    let (status, patched) = api
+        .call(
+            reqwest::Method::PATCH,
+            &format!("/api/v1/jobs/{job_id}"),
+            Some(json!({"remarks": "hourly", "cron": "0 * * * *"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(patched["remarks"], "hourly");
+    assert!(patched["next_fire_ms"].as_u64().is_some());
+    let (_, jobs) = api.get("/api/v1/jobs").await;
+    assert_eq!(jobs.as_array().unwrap().len(), 1);
+
+    // Trigger: a run of the job; its event stream ends with it and carries logs.
+    let (status, run) = api
+        .post(&format!("/api/v1/jobs/{job_id}/runs"), json!({}))
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    assert_eq!(run["job_id"], job_id.as_str());
+    assert_eq!(run["job_name"], "shop");
+    let events = api.events(&run_id).await;
+    let last_run = events
+        .iter()
+        .rev()
+        .find(|(e, _)| e == "run")
+        .expect("a run event");
+    assert_eq!(last_run.1["state"], "succeeded", "{:?}", last_run.1);
+    assert_eq!(events.last().unwrap().0, "end");
+    let logged: Vec<&str> = events
+        .iter()
+        .filter(|(e, _)| e == "log")
+        .filter_map(|(_, l)| l["message"].as_str())
+        .collect();
+    assert!(
+        logged.iter().any(|m| m.contains("run started")),
+        "{logged:?}"
+    );
+    assert!(
+        logged.iter().any(|m| m.contains("run succeeded")),
+        "{logged:?}"
+    );
+
+    let (_, done) = api.get(&format!("/api/v1/runs/{run_id}")).await;
+    let stats = &done["stats"];
+    assert_eq!(stats["left"], 0);
+    assert_eq!(stats["in_flight"], 0);
+    assert!(stats["success"].as_u64().unwrap() > 30);
+    assert_eq!(
+        stats["total"].as_u64().unwrap(),
+        stats["success"].as_u64().unwrap()
+            + stats["failed"].as_u64().unwrap()
+            + stats["dropped"].as_u64().unwrap()
+    );
+
+    // Logs: filters by level and text, both orders, paging.
+    let (_, page) = api
+        .get(&format!("/api/v1/runs/{run_id}/logs?level=info&q=STARTED"))
+        .await;
+    let lines = page["lines"].as_array().unwrap();
+    assert!(
+        !lines.is_empty()
+            && lines.iter().all(|l| l["message"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()
+                .contains("started")),
+        "{page}"
+    );
+    let (_, errors) = api
+        .get(&format!("/api/v1/runs/{run_id}/logs?level=error"))
+        .await;
+    assert_eq!(errors["lines"].as_array().unwrap().len(), 0, "{errors}");
+    let (_, first) = api
+        .get(&format!("/api/v1/runs/{run_id}/logs?limit=1"))
+        .await;
+    let (_, next) = api
+        .get(&format!(
+            "/api/v1/runs/{run_id}/logs?limit=1&after={}",
+            first["next"]
+        ))
+        .await;
+    assert!(next["lines"][0]["id"].as_i64() > first["lines"][0]["id"].as_i64());
+    let (_, newest) = api
+        .get(&format!(
+            "/api/v1/runs/{run_id}/logs?order=desc&limit=5&level=info"
+        ))
+        .await;
+    let ids: Vec<i64> = newest["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_i64().unwrap())
+        .collect();
+    assert!(
+        ids.len() == 5 && ids.windows(2).all(|w| w[0] > w[1]),
+        "{newest}"
+    );
+    let (status, bad) = api
+        .get(&format!("/api/v1/runs/{run_id}/logs?level=loud"))
+        .await;
+    assert_eq!(status, 400, "{bad}");
+
+    // Items: paged through, every item once, as many as the run counted.
+    let mut cursor = 0;
+    let mut urls = BTreeSet::new();
+    loop {
+        let (_, page) = api
+            .get(&format!(
+                "/api/v1/runs/{run_id}/items?cursor={cursor}&limit=7"
+            ))
+            .await;
+        for item in page["items"].as_array().unwrap() {
+            assert!(
+                urls.insert(item["url"].as_str().unwrap().to_owned()),
+                "duplicate item"
+            );
+        }
+        cursor = page["next_cursor"].as_u64().unwrap();
+        if page["done"] == true {
+            break;
+        }
+    }
+    assert_eq!(urls.len() as u64, stats["items"].as_u64().unwrap());
+
+    // The job remembers its last run.
+    until("the job's last run", async || {
+        let (_, j) = api.get(&format!("/api/v1/jobs/{job_id}")).await;
+        (j["last_run"]["state"] == "succeeded").then_some(())
+    })
+    .await;
+    let (_, runs) = api.get(&format!("/api/v1/jobs/{job_id}/runs")).await;
+    assert_eq!(runs.as_array().unwrap().len(), 1);
+
+    // Restart keeping the frontier: nothing is fetched again.
+    let (status, again) = api
+        .post(
+            &format!("/api/v1/runs/{run_id}/restart"),
+            json!({"keep_frontier": true}),
+        )
+        .await;
+    assert_eq!(status, 201, "{again}");
+    assert_eq!(again["restart_of"], run_id.as_str());
+    let again_id = again["id"].as_str().unwrap().to_owned();
+    let after = within(
+        "the restarted run",
+        30,
+        hub.wait_run(&silk_core::RunId::new(again_id.clone())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(after.state, RunState::Succeeded, "{:?}", after.reason);
+    assert_eq!(after.stats.sent, 0, "what was fetched is not fetched again");
+    assert_eq!(after.stats.success, stats["success"].as_u64().unwrap());
+    let (_, listed) = api
+        .get(&format!("/api/v1/runs?job={job_id}&state=succeeded"))
+        .await;
+    let listed: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        vec![again_id.as_str(), run_id.as_str()],
+        "newest first"
+    );
+
+    // Health, readiness, metrics, OpenAPI (public).
+    let public = api.with_token(None);
+    assert_eq!(public.get("/healthz").await.0, 200);
+    assert_eq!(public.get("/readyz").await.0, 200);
+    let (_, metrics) = public.get("/metrics").await;
+    let metrics = metrics.as_str().unwrap().to_owned();
+    assert!(
+        metrics.contains("silk_agents{state=\"alive\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("# TYPE silk_run_success gauge"),
+        "{metrics}"
+    );
+    let (status, doc) = public.get("/api/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    for path in [
+        "/api/v1/jobs",
+        "/api/v1/jobs/{id}/runs",
+        "/api/v1/runs/{id}/restart",
+        "/api/v1/runs/{id}/events",
+        "/api/v1/runs/{id}/items",
+        "/api/v1/tokens",
+    ] {
+        assert!(
+            doc["paths"].get(path).is_some(),
+            "{path} missing from the OpenAPI document"
+        );
+    }
+    assert!(doc["components"]["schemas"].get("RunView").is_some());
+    assert_eq!(public.get("/api/v1/jobs").await.0, 401);
+
+    // Tokens: an admin makes one; it works but cannot manage tokens; deleted, it is refused.
+    let (status, made) = api.post("/api/v1/tokens", json!({"name": "ci"})).await;
+    assert_eq!(status, 201, "{made}");
+    let ci = api.with_token(made["token"].as_str().map(str::to_owned));
+    assert_eq!(ci.get("/api/v1/jobs").await.0, 200);
+    assert_eq!(ci.get("/api/v1/tokens").await.0, 403);
+    let (_, tokens) = api.get("/api/v1/tokens").await;
+    assert_eq!(tokens.as_array().unwrap().len(), 2);
+    assert!(
+        !tokens.to_string().contains(made["token"].as_str().unwrap()),
+        "no secrets listed"
+    );
+    let (status, _) = api
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/tokens/{}", made["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(ci.get("/api/v1/jobs").await.0, 401);
+
+    // Delete the job; its runs stay.
+    let (status, _) = api
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/jobs/{job_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(api.get(&format!("/api/v1/jobs/{job_id}")).await.0, 404);
+    assert_eq!(api.get(&format!("/api/v1/runs/{run_id}")).await.0, 200);
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sql_and_webhook_sinks_get_every_item_once() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(20, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    // A webhook receiver that fails its first call (the sink retries) and records keys.
+    let received: Arc<std::sync::Mutex<(u32, Vec<String>, Vec<String>)>> = Arc::default();
+    let state = received.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::Json<Value>| {
+                let state = state.clone();
+                async move {
+                    let mut s = state.lock().unwrap();
+                    s.0 += 1;
+                    if s.0 == 1 {
+                        return axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                    }
+                    s.2.push(
+                        headers
+                            .get("x-secret")
+                            .map(|v| v.to_str().unwrap().to_owned())
+                            .unwrap_or_default(),
+                    );
+                    for item in body["items"].as_array().unwrap() {
+                        s.1.push(item["key"].as_str().unwrap().to_owned());
+                    }
+                    axum::http::StatusCode::OK
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let spec: silk_hub::JobSpec = serde_json::from_value(json!({
+        "name": "sinks", "spider": SPIDER, "args": site_args(&site),
+        "sinks": {"sql": true, "webhook": {"url": hook, "batch": 5, "headers": {"x-secret": "s3cr3t"}}}
+    }))
+    .unwrap();
+    let job = hub.create_job(spec).await.unwrap();
+    let run = hub.trigger(&job.id, Default::default()).await.unwrap();
+    assert_eq!(
+        run.sinks.webhook.as_ref().unwrap().headers["x-secret"],
+        "***",
+        "secrets are not shown"
+    );
+    let done = within("the run", 60, hub.wait_run(&run.id)).await.unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    let items = done.stats.items;
+    assert!(items > 0);
+    until("the SQL sink", async || {
+        (hub.store().count_items(run.id.as_str()).await.unwrap() == items).then_some(())
+    })
+    .await;
+    let keys = until("the webhook sink", async || {
+        let s = received.lock().unwrap();
+        (s.1.len() as u64 >= items).then(|| (s.1.clone(), s.2.clone()))
+    })
+    .await;
+    let unique: BTreeSet<&String> = keys.0.iter().collect();
+    assert_eq!(unique.len() as u64, items, "every item delivered");
+    assert_eq!(
+        keys.0.len() as u64,
+        items,
+        "each once (the failed call delivered nothing)"
+    );
+    assert!(keys.1.iter().all(|h| h == "s3cr3t"), "headers sent");
+    hub.shutdown().await;
+}
+
+/// 2026-01-05T00:00:00Z, a Monday.
+const T0: u64 = 1_767_571_200_000;
+const HOUR: u64 = 3_600_000;
+
+async fn start_scheduled_hub(
+    dir: &std::path::Path,
+    bus: &silk_bus::InProcessBus,
+    clock: &ManualClock,
+) -> HubHandle {
+    let mut config = hub_config(dir);
+    config.schedule_tick_ms = 20;
+    Hub::start_with_schedule_clock(
+        config,
+        Arc::new(bus.clone()),
+        Arc::new(SystemClock),
+        Arc::new(clock.clone()),
+    )
+    .await
+    .expect("hub starts")
+}
+
+async fn runs_of(hub: &HubHandle, job: &str) -> Vec<silk_hub::RunView> {
+    hub.job_runs(job, None).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_schedule_fires_on_its_clock_coalesces_misfires_and_keeps_time_zones() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(5, 0).await;
+    let clock = ManualClock::new(T0 + 1_000);
+    let hub = start_scheduled_hub(dir.path(), &bus, &clock).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let job = |name: &str, cron: &str, tz: &str| -> silk_hub::JobSpec {
+        serde_json::from_value(json!({"name": name, "spider": SPIDER, "args": site_args(&site), "cron": cron, "timezone": tz})).unwrap()
+    };
+    let hourly = hub
+        .create_job(job("hourly", "0 * * * *", "UTC"))
+        .await
+        .unwrap();
+    assert_eq!(hourly.next_fire_ms, Some(T0 + HOUR));
+    // 02:30 in Shanghai (UTC+8) is 18:30 UTC the day before.
+    let tz = hub
+        .create_job(job("shanghai", "30 2 * * *", "Asia/Shanghai"))
+        .await
+        .unwrap();
+    assert_eq!(tz.next_fire_ms, Some(T0 + 18 * HOUR + 30 * 60_000));
+
+    // Not yet: a minute before the hour nothing fires.
+    clock.set(T0 + HOUR - 60_000);
+    hub.wait_schedule_ticks(2).await;
+    assert!(runs_of(&hub, "hourly").await.is_empty());
+    // The hour: one run.
+    clock.set(T0 + HOUR + 1_000);
+    hub.wait_schedule_ticks(2).await;
+    let runs = runs_of(&hub, "hourly").await;
+    assert_eq!(runs.len(), 1);
+    within("the run", 30, hub.wait_run(&runs[0].id))
+        .await
+        .unwrap();
+    // Three hours "down": the missed fires run once, not three times.
+    clock.set(T0 + 4 * HOUR + 1_000);
+    hub.wait_schedule_ticks(3).await;
+    assert_eq!(runs_of(&hub, "hourly").await.len(), 2);
+    let j = hub.job("hourly").await.unwrap();
+    assert_eq!(j.last_fire_ms, Some(T0 + 4 * HOUR));
+    assert_eq!(j.next_fire_ms, Some(T0 + 5 * HOUR));
+    assert!(runs_of(&hub, "shanghai").await.is_empty());
+    // The Shanghai job at its local time.
+    clock.set(T0 + 18 * HOUR + 30 * 60_000 + 1);
+    hub.wait_schedule_ticks(2).await;
+    assert_eq!(runs_of(&hub, "shanghai").await.len(), 1);
+    // Disabled: no fire; re-enabled: no catching up.
+    hub.update_job("hourly", &json!({"enabled": false}))
+        .await
+        .unwrap();
+    clock.set(T0 + 30 * HOUR);
+    hub.wait_schedule_ticks(2).await;
+    let before = runs_of(&hub, "hourly").await.len();
+    let j = hub
+        .update_job("hourly", &json!({"enabled": true}))
+        .await
+        .unwrap();
+    assert_eq!(j.next_fire_ms, Some(T0 + 31 * HOUR));
+    hub.wait_schedule_ticks(2).await;
+    assert_eq!(runs_of(&hub, "hourly").await.len(), before);
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlap_policies_and_retries_follow_the_job() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(5, 0).await;
+    let clock = ManualClock::new(T0 + 1_000);
+    let hub = start_scheduled_hub(dir.path(), &bus, &clock).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let spec: silk_hub::JobSpec = serde_json::from_value(
+        json!({"name": "o", "spider": SPIDER, "args": site_args(&site), "cron": "0 * * * *", "overlap": "skip"}),
+    )
+    .unwrap();
+    hub.create_job(spec).await.unwrap();
+    // An active run: triggered and paused.
+    let first = hub.trigger("o", Default::default()).await.unwrap();
+    hub.pause(&first.id).await.unwrap();
+    // skip: the fire starts nothing.
+    clock.set(T0 + HOUR + 1_000);
+    hub.wait_schedule_ticks(2).await;
+    assert_eq!(runs_of(&hub, "o").await.len(), 1);
+    // queue: the fire waits for the active run, then starts.
+    hub.update_job("o", &json!({"overlap": "queue"}))
+        .await
+        .unwrap();
+    let from = clock.now_ms();
+    clock.set(from + HOUR);
+    hub.wait_schedule_ticks(2).await;
+    assert_eq!(runs_of(&hub, "o").await.len(), 1);
+    assert_eq!(hub.job("o").await.unwrap().queued, 1);
+    hub.cancel(&first.id).await.unwrap();
+    let queued = until("the queued run", async || {
+        let runs = runs_of(&hub, "o").await;
+        (runs.len() == 2).then(|| runs[0].clone())
+    })
+    .await;
+    until("the queue to empty", async || {
+        (hub.job("o").await.unwrap().queued == 0).then_some(())
+    })
+    .await;
+    within("the queued run", 30, hub.wait_run(&queued.id))
+        .await
+        .unwrap();
+    // replace: the active run is cancelled and a new one starts.
+    hub.update_job("o", &json!({"overlap": "replace"}))
+        .await
+        .unwrap();
+    let third = hub.trigger("o", Default::default()).await.unwrap();
+    hub.pause(&third.id).await.unwrap();
+    let from = clock.now_ms();
+    clock.set(from + HOUR);
+    let replaced = until("the replacing run", async || {
+        let runs = runs_of(&hub, "o").await;
+        (runs.len() == 4).then(|| runs[0].clone())
+    })
+    .await;
+    assert_eq!(hub.run(&third.id).await.unwrap().state, RunState::Cancelled);
+    within("the replacing run", 30, hub.wait_run(&replaced.id))
+        .await
+        .unwrap();
+
+    // Retries: a run that cannot be allocated fails; the job retries it once after the delay.
+    let spec: silk_hub::JobSpec = serde_json::from_value(json!({
+        "name": "r", "spider": SPIDER, "args": site_args(&site), "strategy": "fixed:3",
+        "retry": {"max_retries": 1, "delay_ms": 60000}
+    }))
+    .unwrap();
+    hub.create_job(spec).await.unwrap();
+    assert!(hub.trigger("r", Default::default()).await.is_err());
+    let planned = until("the planned retry", async || {
+        hub.job("r").await.unwrap().retry_pending
+    })
+    .await;
+    assert_eq!(planned.attempt, 1);
+    assert_eq!(planned.at_ms, clock.now_ms() + 60_000);
+    hub.wait_schedule_ticks(2).await;
+    assert_eq!(runs_of(&hub, "r").await.len(), 1, "not before its time");
+    clock.set(planned.at_ms);
+    let retried = until("the retry", async || {
+        let runs = runs_of(&hub, "r").await;
+        (runs.len() == 2).then(|| runs[0].clone())
+    })
+    .await;
+    assert_eq!(retried.attempt, 1);
+    assert_eq!(retried.state, RunState::Failed);
+    hub.wait_schedule_ticks(3).await;
+    let j = hub.job("r").await.unwrap();
+    assert!(j.retry_pending.is_none(), "no retry left: {j:?}");
+    clock.set(clock.now_ms() + 10 * 60_000);
+    hub.wait_schedule_ticks(2).await;
+    assert_eq!(runs_of(&hub, "r").await.len(), 2);
+    hub.shutdown().await;
+}
