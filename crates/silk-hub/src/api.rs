@@ -891,7 +891,8 @@ async fn metrics(State(hub): State<HubHandle>) -> Response {
         let n = active.iter().filter(|r| r.state.as_str() == state).count();
         let _ = writeln!(out, "silk_runs_active{{state=\"{state}\"}} {n}");
     }
-    let counters: [(&str, &str, fn(&RunView) -> f64); 8] = [
+    type Gauge = (&'static str, &'static str, fn(&RunView) -> f64);
+    let counters: [Gauge; 8] = [
         ("silk_run_total", "Unique requests of a run.", |r| {
             r.stats.total as f64
         }),

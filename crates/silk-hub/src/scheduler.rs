@@ -261,7 +261,7 @@ async fn on_run_end(shared: &Arc<Shared>, record: RunRecord) {
 }
 
 fn humanize(ms: u64) -> String {
-    if ms >= 3_600_000 && ms % 60_000 == 0 {
+    if ms >= 3_600_000 && ms.is_multiple_of(60_000) {
         format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
     } else if ms >= 60_000 {
         format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)

@@ -430,7 +430,9 @@ async fn sql_and_webhook_sinks_get_every_item_once() {
     let _a = start_agent(dir.path(), &bus, "a1").await;
     within("a live agent", 10, hub.wait_for_live_agents(1)).await;
     // A webhook receiver that fails its first call (the sink retries) and records keys.
-    let received: Arc<std::sync::Mutex<(u32, Vec<String>, Vec<String>)>> = Arc::default();
+    /// Calls seen, item keys delivered, header values received.
+    type Received = (u32, Vec<String>, Vec<String>);
+    let received: Arc<std::sync::Mutex<Received>> = Arc::default();
     let state = received.clone();
     let app = axum::Router::new().route(
         "/hook",
