@@ -503,21 +503,31 @@ async fn sql_and_webhook_sinks_get_every_item_once() {
 const T0: u64 = 1_767_571_200_000;
 const HOUR: u64 = 3_600_000;
 
-async fn start_scheduled_hub(
-    dir: &std::path::Path,
-    bus: &silk_bus::InProcessBus,
-    clock: &ManualClock,
-) -> HubHandle {
-    let mut config = hub_config(dir);
+/// A hub whose schedule runs on a manual clock at `T0 + 1 s`, one live agent, a small site.
+async fn scheduled() -> (
+    TempDir,
+    DemoSite,
+    ManualClock,
+    HubHandle,
+    silk_agent::AgentHandle,
+) {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(5, 0).await;
+    let clock = ManualClock::new(T0 + 1_000);
+    let mut config = hub_config(dir.path());
     config.schedule_tick_ms = 20;
-    Hub::start_with_schedule_clock(
+    let hub = Hub::start_with_schedule_clock(
         config,
         Arc::new(bus.clone()),
         Arc::new(SystemClock),
         Arc::new(clock.clone()),
     )
     .await
-    .expect("hub starts")
+    .expect("hub starts");
+    let agent = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    (dir, site, clock, hub, agent)
 }
 
 async fn runs_of(hub: &HubHandle, job: &str) -> Vec<silk_hub::RunView> {
@@ -526,13 +536,7 @@ async fn runs_of(hub: &HubHandle, job: &str) -> Vec<silk_hub::RunView> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_schedule_fires_on_its_clock_coalesces_misfires_and_keeps_time_zones() {
-    let dir = TempDir::new().unwrap();
-    let bus = bus();
-    let site = site(5, 0).await;
-    let clock = ManualClock::new(T0 + 1_000);
-    let hub = start_scheduled_hub(dir.path(), &bus, &clock).await;
-    let _a = start_agent(dir.path(), &bus, "a1").await;
-    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (_dir, site, clock, hub, _agent) = scheduled().await;
     let job = |name: &str, cron: &str, tz: &str| -> silk_hub::JobSpec {
         serde_json::from_value(json!({"name": name, "spider": SPIDER, "args": site_args(&site), "cron": cron, "timezone": tz})).unwrap()
     };
@@ -591,13 +595,7 @@ async fn the_schedule_fires_on_its_clock_coalesces_misfires_and_keeps_time_zones
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overlap_policies_and_retries_follow_the_job() {
-    let dir = TempDir::new().unwrap();
-    let bus = bus();
-    let site = site(5, 0).await;
-    let clock = ManualClock::new(T0 + 1_000);
-    let hub = start_scheduled_hub(dir.path(), &bus, &clock).await;
-    let _a = start_agent(dir.path(), &bus, "a1").await;
-    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (_dir, site, clock, hub, _agent) = scheduled().await;
     let spec: silk_hub::JobSpec = serde_json::from_value(
         json!({"name": "o", "spider": SPIDER, "args": site_args(&site), "cron": "0 * * * *", "overlap": "skip"}),
     )
