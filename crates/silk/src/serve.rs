@@ -209,12 +209,18 @@ async fn start_demo(
     })
     .await?;
     let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
+    // The site's port changes with every start: the job's args follow it.
+    let args = serde_json::json!({"start_url": site.start_url(), "hosts": hosts.join(", ")});
     let job = match hub.job("demo").await {
-        Ok(job) => job,
+        Ok(job) => hub
+            .update_job(&job.id, &serde_json::json!({ "args": args }))
+            .await
+            .context("updating the demo job")?,
         Err(silk_hub::HubError::NoSuchJob(_)) => {
             let spec: silk_hub::JobSpec = serde_json::from_value(serde_json::json!({
                 "name": "demo",
                 "spider": DEMO_SPIDER,
+                "args": args,
                 "remarks": "made by `silk up --demo`: crawls the built-in demo site",
             }))?;
             hub.create_job(spec)
@@ -224,11 +230,8 @@ async fn start_demo(
         Err(e) => return Err(e).context("looking up the demo job"),
     };
     hub.wait_for_live_agents(agents).await;
-    let mut args = std::collections::BTreeMap::new();
-    args.insert("start_url".to_owned(), site.start_url());
-    args.insert("hosts".to_owned(), hosts.join(", "));
     let run = hub
-        .trigger(&job.id, silk_hub::TriggerRequest { args })
+        .trigger(&job.id, silk_hub::TriggerRequest::default())
         .await
         .context("triggering the demo job")?;
     println!(
