@@ -114,6 +114,23 @@ fn token(id: &str, created_ms: u64) -> TokenRow {
     }
 }
 
+fn agent(id: &str, sent_ms: u64) -> AgentRow {
+    AgentRow {
+        id: id.to_owned(),
+        register: json!({"id": id, "labels": {"region": "eu"}, "slots": 4}),
+        sent_ms,
+        updated_ms: sent_ms + 1,
+    }
+}
+
+fn alloc(run_id: &str, agent_id: &str, confirmed_ms: u64) -> AllocationRow {
+    AllocationRow {
+        run_id: run_id.to_owned(),
+        agent_id: agent_id.to_owned(),
+        confirmed_ms,
+    }
+}
+
 fn line(run_id: &str, ts_ms: u64, level: Level, message: &str) -> NewLogLine {
     NewLogLine {
         run_id: run_id.to_owned(),
@@ -136,8 +153,51 @@ fn messages(lines: &[LogLine]) -> Vec<&str> {
     lines.iter().map(|l| l.message.as_str()).collect()
 }
 
+/// One field of each row, in order.
+fn pluck<T, U>(rows: Vec<T>, field: impl FnMut(T) -> U) -> Vec<U> {
+    rows.into_iter().map(field).collect()
+}
+
 async fn logs(store: &dyn MetaStore, query: LogQuery) -> Vec<LogLine> {
     store.query_logs(&query).await.expect("query_logs")
+}
+
+/// Every line `query` finds, read page by page: each page starts after the last line of the
+/// one before (before it, when `newest_first`).
+async fn logs_paged(store: &dyn MetaStore, mut query: LogQuery) -> Vec<LogLine> {
+    let mut all = Vec::new();
+    loop {
+        let page = logs(store, query.clone()).await;
+        let Some(last) = page.last() else { return all };
+        if query.newest_first {
+            query.before_id = Some(last.id);
+        } else {
+            query.after_id = Some(last.id);
+        }
+        all.extend(page);
+    }
+}
+
+/// Checks that `res` failed with the [`StoreError`] variant `kind` (`Conflict`, `NotFound` or
+/// `BadData`) and that the error's `what` contains each of `needles`; panics naming `case`
+/// otherwise.
+#[track_caller]
+fn expect_err<T: std::fmt::Debug>(
+    res: Result<T, StoreError>,
+    kind: &str,
+    needles: &[&str],
+    case: &str,
+) {
+    let (got, what) = match &res {
+        Err(StoreError::Conflict { what }) => ("Conflict", what.as_str()),
+        Err(StoreError::NotFound { what }) => ("NotFound", what.as_str()),
+        Err(StoreError::BadData { what, .. }) => ("BadData", what.as_str()),
+        _ => ("", ""),
+    };
+    assert_eq!(got, kind, "{case}: expected {kind}, got {res:?}");
+    for needle in needles {
+        assert!(what.contains(needle), "{case}: {what:?} lacks {needle:?}");
+    }
 }
 
 /// A fresh store is empty and answers; it says which backend it is.
@@ -187,13 +247,7 @@ pub async fn jobs_crud(f: &dyn StoreFactory) {
         Some(b.clone())
     );
     assert_eq!(s.get_job_by_name("backfill").await.expect("by name"), None);
-    let names: Vec<String> = s
-        .list_jobs()
-        .await
-        .expect("list_jobs")
-        .into_iter()
-        .map(|j| j.name)
-        .collect();
+    let names = pluck(s.list_jobs().await.expect("list_jobs"), |j| j.name);
     assert_eq!(names, ["Backfill", "hourly-a", "nightly"]);
 
     let mut a2 = a.clone();
@@ -229,33 +283,23 @@ pub async fn jobs_conflicts(f: &dyn StoreFactory) {
     s.create_job(&job("j1", "a")).await.expect("create a");
     s.create_job(&job("j2", "b")).await.expect("create b");
 
-    match s.create_job(&job("j1", "other")).await {
-        Err(StoreError::Conflict { what }) => assert!(what.contains("id"), "{what}"),
-        other => panic!("duplicate id: expected Conflict, got {other:?}"),
-    }
-    match s.create_job(&job("j9", "a")).await {
-        Err(StoreError::Conflict { what }) => {
-            assert!(what.contains("name") && what.contains("\"a\""), "{what}");
-        }
-        other => panic!("duplicate name: expected Conflict, got {other:?}"),
-    }
+    let res = s.create_job(&job("j1", "other")).await;
+    expect_err(res, "Conflict", &["id"], "duplicate id");
+    let res = s.create_job(&job("j9", "a")).await;
+    expect_err(res, "Conflict", &["name", "\"a\""], "duplicate name");
     assert_eq!(s.get_job("j9").await.expect("get_job"), None);
 
     let mut clash = job("j2", "a");
     clash.queued = 7;
-    match s.update_job(&clash).await {
-        Err(StoreError::Conflict { what }) => assert!(what.contains("name"), "{what}"),
-        other => panic!("rename onto another job's name: expected Conflict, got {other:?}"),
-    }
+    let res = s.update_job(&clash).await;
+    expect_err(res, "Conflict", &["name"], "rename onto another job's name");
     assert_eq!(
         s.get_job("j2").await.expect("get_job"),
         Some(job("j2", "b"))
     );
 
-    match s.update_job(&job("missing", "zzz")).await {
-        Err(StoreError::NotFound { what }) => assert!(what.contains("missing"), "{what}"),
-        other => panic!("update of a missing job: expected NotFound, got {other:?}"),
-    }
+    let res = s.update_job(&job("missing", "zzz")).await;
+    expect_err(res, "NotFound", &["missing"], "update of a missing job");
     assert_eq!(s.list_jobs().await.expect("list_jobs").len(), 2);
 }
 
@@ -275,17 +319,16 @@ pub async fn jobs_values_round_trip(f: &dyn StoreFactory) {
 
     let mut bad = job("big", "big");
     bad.updated_ms = u64::MAX;
-    match s.create_job(&bad).await {
-        Err(StoreError::BadData { what, .. }) => assert!(what.contains("updated_ms"), "{what}"),
-        other => panic!("u64::MAX: expected BadData, got {other:?}"),
-    }
+    expect_err(
+        s.create_job(&bad).await,
+        "BadData",
+        &["updated_ms"],
+        "u64::MAX",
+    );
     assert_eq!(s.get_job("big").await.expect("get_job"), None);
     let mut r = run("r1", None, "queued", T0);
     r.finished_ms = Some(u64::MAX);
-    assert!(matches!(
-        s.put_run(&r).await,
-        Err(StoreError::BadData { .. })
-    ));
+    expect_err(s.put_run(&r).await, "BadData", &[], "finished_ms u64::MAX");
     assert_eq!(s.get_run("r1").await.expect("get_run"), None);
 }
 
@@ -318,66 +361,52 @@ pub async fn runs_filter_and_order(f: &dyn StoreFactory) {
     for r in &runs {
         s.put_run(r).await.expect("put_run");
     }
-    let ids = |rows: Vec<RunRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
-    let all = RunFilter::default();
-    assert_eq!(
-        ids(s.list_runs(&all).await.expect("list")),
-        ["r-0", "r-A", "r-a", "r-b", "r-z"]
-    );
-    let newest = RunFilter {
-        newest_first: true,
-        ..RunFilter::default()
+    let filter = |job_id: Option<&str>, states: &[&str], limit, newest_first| RunFilter {
+        job_id: job_id.map(str::to_owned),
+        states: states.iter().map(|&state| state.to_owned()).collect(),
+        limit,
+        newest_first,
     };
-    assert_eq!(
-        ids(s.list_runs(&newest).await.expect("list")),
-        ["r-z", "r-b", "r-a", "r-A", "r-0"]
-    );
-    let limited = RunFilter {
-        newest_first: true,
-        limit: Some(2),
-        ..RunFilter::default()
-    };
-    assert_eq!(
-        ids(s.list_runs(&limited).await.expect("list")),
-        ["r-z", "r-b"]
-    );
-    let by_job = RunFilter {
-        job_id: Some("j1".to_owned()),
-        ..RunFilter::default()
-    };
-    assert_eq!(
-        ids(s.list_runs(&by_job).await.expect("list")),
-        ["r-0", "r-A", "r-b"]
-    );
-    assert_eq!(s.count_runs(&by_job).await.expect("count"), 3);
-    let by_states = RunFilter {
-        states: vec!["finished".to_owned(), "failed".to_owned()],
-        ..RunFilter::default()
-    };
-    assert_eq!(
-        ids(s.list_runs(&by_states).await.expect("list")),
-        ["r-0", "r-a", "r-z"]
-    );
-    assert_eq!(s.count_runs(&by_states).await.expect("count"), 3);
-    let both = RunFilter {
-        job_id: Some("j1".to_owned()),
-        states: vec!["running".to_owned()],
-        limit: Some(1),
-        newest_first: false,
-    };
-    assert_eq!(ids(s.list_runs(&both).await.expect("list")), ["r-A"]);
-    assert_eq!(s.count_runs(&both).await.expect("count ignores limit"), 2);
-    let none = RunFilter {
-        states: vec!["nope".to_owned()],
-        ..RunFilter::default()
-    };
-    assert!(s.list_runs(&none).await.expect("list").is_empty());
-    let zero = RunFilter {
-        limit: Some(0),
-        ..RunFilter::default()
-    };
-    assert!(s.list_runs(&zero).await.expect("list").is_empty());
-    assert_eq!(s.count_runs(&all).await.expect("count"), 5);
+    // (filter, the ids it lists, the count: the limit does not count)
+    let cases: [(RunFilter, &[&str], u64); 8] = [
+        (
+            filter(None, &[], None, false),
+            &["r-0", "r-A", "r-a", "r-b", "r-z"],
+            5,
+        ),
+        (
+            filter(None, &[], None, true),
+            &["r-z", "r-b", "r-a", "r-A", "r-0"],
+            5,
+        ),
+        (filter(None, &[], Some(2), true), &["r-z", "r-b"], 5),
+        (
+            filter(Some("j1"), &[], None, false),
+            &["r-0", "r-A", "r-b"],
+            3,
+        ),
+        (
+            filter(None, &["finished", "failed"], None, false),
+            &["r-0", "r-a", "r-z"],
+            3,
+        ),
+        (
+            filter(Some("j1"), &["running"], Some(1), false),
+            &["r-A"],
+            2,
+        ),
+        (filter(None, &["nope"], None, false), &[], 0),
+        (filter(None, &[], Some(0), false), &[], 5),
+    ];
+    for (query, ids, count) in &cases {
+        let listed = s.list_runs(query).await.expect("list");
+        assert_eq!(pluck(listed, |r| r.id), *ids, "{query:?}");
+        assert_eq!(
+            s.count_runs(query).await.expect("count"),
+            *count,
+            "{query:?}"
+        );
+    }
 }
 
 /// `delete_run` removes the run, its allocations, log lines and items, and nothing of other
@@ -388,12 +417,7 @@ pub async fn delete_run_removes_its_data(f: &dyn StoreFactory) {
         s.put_run(&run(id, None, "finished", T0))
             .await
             .expect("put_run");
-        let alloc = AllocationRow {
-            run_id: id.to_owned(),
-            agent_id: "a1".to_owned(),
-            confirmed_ms: T0,
-        };
-        s.put_allocations(id, &[alloc])
+        s.put_allocations(id, &[alloc(id, "a1", T0)])
             .await
             .expect("put_allocations");
         s.append_logs(&[line(id, T0, Level::Info, "hello")])
@@ -426,12 +450,6 @@ pub async fn delete_run_removes_its_data(f: &dyn StoreFactory) {
 /// Agents: put inserts or replaces, get, list by id (bytes), delete.
 pub async fn agents_upsert(f: &dyn StoreFactory) {
     let s = f.open().await;
-    let agent = |id: &str, sent_ms: u64| AgentRow {
-        id: id.to_owned(),
-        register: json!({"id": id, "labels": {"region": "eu"}, "slots": 4}),
-        sent_ms,
-        updated_ms: sent_ms + 1,
-    };
     for a in [agent("b", T0), agent("a", T0), agent("C", T0)] {
         s.put_agent(&a).await.expect("put_agent");
     }
@@ -452,11 +470,6 @@ pub async fn agents_upsert(f: &dyn StoreFactory) {
 /// Allocations: put replaces the run's whole set atomically; bad input changes nothing.
 pub async fn allocations_replace_atomically(f: &dyn StoreFactory) {
     let s = f.open().await;
-    let alloc = |run_id: &str, agent_id: &str, ms: u64| AllocationRow {
-        run_id: run_id.to_owned(),
-        agent_id: agent_id.to_owned(),
-        confirmed_ms: ms,
-    };
     let first = [alloc("r1", "a2", T0), alloc("r1", "a1", T0 + 1)];
     s.put_allocations("r1", &first).await.expect("put");
     s.put_allocations("r2", &[alloc("r2", "a1", T0)])
@@ -471,22 +484,18 @@ pub async fn allocations_replace_atomically(f: &dyn StoreFactory) {
     let now = [alloc("r1", "a1", T0 + 6), alloc("r1", "a3", T0 + 5)];
     assert_eq!(s.list_allocations("r1").await.expect("list"), now);
 
-    match s.put_allocations("r1", &[alloc("r2", "a9", T0)]).await {
-        Err(StoreError::BadData { .. }) => {}
-        other => panic!("row of another run: expected BadData, got {other:?}"),
-    }
-    match s
-        .put_allocations("r1", &[alloc("r1", "a7", T0), alloc("r1", "a7", T0 + 1)])
-        .await
-    {
-        Err(StoreError::Conflict { what }) => assert!(what.contains("a7"), "{what}"),
-        other => panic!("agent twice: expected Conflict, got {other:?}"),
-    }
+    let res = s.put_allocations("r1", &[alloc("r2", "a9", T0)]).await;
+    expect_err(res, "BadData", &[], "row of another run");
+    let twice = [alloc("r1", "a7", T0), alloc("r1", "a7", T0 + 1)];
+    let res = s.put_allocations("r1", &twice).await;
+    expect_err(res, "Conflict", &["a7"], "agent twice");
     let big = [alloc("r1", "a8", u64::MAX)];
-    assert!(matches!(
+    expect_err(
         s.put_allocations("r1", &big).await,
-        Err(StoreError::BadData { .. })
-    ));
+        "BadData",
+        &[],
+        "confirmed_ms u64::MAX",
+    );
     assert_eq!(
         s.list_allocations("r1").await.expect("list"),
         now,
@@ -594,30 +603,24 @@ pub async fn logs_text_filter(f: &dyn StoreFactory) {
         text: Some(text.to_owned()),
         ..LogQuery::new("r1")
     };
-    assert_eq!(
-        messages(&logs(&*s, find("FETCH")).await),
-        ["Fetched https://example.com/a OK", "fetch FAILED: timeout"]
-    );
-    assert_eq!(
-        messages(&logs(&*s, find("failed")).await),
-        ["fetch FAILED: timeout"]
-    );
-    assert_eq!(
-        messages(&logs(&*s, find("50%")).await),
-        ["progress 50% done"]
-    );
-    assert_eq!(messages(&logs(&*s, find("%")).await), ["progress 50% done"]);
-    assert_eq!(
-        messages(&logs(&*s, find("e_n")).await),
-        ["file_name.txt written"]
-    );
-    assert_eq!(
-        messages(&logs(&*s, find("_")).await),
-        ["file_name.txt written"]
-    );
-    assert_eq!(messages(&logs(&*s, find("w!")).await), ["wow! really"]);
-    assert_eq!(messages(&logs(&*s, find("k\\s")).await), ["back\\slash"]);
-    assert!(logs(&*s, find("nothing like this")).await.is_empty());
+    let cases: [(&str, &[&str]); 9] = [
+        (
+            "FETCH",
+            &["Fetched https://example.com/a OK", "fetch FAILED: timeout"],
+        ),
+        ("failed", &["fetch FAILED: timeout"]),
+        ("50%", &["progress 50% done"]),
+        ("%", &["progress 50% done"]),
+        ("e_n", &["file_name.txt written"]),
+        ("_", &["file_name.txt written"]),
+        ("w!", &["wow! really"]),
+        ("k\\s", &["back\\slash"]),
+        ("nothing like this", &[]),
+    ];
+    for (text, expected) in cases {
+        let got = logs(&*s, find(text)).await;
+        assert_eq!(messages(&got), expected, "text {text:?}");
+    }
     assert_eq!(logs(&*s, find("")).await.len(), texts.len());
     let combined = LogQuery {
         text: Some("progress".to_owned()),
@@ -635,36 +638,23 @@ pub async fn logs_time_range(f: &dyn StoreFactory) {
         .map(|i| line("r1", T0 + i * 10, Level::Info, &format!("t{i}")))
         .collect();
     s.append_logs(&lines).await.expect("append");
-    let q = LogQuery {
-        since_ms: Some(T0 + 20),
-        until_ms: Some(T0 + 50),
+    let range = |since_ms: Option<u64>, until_ms: Option<u64>| LogQuery {
+        since_ms,
+        until_ms,
         ..LogQuery::new("r1")
     };
-    assert_eq!(messages(&logs(&*s, q).await), ["t2", "t3", "t4"]);
-    let q = LogQuery {
-        since_ms: Some(T0 + 85),
-        ..LogQuery::new("r1")
-    };
-    assert_eq!(messages(&logs(&*s, q).await), ["t9"]);
-    let q = LogQuery {
-        until_ms: Some(T0 + 10),
-        ..LogQuery::new("r1")
-    };
-    assert_eq!(messages(&logs(&*s, q).await), ["t0"]);
-    let q = LogQuery {
-        since_ms: Some(T0 + 50),
-        until_ms: Some(T0 + 50),
-        ..LogQuery::new("r1")
-    };
-    assert!(logs(&*s, q).await.is_empty());
-    let q = LogQuery {
-        since_ms: Some(u64::MAX),
-        ..LogQuery::new("r1")
-    };
-    assert!(matches!(
-        s.query_logs(&q).await,
-        Err(StoreError::BadData { .. })
-    ));
+    let cases: [(Option<u64>, Option<u64>, &[&str]); 4] = [
+        (Some(T0 + 20), Some(T0 + 50), &["t2", "t3", "t4"]),
+        (Some(T0 + 85), None, &["t9"]),
+        (None, Some(T0 + 10), &["t0"]),
+        (Some(T0 + 50), Some(T0 + 50), &[]),
+    ];
+    for (since, until, expected) in cases {
+        let got = logs(&*s, range(since, until)).await;
+        assert_eq!(messages(&got), expected, "since {since:?}, until {until:?}");
+    }
+    let res = s.query_logs(&range(Some(u64::MAX), None)).await;
+    expect_err(res, "BadData", &[], "since u64::MAX");
 }
 
 /// Logs: `after_id` / `before_id` page forwards and backwards without gaps or repeats;
@@ -678,44 +668,22 @@ pub async fn logs_cursor_paging(f: &dyn StoreFactory) {
     let expected: Vec<String> = (0..25).map(|i| format!("m{i}")).collect();
 
     // forwards
-    let mut seen = Vec::new();
-    let mut after = None;
-    loop {
-        let page = logs(
-            &*s,
-            LogQuery {
-                after_id: after,
-                limit: 7,
-                ..LogQuery::new("r1")
-            },
-        )
-        .await;
-        let Some(last) = page.last() else { break };
-        after = Some(last.id);
-        seen.extend(page.iter().map(|l| l.message.clone()));
-    }
-    assert_eq!(seen, expected);
+    let forwards = LogQuery {
+        limit: 7,
+        ..LogQuery::new("r1")
+    };
+    let seen = logs_paged(&*s, forwards).await;
+    assert_eq!(messages(&seen), expected);
 
     // backwards from the newest
-    let mut seen = Vec::new();
-    let mut before = None;
-    loop {
-        let page = logs(
-            &*s,
-            LogQuery {
-                before_id: before,
-                limit: 4,
-                newest_first: true,
-                ..LogQuery::new("r1")
-            },
-        )
-        .await;
-        let Some(last) = page.last() else { break };
-        before = Some(last.id);
-        seen.extend(page.iter().map(|l| l.message.clone()));
-    }
+    let backwards = LogQuery {
+        limit: 4,
+        newest_first: true,
+        ..LogQuery::new("r1")
+    };
+    let mut seen = logs_paged(&*s, backwards).await;
     seen.reverse();
-    assert_eq!(seen, expected);
+    assert_eq!(messages(&seen), expected);
 
     let all = logs(&*s, LogQuery::new("r1")).await;
     let window = LogQuery {
@@ -796,10 +764,12 @@ pub async fn logs_retention(f: &dyn StoreFactory) {
         .expect("append");
     let after = logs(&*s, LogQuery::new("r3")).await;
     assert!(after[1].id > before);
-    assert!(matches!(
+    expect_err(
         s.delete_logs_before(u64::MAX).await,
-        Err(StoreError::BadData { .. })
-    ));
+        "BadData",
+        &[],
+        "cutoff u64::MAX",
+    );
 }
 
 /// Logs: appends from several tasks at once lose nothing and keep each batch's order, and a
@@ -861,21 +831,7 @@ pub async fn logs_concurrent_appends_and_follow(f: &dyn StoreFactory) {
     done.store(true, Ordering::SeqCst);
     let followed = follower.await.expect("follower task");
 
-    let mut all = Vec::new();
-    let mut after = None;
-    loop {
-        let page = logs(
-            &*s,
-            LogQuery {
-                after_id: after,
-                ..LogQuery::new("shared")
-            },
-        )
-        .await;
-        let Some(last) = page.last() else { break };
-        after = Some(last.id);
-        all.extend(page);
-    }
+    let all = logs_paged(&*s, LogQuery::new("shared")).await;
     assert_eq!(all.len(), TOTAL, "every appended line is stored");
     let ids: BTreeSet<i64> = all.iter().map(|l| l.id).collect();
     assert_eq!(ids.len(), TOTAL, "ids are unique");
@@ -902,10 +858,12 @@ pub async fn logs_bad_batch_is_atomic(f: &dyn StoreFactory) {
         line("r1", T0, Level::Info, "fine"),
         line("r1", u64::MAX, Level::Info, "too late"),
     ];
-    match s.append_logs(&batch).await {
-        Err(StoreError::BadData { what, .. }) => assert!(what.contains("ts_ms"), "{what}"),
-        other => panic!("u64::MAX ts: expected BadData, got {other:?}"),
-    }
+    expect_err(
+        s.append_logs(&batch).await,
+        "BadData",
+        &["ts_ms"],
+        "u64::MAX ts",
+    );
     assert!(logs(&*s, LogQuery::new("r1")).await.is_empty());
 }
 
@@ -920,23 +878,15 @@ pub async fn tokens_lifecycle(f: &dyn StoreFactory) {
     for t in [&admin, &user, &early] {
         s.create_token(t).await.expect("create_token");
     }
-    match s.create_token(&token("t-user", T0 + 9)).await {
-        Err(StoreError::Conflict { what }) => assert!(what.contains("t-user"), "{what}"),
-        other => panic!("duplicate token id: expected Conflict, got {other:?}"),
-    }
+    let res = s.create_token(&token("t-user", T0 + 9)).await;
+    expect_err(res, "Conflict", &["t-user"], "duplicate token id");
     assert_eq!(s.count_tokens().await.expect("count"), 3);
     assert_eq!(
         s.get_token("t-admin").await.expect("get"),
         Some(admin.clone())
     );
     assert_eq!(s.get_token("t-none").await.expect("get"), None);
-    let ids: Vec<String> = s
-        .list_tokens()
-        .await
-        .expect("list")
-        .into_iter()
-        .map(|t| t.id)
-        .collect();
+    let ids = pluck(s.list_tokens().await.expect("list"), |t| t.id);
     assert_eq!(ids, ["t-early", "t-admin", "t-user"]);
 
     assert!(s.touch_token("t-user", T0 + 100).await.expect("touch"));
@@ -995,10 +945,12 @@ pub async fn items_idempotent(f: &dyn StoreFactory) {
     assert!(rows.windows(2).all(|w| w[0].seq < w[1].seq));
 
     let bad = [item("e", T0), item("f", u64::MAX)];
-    assert!(matches!(
+    expect_err(
         s.insert_items("r1", &bad).await,
-        Err(StoreError::BadData { .. })
-    ));
+        "BadData",
+        &[],
+        "item ts_ms u64::MAX",
+    );
     assert_eq!(
         s.count_items("r1").await.expect("count"),
         4,
@@ -1085,22 +1037,13 @@ pub async fn reopen_keeps_data(f: &dyn StoreFactory) {
     let j = job("j1", "nightly");
     let r = run("r1", Some("j1"), "running", T0);
     let t = token("t1", T0);
-    let agent = AgentRow {
-        id: "a1".to_owned(),
-        register: json!({"id": "a1"}),
-        sent_ms: T0,
-        updated_ms: T0,
-    };
-    let alloc = AllocationRow {
-        run_id: "r1".to_owned(),
-        agent_id: "a1".to_owned(),
-        confirmed_ms: T0,
-    };
+    let a = agent("a1", T0);
+    let al = alloc("r1", "a1", T0);
     s.create_job(&j).await.expect("create_job");
     s.put_run(&r).await.expect("put_run");
     s.create_token(&t).await.expect("create_token");
-    s.put_agent(&agent).await.expect("put_agent");
-    s.put_allocations("r1", std::slice::from_ref(&alloc))
+    s.put_agent(&a).await.expect("put_agent");
+    s.put_allocations("r1", std::slice::from_ref(&al))
         .await
         .expect("put_allocations");
     s.append_logs(&[line("r1", T0, Level::Info, "before")])
@@ -1119,13 +1062,10 @@ pub async fn reopen_keeps_data(f: &dyn StoreFactory) {
         assert_eq!(s.get_job("j1").await.expect("get_job"), Some(j.clone()));
         assert_eq!(s.get_run("r1").await.expect("get_run"), Some(r.clone()));
         assert_eq!(s.get_token("t1").await.expect("get_token"), Some(t.clone()));
-        assert_eq!(
-            s.get_agent("a1").await.expect("get_agent"),
-            Some(agent.clone())
-        );
+        assert_eq!(s.get_agent("a1").await.expect("get_agent"), Some(a.clone()));
         assert_eq!(
             s.list_allocations("r1").await.expect("allocs"),
-            std::slice::from_ref(&alloc)
+            std::slice::from_ref(&al)
         );
         assert_eq!(
             s.list_items("r1", 0, 10).await.expect("list")[..1],
@@ -1161,10 +1101,12 @@ pub async fn concurrent_open(f: &dyn StoreFactory) {
     b.create_job(&job("j2", "from-b"))
         .await
         .expect("create via b");
-    assert!(matches!(
+    expect_err(
         c.create_job(&job("j3", "from-a")).await,
-        Err(StoreError::Conflict { .. })
-    ));
+        "Conflict",
+        &[],
+        "a name taken through another store",
+    );
     for s in [&a, &b, &c] {
         assert_eq!(s.list_jobs().await.expect("list_jobs").len(), 2);
     }

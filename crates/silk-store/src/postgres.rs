@@ -27,14 +27,6 @@ pub(crate) struct PgStore {
     location: String,
 }
 
-impl std::fmt::Debug for PgStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore")
-            .field("location", &self.location)
-            .finish_non_exhaustive()
-    }
-}
-
 impl PgStore {
     /// Connects to `url` and migrates the schema.
     pub(crate) async fn open(url: &str) -> Result<Self, crate::StoreError> {

@@ -133,7 +133,8 @@ pub(crate) fn len_i64(n: usize, what: &str) -> Result<i64, StoreError> {
 /// `$db`) and `location`, and an inherent `async fn begin_write(&self) ->
 /// Result<sqlx::Transaction<'static, $db>, sqlx::Error>`. Also adds an inherent
 /// `migrate(&self)` that takes `$lock` (an `Option<&str>` statement run first in the
-/// migration transaction). `$c` is appended to text columns in `ORDER BY`.
+/// migration transaction), and a `Debug` that shows the location only (never the pool). `$c`
+/// is appended to text columns in `ORDER BY`.
 macro_rules! impl_meta_store {
     (
         store = $store:ty,
@@ -156,50 +157,148 @@ macro_rules! impl_meta_store {
 
         type DbRow = <$db as sqlx::Database>::Row;
 
-        /// Column `col` of `row`, a row of `table` with key `id` (for the error).
-        fn get<'r, T>(row: &'r DbRow, table: &str, id: &str, col: &str) -> Result<T, StoreError>
+        /// A statement with its binds.
+        type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
+
+        /// A statement that returns one `BIGINT`, with its binds.
+        type Scalar<'q> =
+            sqlx::query::QueryScalar<'q, $db, i64, <$db as sqlx::Database>::Arguments<'q>>;
+
+        /// Decodes one row of a table.
+        type FromRow<T> = fn(&DbRow) -> Result<T, StoreError>;
+
+        /// Runs `query` on `conn` (the pool or a transaction) and returns the rows it touched.
+        async fn execute<'c, E>(
+            conn: E,
+            query: Query<'_>,
+            op: &'static str,
+        ) -> Result<u64, StoreError>
         where
-            T: sqlx::Decode<'r, $db> + sqlx::Type<$db>,
+            E: sqlx::Executor<'c, Database = $db>,
         {
-            row.try_get(col)
-                .map_err(|e| StoreError::bad(format!("{table} {id:?} {col}"), e.to_string()))
+            let done = query.execute(conn).await.map_err(|e| StoreError::query(op, e))?;
+            Ok(done.rows_affected())
         }
 
-        /// A `BIGINT` column of `row` as `u64`.
-        fn get_u64(row: &DbRow, table: &str, id: &str, col: &str) -> Result<u64, StoreError> {
-            from_db(get(row, table, id, col)?, || format!("{table} {id:?} {col}"))
+        /// Runs the multi-row `INSERT` built in `qb` inside a write transaction and returns
+        /// the rows it inserted. Its text depends on the batch size, so it is not cached.
+        async fn execute_batch(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            qb: &mut QueryBuilder<'_, $db>,
+            op: &'static str,
+        ) -> Result<u64, StoreError> {
+            execute(conn, qb.build().persistent(false), op).await
         }
 
-        /// A nullable `BIGINT` column of `row` as `Option<u64>`.
-        fn get_opt_u64(
-            row: &DbRow,
-            table: &str,
+        /// Runs `query` and decodes the row it returns, if any.
+        async fn fetch_opt<T>(
+            pool: &sqlx::Pool<$db>,
+            query: Query<'_>,
+            op: &'static str,
+            from_row: FromRow<T>,
+        ) -> Result<Option<T>, StoreError> {
+            query
+                .fetch_optional(pool)
+                .await
+                .map_err(|e| StoreError::query(op, e))?
+                .as_ref()
+                .map(from_row)
+                .transpose()
+        }
+
+        /// Runs `query` and decodes every row it returns, in order.
+        async fn fetch_list<T>(
+            pool: &sqlx::Pool<$db>,
+            query: Query<'_>,
+            op: &'static str,
+            from_row: FromRow<T>,
+        ) -> Result<Vec<T>, StoreError> {
+            query
+                .fetch_all(pool)
+                .await
+                .map_err(|e| StoreError::query(op, e))?
+                .iter()
+                .map(from_row)
+                .collect()
+        }
+
+        /// Runs `query`, a `SELECT COUNT(*)`, and returns the count (`what` names it in the
+        /// error if it is negative).
+        async fn fetch_count(
+            pool: &sqlx::Pool<$db>,
+            query: Scalar<'_>,
+            op: &'static str,
+            what: impl FnOnce() -> String,
+        ) -> Result<u64, StoreError> {
+            let n = query.fetch_one(pool).await.map_err(|e| StoreError::query(op, e))?;
+            from_db(n, what)
+        }
+
+        /// Deletes the row of `table` with key `id`; whether there was one.
+        async fn delete_by_id(
+            pool: &sqlx::Pool<$db>,
+            table: &'static str,
             id: &str,
-            col: &str,
-        ) -> Result<Option<u64>, StoreError> {
-            opt_from_db(get(row, table, id, col)?, || format!("{table} {id:?} {col}"))
+            op: &'static str,
+        ) -> Result<bool, StoreError> {
+            let sql = format!("DELETE FROM {table} WHERE id = $1");
+            Ok(execute(pool, sqlx::query(&sql).bind(id), op).await? > 0)
         }
 
-        /// A `TEXT` column of `row` holding a JSON document.
-        fn get_json(
-            row: &DbRow,
-            table: &str,
-            id: &str,
-            col: &str,
-        ) -> Result<serde_json::Value, StoreError> {
-            let text: String = get(row, table, id, col)?;
-            parse_json(&text, || format!("{table} {id:?} {col}"))
+        /// The columns of `row`, a row of `table` with key `id` (`"?"` while the key itself is
+        /// read), converted to their model types; an error names the table, key and column.
+        struct Cols<'r, 'k> {
+            row: &'r DbRow,
+            table: &'static str,
+            id: &'k str,
         }
 
-        /// A `BIGINT` 0/1 column of `row` as `bool`.
-        fn get_bool(row: &DbRow, table: &str, id: &str, col: &str) -> Result<bool, StoreError> {
-            match get::<i64>(row, table, id, col)? {
-                0 => Ok(false),
-                1 => Ok(true),
-                other => Err(StoreError::bad(
-                    format!("{table} {id:?} {col}"),
-                    format!("{other} is not a boolean (0 or 1)"),
-                )),
+        impl<'r, 'k> Cols<'r, 'k> {
+            fn new(row: &'r DbRow, table: &'static str, id: &'k str) -> Self {
+                Self { row, table, id }
+            }
+
+            /// What column `col` is, for an error.
+            fn what(&self, col: &str) -> String {
+                format!("{} {:?} {col}", self.table, self.id)
+            }
+
+            /// Column `col` as it is.
+            fn get<T>(&self, col: &str) -> Result<T, StoreError>
+            where
+                T: sqlx::Decode<'r, $db> + sqlx::Type<$db>,
+            {
+                self.row
+                    .try_get(col)
+                    .map_err(|e| StoreError::bad(self.what(col), e.to_string()))
+            }
+
+            /// A `BIGINT` column as `u64`.
+            fn u64(&self, col: &str) -> Result<u64, StoreError> {
+                from_db(self.get(col)?, || self.what(col))
+            }
+
+            /// A nullable `BIGINT` column as `Option<u64>`.
+            fn opt_u64(&self, col: &str) -> Result<Option<u64>, StoreError> {
+                opt_from_db(self.get(col)?, || self.what(col))
+            }
+
+            /// A `TEXT` column holding a JSON document.
+            fn json(&self, col: &str) -> Result<serde_json::Value, StoreError> {
+                let text: String = self.get(col)?;
+                parse_json(&text, || self.what(col))
+            }
+
+            /// A `BIGINT` 0/1 column as `bool`.
+            fn bool(&self, col: &str) -> Result<bool, StoreError> {
+                match self.get::<i64>(col)? {
+                    0 => Ok(false),
+                    1 => Ok(true),
+                    other => Err(StoreError::bad(
+                        self.what(col),
+                        format!("{other} is not a boolean (0 or 1)"),
+                    )),
+                }
             }
         }
 
@@ -207,19 +306,20 @@ macro_rules! impl_meta_store {
                                 last_fire_ms, queued";
 
         fn job_from_row(row: &DbRow) -> Result<JobRow, StoreError> {
-            let id: String = get(row, "job", "?", "id")?;
-            let queued: i64 = get(row, "job", &id, "queued")?;
+            let id: String = Cols::new(row, "job", "?").get("id")?;
+            let c = Cols::new(row, "job", &id);
+            let queued: i64 = c.get("queued")?;
             let queued = u32::try_from(queued).map_err(|_| {
                 StoreError::bad(format!("job {id:?} queued"), format!("{queued} is not a u32"))
             })?;
             Ok(JobRow {
-                name: get(row, "job", &id, "name")?,
-                enabled: get_bool(row, "job", &id, "enabled")?,
-                spec: get_json(row, "job", &id, "spec")?,
-                created_ms: get_u64(row, "job", &id, "created_ms")?,
-                updated_ms: get_u64(row, "job", &id, "updated_ms")?,
-                next_fire_ms: get_opt_u64(row, "job", &id, "next_fire_ms")?,
-                last_fire_ms: get_opt_u64(row, "job", &id, "last_fire_ms")?,
+                name: c.get("name")?,
+                enabled: c.bool("enabled")?,
+                spec: c.json("spec")?,
+                created_ms: c.u64("created_ms")?,
+                updated_ms: c.u64("updated_ms")?,
+                next_fire_ms: c.opt_u64("next_fire_ms")?,
+                last_fire_ms: c.opt_u64("last_fire_ms")?,
                 queued,
                 id,
             })
@@ -245,18 +345,33 @@ macro_rules! impl_meta_store {
                     last_fire_ms: opt_to_db(job.last_fire_ms, || w("last_fire_ms"))?,
                 })
             }
+
+            /// Binds `$1` to `$9` of `query`: the columns of `job` in [`JOB_COLS`] order.
+            fn bind<'q>(&'q self, job: &'q JobRow, query: Query<'q>) -> Query<'q> {
+                query
+                    .bind(&job.id)
+                    .bind(&job.name)
+                    .bind(i64::from(job.enabled))
+                    .bind(&self.spec)
+                    .bind(self.created_ms)
+                    .bind(self.updated_ms)
+                    .bind(self.next_fire_ms)
+                    .bind(self.last_fire_ms)
+                    .bind(i64::from(job.queued))
+            }
         }
 
         const RUN_COLS: &str = "id, job_id, state, created_ms, finished_ms, record";
 
         fn run_from_row(row: &DbRow) -> Result<RunRow, StoreError> {
-            let id: String = get(row, "run", "?", "id")?;
+            let id: String = Cols::new(row, "run", "?").get("id")?;
+            let c = Cols::new(row, "run", &id);
             Ok(RunRow {
-                job_id: get(row, "run", &id, "job_id")?,
-                state: get(row, "run", &id, "state")?,
-                created_ms: get_u64(row, "run", &id, "created_ms")?,
-                finished_ms: get_opt_u64(row, "run", &id, "finished_ms")?,
-                record: get_json(row, "run", &id, "record")?,
+                job_id: c.get("job_id")?,
+                state: c.get("state")?,
+                created_ms: c.u64("created_ms")?,
+                finished_ms: c.opt_u64("finished_ms")?,
+                record: c.json("record")?,
                 id,
             })
         }
@@ -281,30 +396,33 @@ macro_rules! impl_meta_store {
         const AGENT_COLS: &str = "id, register, sent_ms, updated_ms";
 
         fn agent_from_row(row: &DbRow) -> Result<AgentRow, StoreError> {
-            let id: String = get(row, "agent", "?", "id")?;
+            let id: String = Cols::new(row, "agent", "?").get("id")?;
+            let c = Cols::new(row, "agent", &id);
             Ok(AgentRow {
-                register: get_json(row, "agent", &id, "register")?,
-                sent_ms: get_u64(row, "agent", &id, "sent_ms")?,
-                updated_ms: get_u64(row, "agent", &id, "updated_ms")?,
+                register: c.json("register")?,
+                sent_ms: c.u64("sent_ms")?,
+                updated_ms: c.u64("updated_ms")?,
                 id,
             })
         }
 
         fn allocation_from_row(row: &DbRow) -> Result<AllocationRow, StoreError> {
-            let run_id: String = get(row, "allocation", "?", "run_id")?;
-            let agent_id: String = get(row, "allocation", &run_id, "agent_id")?;
+            let run_id: String = Cols::new(row, "allocation", "?").get("run_id")?;
+            let agent_id: String = Cols::new(row, "allocation", &run_id).get("agent_id")?;
             let key = format!("{run_id}/{agent_id}");
+            let c = Cols::new(row, "allocation", &key);
             Ok(AllocationRow {
-                confirmed_ms: get_u64(row, "allocation", &key, "confirmed_ms")?,
+                confirmed_ms: c.u64("confirmed_ms")?,
                 run_id,
                 agent_id,
             })
         }
 
         fn log_from_row(row: &DbRow) -> Result<LogLine, StoreError> {
-            let id: i64 = get(row, "log line", "?", "id")?;
+            let id: i64 = Cols::new(row, "log line", "?").get("id")?;
             let key = id.to_string();
-            let rank: i64 = get(row, "log line", &key, "level")?;
+            let c = Cols::new(row, "log line", &key);
+            let rank: i64 = c.get("level")?;
             let level = Level::from_rank(rank).ok_or_else(|| {
                 StoreError::bad(
                     format!("log line {id} level"),
@@ -313,36 +431,38 @@ macro_rules! impl_meta_store {
             })?;
             Ok(LogLine {
                 id,
-                run_id: get(row, "log line", &key, "run_id")?,
-                ts_ms: get_u64(row, "log line", &key, "ts_ms")?,
+                run_id: c.get("run_id")?,
+                ts_ms: c.u64("ts_ms")?,
                 level,
-                source: get(row, "log line", &key, "source")?,
-                message: get(row, "log line", &key, "message")?,
+                source: c.get("source")?,
+                message: c.get("message")?,
             })
         }
 
         const TOKEN_COLS: &str = "id, name, hash, admin, created_ms, last_used_ms";
 
         fn token_from_row(row: &DbRow) -> Result<TokenRow, StoreError> {
-            let id: String = get(row, "token", "?", "id")?;
+            let id: String = Cols::new(row, "token", "?").get("id")?;
+            let c = Cols::new(row, "token", &id);
             Ok(TokenRow {
-                name: get(row, "token", &id, "name")?,
-                hash: get(row, "token", &id, "hash")?,
-                admin: get_bool(row, "token", &id, "admin")?,
-                created_ms: get_u64(row, "token", &id, "created_ms")?,
-                last_used_ms: get_opt_u64(row, "token", &id, "last_used_ms")?,
+                name: c.get("name")?,
+                hash: c.get("hash")?,
+                admin: c.bool("admin")?,
+                created_ms: c.u64("created_ms")?,
+                last_used_ms: c.opt_u64("last_used_ms")?,
                 id,
             })
         }
 
         fn item_from_row(row: &DbRow) -> Result<ItemRow, StoreError> {
-            let run_id: String = get(row, "item", "?", "run_id")?;
-            let key: String = get(row, "item", &run_id, "item_key")?;
+            let run_id: String = Cols::new(row, "item", "?").get("run_id")?;
+            let key: String = Cols::new(row, "item", &run_id).get("item_key")?;
             let what = format!("{run_id}/{key}");
+            let c = Cols::new(row, "item", &what);
             Ok(ItemRow {
-                seq: get(row, "item", &what, "seq")?,
-                ts_ms: get_u64(row, "item", &what, "ts_ms")?,
-                data: get_json(row, "item", &what, "data")?,
+                seq: c.get("seq")?,
+                ts_ms: c.u64("ts_ms")?,
+                data: c.json("data")?,
                 run_id,
                 key,
             })
@@ -368,6 +488,14 @@ macro_rules! impl_meta_store {
             .await
             .map_err(|e| StoreError::query(op, e))?;
             Ok(last - n + 1)
+        }
+
+        impl std::fmt::Debug for $store {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($store))
+                    .field("location", &self.location)
+                    .finish_non_exhaustive()
+            }
         }
 
         impl $store {
@@ -456,12 +584,8 @@ macro_rules! impl_meta_store {
 
             /// Whether a job with this id exists (to name the key of a conflict).
             async fn job_id_exists(&self, id: &str, op: &'static str) -> Result<bool, StoreError> {
-                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE id = $1")
-                    .bind(id)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query(op, e))?;
-                Ok(n > 0)
+                let query = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE id = $1").bind(id);
+                Ok(fetch_count(&self.pool, query, op, || format!("count of job {id:?}")).await? > 0)
             }
         }
 
@@ -476,10 +600,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn ping(&self) -> Result<(), StoreError> {
-                sqlx::query("SELECT 1")
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("ping", e))?;
+                execute(&self.pool, sqlx::query("SELECT 1"), "ping").await?;
                 Ok(())
             }
 
@@ -492,22 +613,10 @@ macro_rules! impl_meta_store {
             async fn create_job(&self, job: &JobRow) -> Result<(), StoreError> {
                 const OP: &str = "create_job";
                 let b = JobBinds::new(job)?;
-                let res = sqlx::query(
-                    "INSERT INTO jobs (id, name, enabled, spec, created_ms, updated_ms, \
-                     next_fire_ms, last_fire_ms, queued) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .bind(&job.id)
-                .bind(&job.name)
-                .bind(i64::from(job.enabled))
-                .bind(&b.spec)
-                .bind(b.created_ms)
-                .bind(b.updated_ms)
-                .bind(b.next_fire_ms)
-                .bind(b.last_fire_ms)
-                .bind(i64::from(job.queued))
-                .execute(&self.pool)
-                .await;
+                let sql = format!(
+                    "INSERT INTO jobs ({JOB_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                );
+                let res = b.bind(job, sqlx::query(&sql)).execute(&self.pool).await;
                 match res {
                     Ok(_) => Ok(()),
                     Err(e) if is_unique_violation(&e) => {
@@ -525,22 +634,12 @@ macro_rules! impl_meta_store {
             async fn update_job(&self, job: &JobRow) -> Result<(), StoreError> {
                 const OP: &str = "update_job";
                 let b = JobBinds::new(job)?;
-                let res = sqlx::query(
+                let update = sqlx::query(
                     "UPDATE jobs SET name = $2, enabled = $3, spec = $4, created_ms = $5, \
                      updated_ms = $6, next_fire_ms = $7, last_fire_ms = $8, queued = $9 \
                      WHERE id = $1",
-                )
-                .bind(&job.id)
-                .bind(&job.name)
-                .bind(i64::from(job.enabled))
-                .bind(&b.spec)
-                .bind(b.created_ms)
-                .bind(b.updated_ms)
-                .bind(b.next_fire_ms)
-                .bind(b.last_fire_ms)
-                .bind(i64::from(job.queued))
-                .execute(&self.pool)
-                .await;
+                );
+                let res = b.bind(job, update).execute(&self.pool).await;
                 match res {
                     Ok(done) if done.rows_affected() == 0 => Err(StoreError::NotFound {
                         what: format!("job {:?}", job.id),
@@ -555,46 +654,23 @@ macro_rules! impl_meta_store {
 
             async fn get_job(&self, id: &str) -> Result<Option<JobRow>, StoreError> {
                 let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE id = $1");
-                sqlx::query(&sql)
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("get_job", e))?
-                    .as_ref()
-                    .map(job_from_row)
-                    .transpose()
+                let query = sqlx::query(&sql).bind(id);
+                fetch_opt(&self.pool, query, "get_job", job_from_row).await
             }
 
             async fn get_job_by_name(&self, name: &str) -> Result<Option<JobRow>, StoreError> {
                 let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE name = $1");
-                sqlx::query(&sql)
-                    .bind(name)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("get_job_by_name", e))?
-                    .as_ref()
-                    .map(job_from_row)
-                    .transpose()
+                let query = sqlx::query(&sql).bind(name);
+                fetch_opt(&self.pool, query, "get_job_by_name", job_from_row).await
             }
 
             async fn list_jobs(&self) -> Result<Vec<JobRow>, StoreError> {
                 let sql = format!("SELECT {JOB_COLS} FROM jobs ORDER BY name{}", $c);
-                sqlx::query(&sql)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("list_jobs", e))?
-                    .iter()
-                    .map(job_from_row)
-                    .collect()
+                fetch_list(&self.pool, sqlx::query(&sql), "list_jobs", job_from_row).await
             }
 
             async fn delete_job(&self, id: &str) -> Result<bool, StoreError> {
-                let done = sqlx::query("DELETE FROM jobs WHERE id = $1")
-                    .bind(id)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("delete_job", e))?;
-                Ok(done.rows_affected() > 0)
+                delete_by_id(&self.pool, "jobs", id, "delete_job").await
             }
 
             // ---- runs -----------------------------------------------------------------
@@ -604,7 +680,7 @@ macro_rules! impl_meta_store {
                 let record = json_text(&run.record, || w("record"))?;
                 let created_ms = to_db(run.created_ms, || w("created_ms"))?;
                 let finished_ms = opt_to_db(run.finished_ms, || w("finished_ms"))?;
-                sqlx::query(
+                let query = sqlx::query(
                     "INSERT INTO runs (id, job_id, state, created_ms, finished_ms, record) \
                      VALUES ($1, $2, $3, $4, $5, $6) \
                      ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, \
@@ -616,23 +692,15 @@ macro_rules! impl_meta_store {
                 .bind(&run.state)
                 .bind(created_ms)
                 .bind(finished_ms)
-                .bind(&record)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| StoreError::query("put_run", e))?;
+                .bind(&record);
+                execute(&self.pool, query, "put_run").await?;
                 Ok(())
             }
 
             async fn get_run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
                 let sql = format!("SELECT {RUN_COLS} FROM runs WHERE id = $1");
-                sqlx::query(&sql)
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("get_run", e))?
-                    .as_ref()
-                    .map(run_from_row)
-                    .transpose()
+                let query = sqlx::query(&sql).bind(id);
+                fetch_opt(&self.pool, query, "get_run", run_from_row).await
             }
 
             async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>, StoreError> {
@@ -646,52 +714,33 @@ macro_rules! impl_meta_store {
                 if let Some(limit) = filter.limit {
                     qb.push(" LIMIT ").push_bind(i64::from(limit));
                 }
-                qb.build()
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("list_runs", e))?
-                    .iter()
-                    .map(run_from_row)
-                    .collect()
+                fetch_list(&self.pool, qb.build(), "list_runs", run_from_row).await
             }
 
             async fn count_runs(&self, filter: &RunFilter) -> Result<u64, StoreError> {
                 let mut qb = QueryBuilder::<$db>::new("SELECT COUNT(*) FROM runs");
                 push_run_filter(&mut qb, filter);
-                let n: i64 = qb
-                    .build_query_scalar()
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("count_runs", e))?;
-                from_db(n, || "run count".to_owned())
+                let query = qb.build_query_scalar();
+                fetch_count(&self.pool, query, "count_runs", || "run count".to_owned()).await
             }
 
             async fn delete_run(&self, id: &str) -> Result<bool, StoreError> {
                 const OP: &str = "delete_run";
                 let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
-                let done = sqlx::query("DELETE FROM runs WHERE id = $1")
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| StoreError::query(OP, e))?;
+                let run = sqlx::query("DELETE FROM runs WHERE id = $1").bind(id);
+                let deleted = execute(&mut *tx, run, OP).await?;
                 for sql in [
                     "DELETE FROM allocations WHERE run_id = $1",
                     "DELETE FROM log_lines WHERE run_id = $1",
                     "DELETE FROM items WHERE run_id = $1",
                 ] {
-                    sqlx::query(sql)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| StoreError::query(OP, e))?;
+                    execute(&mut *tx, sqlx::query(sql).bind(id), OP).await?;
                 }
-                sqlx::query("DELETE FROM seq_counters WHERE name = $1")
-                    .bind(item_counter(id))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| StoreError::query(OP, e))?;
+                let counter =
+                    sqlx::query("DELETE FROM seq_counters WHERE name = $1").bind(item_counter(id));
+                execute(&mut *tx, counter, OP).await?;
                 tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
-                Ok(done.rows_affected() > 0)
+                Ok(deleted > 0)
             }
 
             // ---- agents ---------------------------------------------------------------
@@ -701,7 +750,7 @@ macro_rules! impl_meta_store {
                 let register = json_text(&agent.register, || w("register"))?;
                 let sent_ms = to_db(agent.sent_ms, || w("sent_ms"))?;
                 let updated_ms = to_db(agent.updated_ms, || w("updated_ms"))?;
-                sqlx::query(
+                let query = sqlx::query(
                     "INSERT INTO agents (id, register, sent_ms, updated_ms) \
                      VALUES ($1, $2, $3, $4) \
                      ON CONFLICT (id) DO UPDATE SET register = excluded.register, \
@@ -710,43 +759,24 @@ macro_rules! impl_meta_store {
                 .bind(&agent.id)
                 .bind(&register)
                 .bind(sent_ms)
-                .bind(updated_ms)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| StoreError::query("put_agent", e))?;
+                .bind(updated_ms);
+                execute(&self.pool, query, "put_agent").await?;
                 Ok(())
             }
 
             async fn get_agent(&self, id: &str) -> Result<Option<AgentRow>, StoreError> {
                 let sql = format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1");
-                sqlx::query(&sql)
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("get_agent", e))?
-                    .as_ref()
-                    .map(agent_from_row)
-                    .transpose()
+                let query = sqlx::query(&sql).bind(id);
+                fetch_opt(&self.pool, query, "get_agent", agent_from_row).await
             }
 
             async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError> {
                 let sql = format!("SELECT {AGENT_COLS} FROM agents ORDER BY id{}", $c);
-                sqlx::query(&sql)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("list_agents", e))?
-                    .iter()
-                    .map(agent_from_row)
-                    .collect()
+                fetch_list(&self.pool, sqlx::query(&sql), "list_agents", agent_from_row).await
             }
 
             async fn delete_agent(&self, id: &str) -> Result<bool, StoreError> {
-                let done = sqlx::query("DELETE FROM agents WHERE id = $1")
-                    .bind(id)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("delete_agent", e))?;
-                Ok(done.rows_affected() > 0)
+                delete_by_id(&self.pool, "agents", id, "delete_agent").await
             }
 
             // ---- allocations ----------------------------------------------------------
@@ -780,11 +810,8 @@ macro_rules! impl_meta_store {
                     binds.push((row.agent_id.as_str(), confirmed_ms));
                 }
                 let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
-                sqlx::query("DELETE FROM allocations WHERE run_id = $1")
-                    .bind(run_id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| StoreError::query(OP, e))?;
+                let clear = sqlx::query("DELETE FROM allocations WHERE run_id = $1").bind(run_id);
+                execute(&mut *tx, clear, OP).await?;
                 for chunk in binds.chunks(CHUNK) {
                     let mut qb = QueryBuilder::<$db>::new(
                         "INSERT INTO allocations (run_id, agent_id, confirmed_ms) ",
@@ -792,11 +819,7 @@ macro_rules! impl_meta_store {
                     qb.push_values(chunk, |mut b, (agent_id, confirmed_ms)| {
                         b.push_bind(run_id).push_bind(*agent_id).push_bind(*confirmed_ms);
                     });
-                    qb.build()
-                        .persistent(false) // one statement text per batch size: do not cache it
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| StoreError::query(OP, e))?;
+                    execute_batch(&mut *tx, &mut qb, OP).await?;
                 }
                 tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
                 Ok(())
@@ -811,23 +834,13 @@ macro_rules! impl_meta_store {
                      ORDER BY agent_id{}",
                     $c
                 );
-                sqlx::query(&sql)
-                    .bind(run_id)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("list_allocations", e))?
-                    .iter()
-                    .map(allocation_from_row)
-                    .collect()
+                let query = sqlx::query(&sql).bind(run_id);
+                fetch_list(&self.pool, query, "list_allocations", allocation_from_row).await
             }
 
             async fn delete_allocations(&self, run_id: &str) -> Result<u64, StoreError> {
-                let done = sqlx::query("DELETE FROM allocations WHERE run_id = $1")
-                    .bind(run_id)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("delete_allocations", e))?;
-                Ok(done.rows_affected())
+                let query = sqlx::query("DELETE FROM allocations WHERE run_id = $1").bind(run_id);
+                execute(&self.pool, query, "delete_allocations").await
             }
 
             // ---- logs -----------------------------------------------------------------
@@ -858,11 +871,7 @@ macro_rules! impl_meta_store {
                             .push_bind(line.message.as_str());
                         next += 1;
                     });
-                    qb.build()
-                        .persistent(false) // one statement text per batch size: do not cache it
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| StoreError::query(OP, e))?;
+                    execute_batch(&mut *tx, &mut qb, OP).await?;
                 }
                 tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
                 Ok(())
@@ -907,32 +916,18 @@ macro_rules! impl_meta_store {
                     " ORDER BY id"
                 });
                 qb.push(" LIMIT ").push_bind(i64::from(limit));
-                qb.build()
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("query_logs", e))?
-                    .iter()
-                    .map(log_from_row)
-                    .collect()
+                fetch_list(&self.pool, qb.build(), "query_logs", log_from_row).await
             }
 
             async fn delete_logs_before(&self, ts_ms: u64) -> Result<u64, StoreError> {
                 let ts_ms = to_db(ts_ms, || "log retention cutoff".to_owned())?;
-                let done = sqlx::query("DELETE FROM log_lines WHERE ts_ms < $1")
-                    .bind(ts_ms)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("delete_logs_before", e))?;
-                Ok(done.rows_affected())
+                let query = sqlx::query("DELETE FROM log_lines WHERE ts_ms < $1").bind(ts_ms);
+                execute(&self.pool, query, "delete_logs_before").await
             }
 
             async fn delete_run_logs(&self, run_id: &str) -> Result<u64, StoreError> {
-                let done = sqlx::query("DELETE FROM log_lines WHERE run_id = $1")
-                    .bind(run_id)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("delete_run_logs", e))?;
-                Ok(done.rows_affected())
+                let query = sqlx::query("DELETE FROM log_lines WHERE run_id = $1").bind(run_id);
+                execute(&self.pool, query, "delete_run_logs").await
             }
 
             // ---- tokens ---------------------------------------------------------------
@@ -964,57 +959,34 @@ macro_rules! impl_meta_store {
 
             async fn get_token(&self, id: &str) -> Result<Option<TokenRow>, StoreError> {
                 let sql = format!("SELECT {TOKEN_COLS} FROM tokens WHERE id = $1");
-                sqlx::query(&sql)
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("get_token", e))?
-                    .as_ref()
-                    .map(token_from_row)
-                    .transpose()
+                let query = sqlx::query(&sql).bind(id);
+                fetch_opt(&self.pool, query, "get_token", token_from_row).await
             }
 
             async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
                 let sql = format!("SELECT {TOKEN_COLS} FROM tokens ORDER BY created_ms, id{}", $c);
-                sqlx::query(&sql)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("list_tokens", e))?
-                    .iter()
-                    .map(token_from_row)
-                    .collect()
+                fetch_list(&self.pool, sqlx::query(&sql), "list_tokens", token_from_row).await
             }
 
             async fn delete_token(&self, id: &str) -> Result<bool, StoreError> {
-                let done = sqlx::query("DELETE FROM tokens WHERE id = $1")
-                    .bind(id)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("delete_token", e))?;
-                Ok(done.rows_affected() > 0)
+                delete_by_id(&self.pool, "tokens", id, "delete_token").await
             }
 
             async fn touch_token(&self, id: &str, used_ms: u64) -> Result<bool, StoreError> {
                 let used_ms = to_db(used_ms, || format!("token {id:?} last_used_ms"))?;
-                let done = sqlx::query(
+                let query = sqlx::query(
                     "UPDATE tokens SET last_used_ms = CASE \
                      WHEN last_used_ms IS NULL OR last_used_ms < $2 THEN $2 \
                      ELSE last_used_ms END WHERE id = $1",
                 )
                 .bind(id)
-                .bind(used_ms)
-                .execute(&self.pool)
-                .await
-                .map_err(|e| StoreError::query("touch_token", e))?;
-                Ok(done.rows_affected() > 0)
+                .bind(used_ms);
+                Ok(execute(&self.pool, query, "touch_token").await? > 0)
             }
 
             async fn count_tokens(&self) -> Result<u64, StoreError> {
-                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tokens")
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("count_tokens", e))?;
-                from_db(n, || "token count".to_owned())
+                let query = sqlx::query_scalar("SELECT COUNT(*) FROM tokens");
+                fetch_count(&self.pool, query, "count_tokens", || "token count".to_owned()).await
             }
 
             // ---- items ----------------------------------------------------------------
@@ -1055,13 +1027,7 @@ macro_rules! impl_meta_store {
                         next += 1;
                     });
                     qb.push(" ON CONFLICT (run_id, item_key) DO NOTHING");
-                    inserted += qb
-                        .build()
-                        .persistent(false) // one statement text per batch size: do not cache it
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| StoreError::query(OP, e))?
-                        .rows_affected();
+                    inserted += execute_batch(&mut *tx, &mut qb, OP).await?;
                 }
                 tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
                 Ok(inserted)
@@ -1077,37 +1043,26 @@ macro_rules! impl_meta_store {
                 if limit == 0 {
                     return Ok(Vec::new());
                 }
-                sqlx::query(
+                let query = sqlx::query(
                     "SELECT run_id, item_key, seq, ts_ms, data FROM items \
                      WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
                 )
                 .bind(run_id)
                 .bind(after_seq)
-                .bind(i64::from(limit))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|e| StoreError::query("list_items", e))?
-                .iter()
-                .map(item_from_row)
-                .collect()
+                .bind(i64::from(limit));
+                fetch_list(&self.pool, query, "list_items", item_from_row).await
             }
 
             async fn count_items(&self, run_id: &str) -> Result<u64, StoreError> {
-                let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE run_id = $1")
-                    .bind(run_id)
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("count_items", e))?;
-                from_db(n, || format!("item count of run {run_id:?}"))
+                let query =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE run_id = $1").bind(run_id);
+                let what = || format!("item count of run {run_id:?}");
+                fetch_count(&self.pool, query, "count_items", what).await
             }
 
             async fn delete_items(&self, run_id: &str) -> Result<u64, StoreError> {
-                let done = sqlx::query("DELETE FROM items WHERE run_id = $1")
-                    .bind(run_id)
-                    .execute(&self.pool)
-                    .await
-                    .map_err(|e| StoreError::query("delete_items", e))?;
-                Ok(done.rows_affected())
+                let query = sqlx::query("DELETE FROM items WHERE run_id = $1").bind(run_id);
+                execute(&self.pool, query, "delete_items").await
             }
         }
     };

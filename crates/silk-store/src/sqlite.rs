@@ -22,14 +22,6 @@ pub(crate) struct SqliteStore {
     location: String,
 }
 
-impl std::fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("location", &self.location)
-            .finish_non_exhaustive()
-    }
-}
-
 impl SqliteStore {
     /// Opens (creating if missing) the database at `path` and migrates it.
     pub(crate) async fn open(path: &Path) -> Result<Self, crate::StoreError> {
