@@ -43,12 +43,21 @@ enum Command {
     /// The agent registers, heartbeats and fetches until Ctrl-C, SIGTERM or a shutdown command
     /// from the hub. A bus that is down at the start is waited for (reconnects forever).
     Agent(agent::AgentArgs),
-    /// Start a run of a spider on the hub (prints the run id; --wait follows it to the end).
+    /// Start an ad-hoc run of a spider on the hub (prints the run id; --wait follows it to
+    /// the end).
     Run(client::RunArgs),
-    /// List the hub's runs: state, strategy, agents, progress.
+    /// The hub's runs: list (the default), show, pause, resume, cancel, restart, wait.
     Runs(client::RunsArgs),
+    /// The hub's jobs: list, show, create -f JOB.yaml, update, delete, trigger, runs.
+    Jobs(client::JobsArgs),
+    /// A run's log lines (filtered by level, text, time); -f follows them until the run ends.
+    Logs(client::LogsArgs),
+    /// A run's items, as JSON Lines.
+    Items(client::ItemsArgs),
     /// List the agents known to the hub: state, load, last heartbeat.
     Agents(client::AgentsArgs),
+    /// The hub's API tokens: list, create NAME (printed once), delete ID.
+    Tokens(client::TokensArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,7 +82,11 @@ fn main() -> ExitCode {
             Command::Agent(args) => agent::run(args).await,
             Command::Run(args) => client::run(args).await,
             Command::Runs(args) => client::runs(args).await,
+            Command::Jobs(args) => client::jobs(args).await,
+            Command::Logs(args) => client::logs(args).await,
+            Command::Items(args) => client::items(args).await,
             Command::Agents(args) => client::agents(args).await,
+            Command::Tokens(args) => client::tokens(args).await,
         }
     });
     match result {

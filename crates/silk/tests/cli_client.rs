@@ -1,28 +1,10 @@
-//! Process-level tests of the hub client commands (`silk run`, `silk runs`, `silk agents`) and
-//! of `silk agent`, for what can be checked without a hub: errors a user sees first. The
-//! end-to-end tests against a real hub live with the hub.
+//! Process-level tests of the hub client commands (`silk run`, `runs`, `jobs`, `logs`,
+//! `items`, `agents`, `tokens`) and of `silk agent`, for what can be checked without a hub:
+//! errors a user sees first. The tests against a real hub are in `cli_platform.rs`.
 
-use std::process::{Command, Output, Stdio};
+mod cli_support;
 
-fn silk() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_silk"));
-    cmd.env("RUST_LOG", "warn")
-        .env_remove("SILK_SERVER")
-        .stdin(Stdio::null());
-    cmd
-}
-
-fn output(cmd: &mut Command) -> (Output, String) {
-    let out = cmd.output().expect("silk runs");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out, stderr)
-}
-
-/// A local port where nothing listens (bound, then released).
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
+use cli_support::{closed_port, output, silk};
 
 fn spider_file(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("spider.yaml");
@@ -138,4 +120,105 @@ fn agent_refuses_bad_settings() {
         assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
         assert!(stderr.contains(says), "{flag} {value}: {stderr}");
     }
+}
+
+#[test]
+fn every_client_command_without_a_hub_says_it_cannot_reach_it_in_one_line() {
+    let server = format!("http://127.0.0.1:{}", closed_port());
+    for args in [
+        &["jobs", "list"][..],
+        &["jobs", "show", "shop"],
+        &["jobs", "trigger", "shop", "--arg", "a=b"],
+        &["runs", "list", "--state", "running"],
+        &["runs", "--job", "shop"],
+        &["runs", "show", "r1"],
+        &["runs", "pause", "r1"],
+        &["runs", "--json", "cancel", "r1"],
+        &["runs", "--job", "shop", "list", "--state", "failed"],
+        &["runs", "restart", "r1", "--keep-frontier"],
+        &["runs", "wait", "r1"],
+        &["logs", "r1", "--level", "warn"],
+        &["logs", "-f", "r1"],
+        &["items", "r1", "--all"],
+        &["tokens", "list"],
+        &["tokens", "create", "ci"],
+    ] {
+        let (out, stderr) = output(silk().args(args).args(["--server", &server]));
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ")
+                && stderr.contains(&format!("cannot reach the hub at {server}")),
+            "{args:?}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn a_bad_job_file_is_refused_with_its_line_before_calling_the_hub() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.yaml");
+    std::fs::write(
+        &job,
+        "name: shop\nspider_file: s.yaml\n  cron: '*/5 * * * *'\nargs: {}\n",
+    )
+    .unwrap();
+    // Nothing listens on port 9: the error comes from the file.
+    let (out, stderr) = output(
+        silk()
+            .args(["jobs", "create", "--server", "http://127.0.0.1:9", "-f"])
+            .arg(&job),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("error: {}:3:", job.display())) && stderr.contains("bad YAML"),
+        "{stderr}"
+    );
+    // A spider_file that is not there is named, resolved next to the job file.
+    std::fs::write(&job, "name: shop\nspider_file: s.yaml\n").unwrap();
+    let (out, stderr) = output(
+        silk()
+            .args([
+                "jobs",
+                "update",
+                "shop",
+                "--server",
+                "http://127.0.0.1:9",
+                "-f",
+            ])
+            .arg(&job),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot read spider_file s.yaml")
+            && stderr.contains(&dir.path().join("s.yaml").display().to_string()),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn client_commands_reject_bad_options_before_calling_the_hub() {
+    for (args, says) in [
+        (&["jobs", "trigger", "j", "--arg", "novalue"][..], "--arg"),
+        (
+            &["jobs", "update", "j", "--enable", "--disable"],
+            "--disable",
+        ),
+        (&["logs", "r", "--level", "loud"], "--level"),
+        (&["logs", "r", "--since", "yesterday"], "--since"),
+        (&["items", "r", "--all", "--limit", "3"], "--limit"),
+        (&["runs", "--state", "running", "pause", "r"], "pause"),
+        (&["tokens", "list", "--server", "ftp://x"], "--server"),
+    ] {
+        let (out, stderr) = output(silk().args(args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    // An update with nothing to change.
+    let (out, stderr) =
+        output(silk().args(["jobs", "update", "j", "--server", "http://127.0.0.1:9"]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nothing to change"), "{stderr}");
 }

@@ -1,0 +1,84 @@
+//! `silk agents`: the agents known to the hub.
+
+use super::output::{Align, Table, ago, human_bytes, now_ms, print_json};
+use super::views::AgentView;
+use super::{Client, Conn, parse};
+use clap::Args;
+use std::process::ExitCode;
+
+/// Options of `silk agents`.
+#[derive(Debug, Args)]
+pub struct AgentsArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+/// Runs `silk agents`.
+pub async fn agents(args: AgentsArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(&args.conn)?;
+    let answer = client.get(&["api", "v1", "agents"]).await?;
+    if args.conn.json {
+        print_json(&answer);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let agents: Vec<AgentView> = parse(&answer.value, "a list of agents")?;
+    print!("{}", agents_table(&agents, now_ms()).render());
+    if agents.is_empty() {
+        eprintln!("no agents registered with the hub at {}", client.server());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn agents_table(agents: &[AgentView], now_ms: u64) -> Table {
+    use Align::{Left, Right};
+    let mut table = Table::new(&[
+        ("ID", Left),
+        ("STATE", Left),
+        ("CPU%", Right),
+        ("MEM", Right),
+        ("ACTIVE", Right),
+        ("INFLIGHT", Right),
+        ("QPS", Right),
+        ("LAST-HEARTBEAT", Right),
+        ("PHI", Right),
+    ]);
+    for a in agents {
+        table.row(vec![
+            a.id.clone(),
+            a.state.clone(),
+            format!("{:.1}", a.cpu_pct),
+            human_bytes(a.memory_bytes),
+            a.active_downloaders.to_string(),
+            a.in_flight.to_string(),
+            format!("{:.1}", a.qps),
+            a.last_heartbeat_ms
+                .map_or_else(|| "never".to_owned(), |t| ago(t, now_ms)),
+            match a.phi {
+                Some(phi) if phi.is_finite() => format!("{phi:.2}"),
+                _ => "inf".to_owned(),
+            },
+        ]);
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn agent_views_parse_leniently() {
+        let agents: Vec<AgentView> = parse(
+            &json!([{"id": "a1", "state": "alive", "phi": null, "last_heartbeat_ms": 1_000,
+                     "memory_bytes": 3_221_225_472u64, "labels": {"pool": "cn"}}]),
+            "agents",
+        )
+        .unwrap();
+        let out = agents_table(&agents, 2_200).render();
+        assert!(
+            out.contains("1.2s ago") && out.contains("3.0 GiB") && out.contains("inf"),
+            "{out}"
+        );
+    }
+}

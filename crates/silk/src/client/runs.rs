@@ -1,0 +1,580 @@
+//! `silk run SPIDER` (an ad-hoc run) and `silk runs` (list, show, pause, resume, cancel,
+//! restart, wait). Following a run to its end (`--wait`, `runs wait`) polls the run and shows
+//! progress on stderr.
+
+use super::output::{Align, Table, agent_list, describe, human_bytes, now_ms, print_json};
+use super::views::RunView;
+use super::{Answer, ApiError, Client, Conn, parse};
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Time between two looks at a run followed with `--wait`.
+const POLL_EVERY: Duration = Duration::from_millis(500);
+/// Time between two progress log lines when stderr is not a terminal.
+const LOG_EVERY: Duration = Duration::from_secs(5);
+
+// ------------------------------------------------------------------------------------------
+// `silk runs`.
+
+/// Options of `silk runs`.
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub command: Option<RunsCommand>,
+    /// Filters of the listing (`silk runs` alone lists).
+    #[command(flatten)]
+    pub list: ListArgs,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+/// `silk runs …`.
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// List runs, newest first: id, job, state, strategy, agents, progress (the default).
+    List(ListArgs),
+    /// Show one run: state, reason, allocation, times, every counter.
+    Show(IdArg),
+    /// Pause a running run (requests out finish; nothing new is sent).
+    Pause(IdArg),
+    /// Resume a paused run.
+    Resume(IdArg),
+    /// Cancel a run (it ends as cancelled).
+    Cancel(IdArg),
+    /// Start a new run like this one (stopping it first if active); prints the new run's id.
+    Restart(RestartArgs),
+    /// Follow a run until it ends, with progress on stderr. Exit status: 0 succeeded, 1
+    /// failed, 3 cancelled, 130 stopped waiting (Ctrl-C; the run goes on on the hub).
+    Wait(IdArg),
+}
+
+impl RunsCommand {
+    fn name(&self) -> &'static str {
+        match self {
+            RunsCommand::List(_) => "list",
+            RunsCommand::Show(_) => "show",
+            RunsCommand::Pause(_) => "pause",
+            RunsCommand::Resume(_) => "resume",
+            RunsCommand::Cancel(_) => "cancel",
+            RunsCommand::Restart(_) => "restart",
+            RunsCommand::Wait(_) => "wait",
+        }
+    }
+}
+
+/// Filters of `silk runs [list]`.
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    /// Only the runs of this job (id or name).
+    #[arg(long, value_name = "JOB")]
+    pub job: Option<String>,
+    /// Only runs in this state (pending, allocating, running, paused, stopping, succeeded,
+    /// failed, cancelled).
+    #[arg(long, value_name = "STATE")]
+    pub state: Option<String>,
+    /// At most this many runs (the hub's default: 100).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+}
+
+/// A run id.
+#[derive(Debug, Args)]
+pub struct IdArg {
+    /// The run id.
+    #[arg(value_name = "RUN")]
+    pub id: String,
+}
+
+/// Options of `silk runs restart`.
+#[derive(Debug, Args)]
+pub struct RestartArgs {
+    /// The run id.
+    #[arg(value_name = "RUN")]
+    pub id: String,
+    /// Keep the old run's frontier (what was fetched stays fetched) instead of starting over.
+    #[arg(long)]
+    pub keep_frontier: bool,
+    /// Follow the new run until it ends (exit status as `silk runs wait`).
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// Runs `silk runs`.
+pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
+    let filtered =
+        args.list.job.is_some() || args.list.state.is_some() || args.list.limit.is_some();
+    if let Some(command) = &args.command
+        && filtered
+        && !matches!(command, RunsCommand::List(_))
+    {
+        let name = command.name();
+        eprintln!(
+            "error: --job, --state and --limit filter the listing; they do not go with `silk runs {name}`"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let client = Client::connect(&args.conn)?;
+    let json = args.conn.json;
+    match args.command {
+        None => list(&client, &args.list, json).await,
+        Some(RunsCommand::List(l)) => {
+            // `silk runs --job J list --state S`: both filters.
+            let merged = ListArgs {
+                job: l.job.or(args.list.job),
+                state: l.state.or(args.list.state),
+                limit: l.limit.or(args.list.limit),
+            };
+            list(&client, &merged, json).await
+        }
+        Some(RunsCommand::Show(IdArg { id })) => {
+            let answer = client.get(&["api", "v1", "runs", &id]).await?;
+            if json {
+                print_json(&answer);
+            } else {
+                print!("{}", describe(&answer.text, now_ms(), &[]));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(RunsCommand::Pause(IdArg { id })) => act(&client, &id, "pause", json).await,
+        Some(RunsCommand::Resume(IdArg { id })) => act(&client, &id, "resume", json).await,
+        Some(RunsCommand::Cancel(IdArg { id })) => act(&client, &id, "cancel", json).await,
+        Some(RunsCommand::Restart(r)) => {
+            let body = if r.keep_frontier {
+                serde_json::json!({"keep_frontier": true})
+            } else {
+                serde_json::json!({})
+            };
+            let answer = client
+                .post(&["api", "v1", "runs", &r.id, "restart"], &body)
+                .await?;
+            let view: RunView = parse(&answer.value, "a run")?;
+            eprintln!("run {} restarted as {} ({})", r.id, view.id, view.state);
+            started(&client, view, answer, r.wait, json).await
+        }
+        Some(RunsCommand::Wait(IdArg { id })) => {
+            let answer = client.get(&["api", "v1", "runs", &id]).await?;
+            let view: RunView = parse(&answer.value, "a run")?;
+            wait_for(&client, view, answer, json).await
+        }
+    }
+}
+
+async fn list(client: &Client, args: &ListArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let mut query = Vec::new();
+    if let Some(job) = &args.job {
+        query.push(("job", job.clone()));
+    }
+    if let Some(state) = &args.state {
+        query.push(("state", state.clone()));
+    }
+    if let Some(limit) = args.limit {
+        query.push(("limit", limit.to_string()));
+    }
+    let answer = client.get_with(&["api", "v1", "runs"], &query).await?;
+    print_runs(client, &answer, json)
+}
+
+/// Prints a list of runs (a table, or the answer as is).
+pub fn print_runs(client: &Client, answer: &Answer, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        print_json(answer);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let runs: Vec<RunView> = parse(&answer.value, "a list of runs")?;
+    print!("{}", runs_table(&runs, now_ms()).render());
+    if runs.is_empty() {
+        eprintln!("no runs on the hub at {}", client.server());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn act(client: &Client, id: &str, action: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let answer = client
+        .post(&["api", "v1", "runs", id, action], &Value::Null)
+        .await?;
+    if json {
+        print_json(&answer);
+    } else {
+        let view: RunView = parse(&answer.value, "a run")?;
+        println!("run {}: {}", view.id, view.state);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn runs_table(runs: &[RunView], now_ms: u64) -> Table {
+    use Align::{Left, Right};
+    let mut table = Table::new(&[
+        ("ID", Left),
+        ("JOB", Left),
+        ("STATE", Left),
+        ("STRATEGY", Left),
+        ("AGENTS", Left),
+        ("SUCCESS/TOTAL", Right),
+        ("LEFT", Right),
+        ("FAILED", Right),
+        ("ITEMS", Right),
+        ("PAGES/S", Right),
+        ("STARTED", Right),
+        ("REASON", Left),
+    ]);
+    for r in runs {
+        table.row(vec![
+            r.id.clone(),
+            r.job_name.clone().unwrap_or_else(|| "-".into()),
+            r.state.clone(),
+            r.strategy.clone(),
+            agent_list(&r.agents),
+            format!("{}/{}", r.stats.success, r.stats.total),
+            r.stats.left.to_string(),
+            r.stats.failed.to_string(),
+            r.stats.items.to_string(),
+            format!("{:.1}", r.stats.pages_per_s),
+            r.started_ms
+                .or(r.created_ms)
+                .map_or_else(|| "-".into(), |t| super::output::ago(t, now_ms)),
+            r.reason.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    table
+}
+
+// ------------------------------------------------------------------------------------------
+// `silk run`.
+
+/// What happens to a run's requests when one of its agents dies.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OnAgentLost {
+    /// The run fails.
+    Fail,
+    /// The requests go to other live agents.
+    Reassign,
+}
+
+impl OnAgentLost {
+    fn as_str(self) -> &'static str {
+        match self {
+            OnAgentLost::Fail => "fail",
+            OnAgentLost::Reassign => "reassign",
+        }
+    }
+}
+
+/// Options of `silk run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The spider file (YAML; see docs/spider.md). It is sent to the hub, which checks it.
+    pub spider: PathBuf,
+    #[command(flatten)]
+    pub conn: Conn,
+    /// How requests go to agents: `random` (any live agent), `fixed:N` (N agents picked at
+    /// the start), `chained:N` (as fixed, and a request follows the agent of its parent page).
+    /// Default: the hub's.
+    #[arg(long, value_name = "STRATEGY", value_parser = parse_strategy)]
+    pub strategy: Option<String>,
+    /// What happens when an agent of the run dies. Default: the hub's.
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub on_agent_lost: Option<OnAgentLost>,
+    /// Most requests sent to agents and not yet answered. Default: the hub's.
+    #[arg(long, value_name = "N")]
+    pub max_pending: Option<u64>,
+    /// Fail the run when nothing progresses for this long (e.g. `60s`, `5m`). Default: the
+    /// hub's.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub stall_timeout: Option<Duration>,
+    /// Follow the run until it ends, with a progress line on stderr. Exit status: 0 succeeded,
+    /// 1 failed, 3 cancelled, 130 stopped waiting (Ctrl-C; the run goes on on the hub).
+    #[arg(long)]
+    pub wait: bool,
+}
+
+/// Accepts `random`, `fixed:N`, `chained:N` (N ≥ 1), as the hub does.
+pub fn parse_strategy(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    if text == "random" {
+        return Ok(text.to_owned());
+    }
+    let (name, n) = text
+        .split_once(':')
+        .ok_or("expected random, fixed:N or chained:N")?;
+    if !matches!(name, "fixed" | "chained") {
+        return Err(format!(
+            "unknown strategy `{name}`: expected random, fixed:N or chained:N"
+        ));
+    }
+    match n.parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(format!("{name}:{n}")),
+        _ => Err(format!(
+            "the agent count of `{name}` must be a whole number of at least 1"
+        )),
+    }
+}
+
+/// The body of `POST /api/v1/runs`.
+fn run_request(args: &RunArgs, spider: String) -> Value {
+    let mut body = serde_json::Map::new();
+    body.insert("spider".into(), Value::String(spider));
+    if let Some(strategy) = &args.strategy {
+        body.insert("strategy".into(), strategy.clone().into());
+    }
+    if let Some(policy) = args.on_agent_lost {
+        body.insert("on_agent_lost".into(), policy.as_str().into());
+    }
+    if let Some(n) = args.max_pending {
+        body.insert("max_pending".into(), n.into());
+    }
+    if let Some(timeout) = args.stall_timeout {
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        body.insert("stall_timeout_ms".into(), ms.into());
+    }
+    Value::Object(body)
+}
+
+/// Runs `silk run`.
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    crate::init_logging("warn,silk=info");
+    let spider = std::fs::read_to_string(&args.spider)
+        .with_context(|| format!("cannot read spider file {}", args.spider.display()))?;
+    let client = Client::connect(&args.conn)?;
+    let created = client
+        .post(&["api", "v1", "runs"], &run_request(&args, spider))
+        .await;
+    let Some(created) = allocation_failure_is_one_line(created)? else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let view: RunView = parse(&created.value, "a run")?;
+    started(&client, view, created, args.wait, args.conn.json).await
+}
+
+/// A run that could not be allocated is said as one line (`Ok(None)`: exit 1).
+pub fn allocation_failure_is_one_line(
+    answer: Result<Answer, ApiError>,
+) -> anyhow::Result<Option<Answer>> {
+    match answer {
+        Ok(answer) => Ok(Some(answer)),
+        Err(ApiError::Api { code, message, .. }) if code == "allocation_failed" => {
+            eprintln!("error: the run could not be allocated: {message}");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// After a run was started: prints its id (or, with `json`, the answer) and, with `wait`,
+/// follows it to the end.
+pub async fn started(
+    client: &Client,
+    view: RunView,
+    answer: Answer,
+    wait: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if view.id.is_empty() {
+        anyhow::bail!("unexpected answer from the hub: the new run has no id");
+    }
+    if !wait {
+        if json {
+            print_json(&answer);
+        } else {
+            println!("{}", view.id);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !json {
+        println!("{}", view.id);
+    }
+    eprintln!(
+        "run {} started on {} ({} agents: {})",
+        view.id,
+        client.server(),
+        if view.strategy.is_empty() {
+            "default"
+        } else {
+            &view.strategy
+        },
+        agent_list(&view.agents),
+    );
+    wait_for(client, view, answer, json).await
+}
+
+/// Follows the run until it ends; the exit status says how (0 succeeded, 1 failed, 3
+/// cancelled, 130 stopped waiting).
+pub async fn wait_for(
+    client: &Client,
+    view: RunView,
+    answer: Answer,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let (view, raw) = if view.is_terminal() {
+        (view, answer)
+    } else {
+        tokio::select! {
+            last = follow(client, view) => last?,
+            _ = crate::wait_for_stop_signal() => {
+                eprintln!("\nstopped waiting; the run goes on on the hub (see `silk runs`)");
+                return Ok(ExitCode::from(130));
+            }
+        }
+    };
+    if json {
+        print_json(&raw);
+    }
+    Ok(match view.state.as_str() {
+        "succeeded" => {
+            eprintln!("{}", summary(&view));
+            ExitCode::SUCCESS
+        }
+        "failed" => {
+            eprintln!(
+                "run {} failed: {}",
+                view.id,
+                view.reason.as_deref().unwrap_or("no reason given")
+            );
+            ExitCode::FAILURE
+        }
+        _ => {
+            match &view.reason {
+                Some(reason) => eprintln!("run {} cancelled: {reason}", view.id),
+                None => eprintln!("run {} cancelled", view.id),
+            }
+            ExitCode::from(3)
+        }
+    })
+}
+
+/// Polls the run until it is in a terminal state; returns it (parsed and as answered). Shows
+/// progress on stderr: a live line on a terminal, a log line every few seconds otherwise. A
+/// hub that cannot be reached for a while is waited for.
+async fn follow(client: &Client, first: RunView) -> anyhow::Result<(RunView, Answer)> {
+    crate::init_logging("warn,silk=info");
+    let id = first.id.clone();
+    let tty = std::io::stderr().is_terminal();
+    let bar = tty.then(|| {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let started = std::time::Instant::now();
+    let mut last_log = std::time::Instant::now();
+    let mut unreachable = false;
+    let result = loop {
+        match client.get(&["api", "v1", "runs", &id]).await {
+            Ok(raw) => {
+                if unreachable {
+                    tracing::info!("the hub answers again");
+                    unreachable = false;
+                }
+                let view: RunView = parse(&raw.value, "a run")?;
+                let line = progress_line(&view, started.elapsed());
+                if view.is_terminal() {
+                    break Ok((view, raw));
+                }
+                match &bar {
+                    Some(bar) => bar.set_message(line),
+                    None if last_log.elapsed() >= LOG_EVERY => {
+                        tracing::info!("run {id}: {line}");
+                        last_log = std::time::Instant::now();
+                    }
+                    None => {}
+                }
+            }
+            Err(e) if e.is_transient() => {
+                if !unreachable {
+                    let text = format!("{e}; still trying");
+                    match &bar {
+                        Some(bar) => bar.set_message(text),
+                        None => tracing::warn!("{text}"),
+                    }
+                    unreachable = true;
+                }
+            }
+            Err(e) => break Err(anyhow::Error::new(e).context(format!("run {id}"))),
+        }
+        tokio::time::sleep(POLL_EVERY).await;
+    };
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    result
+}
+
+fn progress_line(view: &RunView, elapsed: Duration) -> String {
+    let s = &view.stats;
+    format!(
+        "{} | {}/{} ok | left {} | in flight {} | failed {} | {} items | {:.1} pages/s | {}",
+        view.state,
+        s.success,
+        s.total,
+        s.left,
+        s.in_flight,
+        s.failed,
+        s.items,
+        s.pages_per_s,
+        humantime::format_duration(Duration::from_secs(elapsed.as_secs())),
+    )
+}
+
+/// The one line shown when a run succeeded.
+fn summary(view: &RunView) -> String {
+    let s = &view.stats;
+    let mut line = format!(
+        "run {} succeeded: {}/{} ok, {} failed, {} dropped, {} items, {}",
+        view.id,
+        s.success,
+        s.total,
+        s.failed,
+        s.dropped,
+        s.items,
+        human_bytes(s.bytes),
+    );
+    if let (Some(start), Some(end)) = (view.started_ms.or(view.created_ms), view.finished_ms) {
+        let secs = end.saturating_sub(start) / 1000;
+        line.push_str(&format!(
+            " in {}",
+            humantime::format_duration(Duration::from_secs(secs))
+        ));
+    }
+    if let Some(path) = &view.items_path {
+        line.push_str(&format!(" -> {path}"));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn run_views_parse_leniently() {
+        let runs: Vec<RunView> = parse(
+            &json!([{"id": "r1", "state": "running", "reason": null, "extra": {"x": 1},
+                     "job_name": "shop",
+                     "stats": {"total": 10, "success": 4, "items": 3, "pages_per_s": 2.5, "new": 1}}]),
+            "runs",
+        )
+        .unwrap();
+        assert_eq!(runs[0].stats.success, 4);
+        assert!(runs[0].agents.is_empty());
+        let out = runs_table(&runs, 0).render();
+        assert!(out.contains("4/10") && out.contains("shop"), "{out}");
+    }
+
+    #[test]
+    fn strategies() {
+        assert_eq!(parse_strategy("random").unwrap(), "random");
+        assert_eq!(parse_strategy("fixed:2").unwrap(), "fixed:2");
+        assert!(parse_strategy("fixed:0").is_err());
+        assert!(parse_strategy("fixed").is_err());
+        assert!(parse_strategy("other:1").is_err());
+    }
+}

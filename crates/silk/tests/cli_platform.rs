@@ -1,0 +1,411 @@
+//! The control plane's CLI against a real platform: `silk up` (hub + two local agents) and the
+//! demo site as processes on loopback, driven by the `silk` binary the way a user drives it:
+//! jobs from files, triggers, runs and their controls, logs (also followed), items, tokens and
+//! where the token comes from.
+
+mod cli_support;
+
+use cli_support::{DEADLINE, Platform, Proc, output};
+use serde_json::Value;
+use std::time::Instant;
+
+/// A job file whose spider is in a file next to it.
+fn job_file(p: &Platform, job: &str, spider_extra: &str, job_extra: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(p.path("jobs/spiders")).unwrap();
+    p.spider(&format!("jobs/spiders/{job}.yaml"), job, spider_extra);
+    let path = p.path(&format!("jobs/{job}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "# a job\nname: {job}\nspider_file: spiders/{job}.yaml\nremarks: made by the CLI test\n{job_extra}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.trim().is_empty()).collect()
+}
+
+#[test]
+fn jobs_from_files_trigger_logs_and_items() {
+    let p = Platform::start(30);
+    let file = job_file(&p, "shop", "per_host_delay_ms: 0\n", "args: {cat: books}\n");
+    let file = file.to_str().unwrap();
+
+    // Create: the id on stdout.
+    let id = p.ok(&["jobs", "create", "-f", file]).trim().to_owned();
+    assert!(!id.is_empty());
+    // The same name again: one line from the API, exit 1.
+    let (out, stderr) = output(p.cli().args(["jobs", "create", "-f", file]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(lines(&stderr).len(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("(conflict, HTTP 409)"),
+        "{stderr}"
+    );
+
+    // A field the hub refuses is pointed at in the file.
+    std::fs::write(
+        p.path("jobs/bad.yaml"),
+        "name: bad\nspider_file: spiders/shop.yaml\ncron: 'every day'\n",
+    )
+    .unwrap();
+    let (out, stderr) = output(p.cli().args(["jobs", "create", "-f", "jobs/bad.yaml"]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(lines(&stderr).len(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: jobs/bad.yaml:3: ")
+            && stderr.contains("(bad_request, HTTP 400)"),
+        "{stderr}"
+    );
+
+    // List: a table for people, the API's JSON for scripts.
+    let table = p.ok(&["jobs", "list"]);
+    let rows = lines(&table);
+    assert!(
+        rows[0].starts_with("NAME") && rows[0].contains("LAST-RUN"),
+        "{table}"
+    );
+    assert!(
+        rows[1].starts_with("shop") && rows[1].contains(&id),
+        "{table}"
+    );
+    let listed = p.json(&["jobs", "list"]);
+    assert_eq!(listed[0]["id"], id.as_str(), "{listed}");
+    assert_eq!(listed[0]["spider_name"], "shop", "{listed}");
+    assert!(
+        listed[0]["spider"]
+            .as_str()
+            .is_some_and(|s| s.contains("per_host_delay_ms: 0")),
+        "the spider file's text was sent: {listed}"
+    );
+    let shown = p.ok(&["jobs", "show", "shop"]);
+    assert!(
+        shown.contains("made by the CLI test") && shown.contains("spider: |"),
+        "{shown}"
+    );
+
+    // Trigger and wait: the run id on stdout, exit 0 when it succeeded.
+    let run = p.ok(&["jobs", "trigger", "shop", "--arg", "extra=1", "--wait"]);
+    let run = run.trim();
+    let view = p.json(&["runs", "show", run]);
+    assert_eq!(view["state"], "succeeded", "{view}");
+    assert_eq!(view["job_name"], "shop", "{view}");
+    let items_count = view["stats"]["items"].as_u64().unwrap();
+    assert!(items_count > 0, "{view}");
+    assert!(p.ok(&["runs", "show", run]).contains("state"));
+
+    // The run is listed by job and by state, and under the job.
+    let runs = p.ok(&["runs", "--job", "shop"]);
+    assert!(runs.contains(run) && runs.contains("succeeded"), "{runs}");
+    let runs = p.json(&["runs", "list", "--state", "succeeded", "--limit", "5"]);
+    assert!(
+        runs.as_array().unwrap().iter().any(|r| r["id"] == run),
+        "{runs}"
+    );
+    assert!(p.ok(&["jobs", "runs", "shop"]).contains(run));
+    let listed = p.json(&["jobs", "show", &id]);
+    assert_eq!(listed["last_run"]["id"], run, "{listed}");
+
+    // Logs: not empty; the level filter keeps that level and above.
+    let all = p.ok(&["logs", run, "--level", "trace"]);
+    assert!(!lines(&all).is_empty(), "no log lines");
+    for line in lines(&all) {
+        let mut words = line.split_whitespace();
+        let ts = words.next().unwrap();
+        assert!(humantime::parse_rfc3339(ts).is_ok(), "{line}");
+        let level = words.next().unwrap();
+        assert!(
+            ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"].contains(&level),
+            "{line}"
+        );
+    }
+    let warn = p.ok(&["logs", run, "--level", "warn"]);
+    for line in lines(&warn) {
+        assert!(
+            line.contains(" WARN ") || line.contains(" ERROR "),
+            "{line}"
+        );
+    }
+    let info = p.ok(&["logs", run, "--level", "info"]);
+    assert!(
+        lines(&info).iter().any(|l| l.contains(" INFO ")),
+        "the run logs its start and end: {info}"
+    );
+    assert!(lines(&info).len() >= lines(&warn).len());
+    // The last N; JSON lines for scripts.
+    // (Agents' last lines may still arrive after the run ended: the log only grows.)
+    let last2 = p.ok(&["logs", run, "--level", "trace", "--limit", "2"]);
+    let all_lines = lines(&all);
+    let later = p.ok(&["logs", run, "--level", "trace"]);
+    let later = lines(&later);
+    assert_eq!(later[..all_lines.len()], all_lines[..]);
+    assert!(later.len() >= lines(&info).len());
+    let last2 = lines(&last2);
+    let at = later.iter().position(|l| *l == last2[0]).unwrap();
+    assert_eq!(later[at..at + 2], last2[..], "consecutive");
+    assert!(at + 2 >= all_lines.len(), "the last two: {last2:?}\n{all}");
+    let json = p.ok(&["logs", run, "--json"]);
+    for line in lines(&json) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert!(v["message"].is_string(), "{line}");
+    }
+    // Text search: the lines that contain it.
+    let word = all_lines
+        .last()
+        .unwrap()
+        .split("  ")
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let found = p.ok(&["logs", run, "--level", "trace", "--grep", &word]);
+    assert!(!lines(&found).is_empty(), "{word}");
+    assert!(
+        lines(&found).iter().all(|l| l.contains(&word)),
+        "{word}: {found}"
+    );
+    let since = p.ok(&["logs", run, "--level", "trace", "--since", "1h"]);
+    assert_eq!(lines(&since)[..all_lines.len()], all_lines[..]);
+
+    // Items: JSON Lines, as many as the run counted.
+    let items = p.ok(&["items", run, "--all"]);
+    assert_eq!(lines(&items).len() as u64, items_count, "{items}");
+    for line in lines(&items) {
+        let item: Value = serde_json::from_str(line).unwrap();
+        assert!(item.is_object(), "{line}");
+    }
+    let few = p.ok(&["items", run, "--limit", "2"]);
+    assert_eq!(lines(&few), lines(&items)[..2]);
+
+    // The ad-hoc commands still work, with the token.
+    let spider = p.spider(
+        "adhoc.yaml",
+        "adhoc",
+        "per_host_delay_ms: 0\nmax_pages: 5\n",
+    );
+    let adhoc = p.ok(&["run", spider.to_str().unwrap(), "--wait"]);
+    assert!(!adhoc.trim().is_empty());
+    let agents = p.ok(&["agents"]);
+    assert!(
+        agents.contains("local-1") && agents.contains("alive"),
+        "{agents}"
+    );
+
+    // Update: disable, then change a field from a patch file (null clears).
+    p.ok(&["jobs", "update", "shop", "--disable"]);
+    let table = p.ok(&["jobs", "list"]);
+    assert!(lines(&table)[1].contains(" no "), "{table}");
+    std::fs::write(p.path("patch.yaml"), "remarks: null\nargs: {cat: games}\n").unwrap();
+    let patched = p.json(&["jobs", "update", "shop", "-f", "patch.yaml", "--enable"]);
+    assert_eq!(patched["enabled"], true, "{patched}");
+    assert_eq!(patched["args"]["cat"], "games", "{patched}");
+    assert!(
+        patched["remarks"].is_null() || patched["remarks"] == "",
+        "cleared: {patched}"
+    );
+
+    // Delete: gone; its runs stay.
+    p.ok(&["jobs", "delete", "shop"]);
+    assert_eq!(p.json(&["jobs", "list"]), serde_json::json!([]));
+    let (out, stderr) = output(p.cli().args(["jobs", "show", "shop"]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(not_found, HTTP 404)"), "{stderr}");
+    assert!(p.ok(&["runs"]).contains(run));
+}
+
+#[test]
+fn runs_pause_resume_cancel_restart_and_logs_follow() {
+    let p = Platform::start(100);
+    // Slow: one request at a time per host, spaced.
+    let slow = job_file(
+        &p,
+        "slow",
+        "per_host_concurrency: 1\nper_host_delay_ms: 300\n",
+        "",
+    );
+    p.ok(&["jobs", "create", "-f", slow.to_str().unwrap()]);
+    let run = p.ok(&["jobs", "trigger", "slow"]).trim().to_owned();
+
+    // logs -f of the running run, in the background.
+    let mut cmd = p.cli();
+    cmd.args(["logs", "-f", &run, "--level", "trace"]);
+    let mut follow = Proc::spawn(cmd, "logs -f", &p.path("follow.log"));
+
+    assert_eq!(
+        p.ok(&["runs", "pause", &run]).trim(),
+        format!("run {run}: paused")
+    );
+    p.until("the run paused", &["runs", "show", &run], |v| {
+        v["state"] == "paused"
+    });
+    // Pausing again is the API's error, in one line.
+    let (out, stderr) = output(p.cli().args(["runs", "pause", &run]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(wrong_state, HTTP 409)"), "{stderr}");
+    let resumed = p.json(&["runs", "resume", &run]);
+    assert_eq!(resumed["id"], run.as_str());
+    p.until("the run running", &["runs", "show", &run], |v| {
+        v["state"] == "running"
+    });
+    p.ok(&["runs", "cancel", &run]);
+
+    // `runs wait` of a cancelled run: exit 3 with the reason on stderr.
+    let (out, stderr) = output(p.cli().args(["runs", "wait", &run]));
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("cancelled"), "{stderr}");
+    // logs -f ended with the run.
+    assert_eq!(follow.wait_exit(), Some(0), "{}", follow.output());
+    let followed = follow.output();
+    assert!(
+        followed.contains(&format!("run {run} ended: cancelled")),
+        "{followed}"
+    );
+
+    // Restart: a new run, restart_of the old one.
+    let new = p
+        .ok(&["runs", "restart", &run, "--keep-frontier"])
+        .trim()
+        .to_owned();
+    assert_ne!(new, run);
+    let view = p.json(&["runs", "show", &new]);
+    assert_eq!(view["restart_of"], run.as_str(), "{view}");
+    // Ctrl-C stops following (exit 130).
+    let mut cmd = p.cli();
+    cmd.args(["logs", "-f", &new, "--level", "trace"]);
+    let mut follow = Proc::spawn(cmd, "logs -f (interrupted)", &p.path("follow2.log"));
+    follow.wait_line(" INFO ");
+    interrupt(follow.child.id());
+    assert_eq!(follow.wait_exit(), Some(130), "{}", follow.output());
+    p.ok(&["runs", "cancel", &new]);
+
+    // A short run followed from its start ends by itself when the run ends.
+    // (Its page budget is an argument: the job's, overridden by the trigger's.)
+    let quick = job_file(
+        &p,
+        "quick",
+        "per_host_delay_ms: 50\nmax_pages: ${args.max}\n",
+        "args: {max: 1000}\n",
+    );
+    p.ok(&["jobs", "create", "-f", quick.to_str().unwrap()]);
+    let run = p
+        .ok(&["jobs", "trigger", "quick", "--arg", "max=12"])
+        .trim()
+        .to_owned();
+    let started = Instant::now();
+    let mut cmd = p.cli();
+    cmd.args(["logs", "-f", &run]);
+    let mut follow = Proc::spawn(cmd, "logs -f (quick)", &p.path("follow3.log"));
+    assert_eq!(follow.wait_exit(), Some(0), "{}", follow.output());
+    assert!(started.elapsed() < DEADLINE);
+    assert!(
+        follow
+            .output()
+            .contains(&format!("run {run} ended: succeeded")),
+        "{}",
+        follow.output()
+    );
+    let view = p.json(&["runs", "show", &run]);
+    assert_eq!(view["args"]["max"], "12", "{view}");
+    assert!(
+        view["stats"]["success"].as_u64().unwrap() <= 12 + 8,
+        "{view}"
+    );
+}
+
+/// Sends SIGINT (Ctrl-C) to the process `pid` (with `kill`: the workspace forbids unsafe code).
+fn interrupt(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+#[test]
+fn tokens_and_where_the_token_comes_from() {
+    let p = Platform::start(10);
+    let admin = std::fs::read_to_string(p.path(".silk/hub/admin.token"))
+        .expect("silk up writes DATA_DIR/hub/admin.token")
+        .trim()
+        .to_owned();
+
+    // The file (found through the default --data-dir .silk) works.
+    p.ok(&["jobs", "list"]);
+
+    // A wrong SILK_TOKEN beats the file: refused, in one line, without the token.
+    let wrong = "silk_nope_0123456789abcdef";
+    let (out, stderr) = output(p.cli().args(["jobs", "list"]).env("SILK_TOKEN", wrong));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(lines(&stderr).len(), 1, "{stderr}");
+    assert!(
+        stderr.contains("refused the token (the token from SILK_TOKEN")
+            && stderr
+                .contains("pass --token, set SILK_TOKEN or run where DATA_DIR/hub/admin.token"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stderr.contains(wrong) && !stdout.contains(wrong),
+        "{stderr}"
+    );
+    // --token beats SILK_TOKEN.
+    p.ok(&["jobs", "list", "--token", &admin]);
+    let (out, _) = output(
+        p.cli()
+            .args(["jobs", "list", "--token", &admin])
+            .env("SILK_TOKEN", wrong),
+    );
+    assert!(out.status.success());
+    let (out, stderr) = output(
+        p.cli()
+            .args(["runs", "--token", wrong])
+            .env("SILK_TOKEN", &admin),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the token from --token") && !stderr.contains(wrong),
+        "{stderr}"
+    );
+    // No token anywhere: said so.
+    let (out, stderr) = output(p.cli().args(["agents", "--data-dir", "elsewhere"]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("wants a token (no token"), "{stderr}");
+    // `silk hub --data-dir DIR` keeps its token in DIR: found there too.
+    p.ok(&["agents", "--data-dir", ".silk/hub"]);
+
+    // Tokens: created (printed once, alone on stdout), listed, used, deleted.
+    let created = p.ok(&["tokens", "create", "ci"]);
+    let ci = created.trim();
+    assert_eq!(lines(&created).len(), 1, "{created}");
+    assert!(ci.starts_with("silk_"), "{created}");
+    let table = p.ok(&["tokens", "list"]);
+    assert!(table.contains("ci") && !table.contains(ci), "{table}");
+    let listed = p.json(&["tokens", "list"]);
+    let id = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ci")
+        .and_then(|t| t["id"].as_str())
+        .unwrap()
+        .to_owned();
+    let (out, stderr) = output(
+        p.cli()
+            .args(["runs", "--data-dir", "elsewhere"])
+            .env("SILK_TOKEN", ci),
+    );
+    assert!(out.status.success(), "{stderr}");
+    p.ok(&["tokens", "delete", &id]);
+    let (out, stderr) = output(
+        p.cli()
+            .args(["runs", "--data-dir", "elsewhere"])
+            .env("SILK_TOKEN", ci),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("refused the token"), "{stderr}");
+}

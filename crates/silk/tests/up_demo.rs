@@ -1,0 +1,128 @@
+//! `silk up --demo`, the README's first command, as a newcomer runs it: the platform with the
+//! demo site and a demo job that runs at once; the admin token printed once (in the web UI's
+//! URL), kept in a private file, required by the API, and never written to the logs.
+
+mod cli_support;
+
+use cli_support::{Proc, closed_port, silk};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+
+async fn get(http: &reqwest::Client, url: &str, token: Option<&str>) -> (u16, Value) {
+    let mut req = http.get(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("GET");
+    let status = resp.status().as_u16();
+    let body = resp.bytes().await.unwrap();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
+    let dir = TempDir::new().unwrap();
+    let port = closed_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let start = |name: &str| {
+        let mut cmd = silk();
+        cmd.current_dir(dir.path()).env("RUST_LOG", "debug").args([
+            "up",
+            "--demo",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ]);
+        Proc::spawn(cmd, name, &dir.path().join(format!("{name}.log")))
+    };
+    let mut up = start("up");
+    let ui = up.wait_line("web UI:");
+    let token = ui
+        .split("#token=")
+        .nth(1)
+        .expect("the first start prints the token in the UI's URL")
+        .trim()
+        .to_owned();
+    assert!(token.starts_with("silk_"), "{ui}");
+    let file = dir.path().join(".silk/hub/admin.token");
+    assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), token);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the token file is private");
+    }
+    let demo = up.wait_line("demo:");
+    let run = demo
+        .split("run ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("the demo run's id")
+        .to_owned();
+
+    let http = reqwest::Client::new();
+    assert_eq!(
+        get(&http, &format!("{base}/api/v1/jobs"), None).await.0,
+        401
+    );
+    let wrong = format!("{token}x");
+    assert_eq!(
+        get(&http, &format!("{base}/api/v1/jobs"), Some(&wrong))
+            .await
+            .0,
+        401
+    );
+    let (status, page) = get(&http, &format!("{base}/"), None).await;
+    assert_eq!(status, 200, "the web UI is served: {page}");
+    // The demo run is live within seconds and finishes.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let (_, view) = get(&http, &format!("{base}/api/v1/runs/{run}"), Some(&token)).await;
+        if matches!(
+            view["state"].as_str(),
+            Some("succeeded" | "failed" | "cancelled")
+        ) {
+            break view;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo run did not finish: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["job_name"], "demo");
+    assert!(done["stats"]["items"].as_u64().unwrap() > 100, "{done}");
+
+    // The secret is printed once (the UI line) and nowhere else, also at debug level.
+    up.kill();
+    let secret = token.rsplit('_').next().unwrap();
+    let output = up.output();
+    assert_eq!(
+        output.matches(secret).count(),
+        1,
+        "the token appears only in the UI line"
+    );
+
+    // A second start reuses the token: not printed again, the demo job runs again.
+    let mut again = start("again");
+    let ui = again.wait_line("web UI:");
+    assert!(!ui.contains("#token="), "{ui}");
+    again.wait_line("demo:");
+    again.kill();
+    assert!(!again.output().contains(secret));
+}
+
+#[test]
+fn no_auth_is_refused_off_loopback() {
+    let out = silk()
+        .args(["up", "--no-auth", "--listen", "0.0.0.0:0"])
+        .output()
+        .expect("silk up");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--no-auth") && stderr.contains("loopback"),
+        "{stderr}"
+    );
+}
