@@ -7,76 +7,23 @@
 //! `nats-server` must be on the PATH (`.ci/run` installs it); without it the tests print
 //! "skipped: …" and pass, except under CI (`CI` set), where they fail.
 
+mod cli_support;
+
+use cli_support::Proc;
 use serde_json::Value;
 use silk_testkit::demo::{DemoConfig, DemoSite};
 use silk_testkit::free_port;
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
-/// A child process killed when dropped (a failing test leaves nothing behind).
-struct Proc {
-    child: Child,
-    name: String,
-}
-
-impl Proc {
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Spawns `cmd` and waits until a line of its stdout or stderr contains `ready`.
-fn spawn_ready(mut cmd: Command, name: &str, ready: &str, log: &Path) -> Proc {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    for stream in [
-        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-        Box::new(child.stderr.take().unwrap()),
-    ] {
-        let tx = tx.clone();
-        let ready = ready.to_owned();
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        std::thread::spawn(move || {
-            use std::io::Write;
-            for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                let _ = writeln!(file, "{line}");
-                if line.contains(&ready) {
-                    let _ = tx.send(());
-                }
-            }
-        });
-    }
-    if rx.recv_timeout(Duration::from_secs(30)).is_err() {
-        let _ = child.kill();
-        panic!(
-            "{name} did not get ready ({ready:?}); log:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-    }
-    Proc {
-        child,
-        name: name.to_owned(),
-    }
+fn spawn_ready(cmd: Command, name: &str, ready: &str, log: &Path) -> Proc {
+    let mut proc = Proc::spawn(cmd, name, log);
+    proc.wait_line(ready);
+    proc
 }
 
 fn have_nats_server() -> bool {
