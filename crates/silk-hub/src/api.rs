@@ -197,6 +197,7 @@ pub(crate) fn router(hub: HubHandle, options: ApiOptions) -> Router {
         .merge(api)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(hub)
+        .merge(crate::ui::routes())
 }
 
 /// Checks the bearer token of `/api/v1` requests.

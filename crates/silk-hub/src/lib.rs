@@ -43,6 +43,7 @@ pub mod run;
 mod runner;
 mod scheduler;
 mod sinks;
+mod ui;
 
 pub use allocation::{Allocation, OnAgentLost, Route, Strategy, allocate};
 pub use api::{ApiOptions, openapi};

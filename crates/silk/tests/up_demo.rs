@@ -97,7 +97,7 @@ async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
     // The secret is printed once (the UI line) and nowhere else, also at debug level.
     up.kill();
     let secret = token.rsplit('_').next().unwrap();
-    let output = up.output();
+    let output = up.raw_output();
     assert_eq!(
         output.matches(secret).count(),
         1,
@@ -110,7 +110,7 @@ async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
     assert!(!ui.contains("#token="), "{ui}");
     again.wait_line("demo:");
     again.kill();
-    assert!(!again.output().contains(secret));
+    assert!(!again.raw_output().contains(secret));
 }
 
 #[test]

@@ -114,8 +114,14 @@ impl Proc {
         }
     }
 
-    /// Everything it printed so far.
+    /// Everything it printed so far, with API tokens masked (this goes into failure
+    /// messages).
     pub fn output(&self) -> String {
+        mask_tokens(&self.raw_output())
+    }
+
+    /// Everything it printed so far, as printed.
+    pub fn raw_output(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -251,4 +257,28 @@ impl Platform {
         std::fs::write(&path, yaml).unwrap();
         path
     }
+}
+
+/// Replaces the secret of every `silk_<id>_<secret>` token in `text` with `***`.
+pub fn mask_tokens(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("silk_") {
+        out.push_str(&rest[..at + 5]);
+        rest = &rest[at + 5..];
+        let id_len = rest.bytes().take_while(u8::is_ascii_hexdigit).count();
+        if id_len > 0 && rest.as_bytes().get(id_len) == Some(&b'_') {
+            let secret_len = rest[id_len + 1..]
+                .bytes()
+                .take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+                .count();
+            if secret_len >= 16 {
+                out.push_str(&rest[..id_len + 1]);
+                out.push_str("***");
+                rest = &rest[id_len + 1 + secret_len..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }

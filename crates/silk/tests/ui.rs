@@ -1,0 +1,672 @@
+//! The hub's web UI in a real browser: `silk up` (hub + two local agents) and `silk demo-site`
+//! as processes on loopback, Chromium driven over WebDriver (`chromedriver`, through the
+//! `fantoccini` client). The scenario is a user's: open the link with the token, create a job
+//! by pasting a spider, trigger it, pause the run on its page (the API confirms nothing is
+//! fetched while paused), look at the dashboard, resume, watch the run finish with its log
+//! and items, toggle and edit the job, see a clear error for a duplicate name, check the
+//! agents page, sign out and in again.
+//!
+//! Screenshots of each page land in `CARGO_TARGET_TMPDIR/ui-screenshots/` (the path is
+//! printed). Debian's `chromium` and `chromium-driver` must be installed (`.ci/run` installs
+//! them); without `/usr/bin/chromedriver` the test prints "skipped: …" and passes, except under
+//! CI (`CI` set), where it fails.
+
+mod cli_support;
+
+use cli_support::{DEADLINE, Platform, Proc};
+use fantoccini::elements::Element;
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::{Value, json};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// How long a whole run may take.
+const RUN_DEADLINE: Duration = Duration::from_secs(180);
+/// How long a paused run is watched for fetches that should not happen.
+const PAUSE_WINDOW: Duration = Duration::from_secs(2);
+/// Content pages per host of the demo site: the job's run fetches some eight hundred pages.
+const PAGES: u32 = 120;
+const JOB: &str = "ui-demo";
+
+/// chromedriver, leading its own process group: dropping it kills the group, so the
+/// browsers it started die with it even when the test fails before closing its session.
+struct Driver {
+    proc: Proc,
+    port: u16,
+}
+
+impl Driver {
+    fn start(dir: &Path) -> Driver {
+        let port = silk_testkit::free_port();
+        let mut cmd = Command::new(CHROMEDRIVER);
+        cmd.arg(format!("--port={port}")).process_group(0);
+        let mut proc = Proc::spawn(cmd, "chromedriver", &dir.join("chromedriver.log"));
+        proc.wait_line("started successfully");
+        Driver { proc, port }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if self.proc.child.try_wait().ok().flatten().is_none() {
+            let group = rustix::process::Pid::from_child(&self.proc.child);
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+        // `proc` is dropped next: it reaps chromedriver.
+    }
+}
+
+/// The hub's API with the admin token: what the test checks beside the page.
+struct Api {
+    server: String,
+    token: String,
+    http: reqwest::Client,
+    hub_log: PathBuf,
+}
+
+impl Api {
+    /// Reads the admin token the hub made at its first start (never printed).
+    async fn connect(p: &Platform) -> Api {
+        let token_file = p.path(".silk/hub/admin.token");
+        let token = std::fs::read_to_string(&token_file)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", token_file.display()))
+            .trim()
+            .to_owned();
+        let api = Api {
+            server: p.server.clone(),
+            token,
+            http: reqwest::Client::new(),
+            hub_log: p.up.log.clone(),
+        };
+        api.until("the admin token to be accepted", "/api/v1/agents", |v| {
+            v.is_array()
+        })
+        .await;
+        api
+    }
+
+    /// `GET path` with the admin token; the JSON answer (`Null` when there is none).
+    async fn get(&self, path: &str) -> Value {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.server))
+            .bearer_auth(&self.token)
+            .send()
+            .await;
+        match resp {
+            Ok(r) => {
+                serde_json::from_slice(&r.bytes().await.unwrap_or_default()).unwrap_or(Value::Null)
+            }
+            Err(_) => Value::Null,
+        }
+    }
+
+    /// Polls `GET path` until `check` holds; the answer that passed.
+    async fn until(&self, what: &str, path: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let v = self.get(path).await;
+            if check(&v) {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last answer: {v}\n--- silk up ---\n{}",
+                tail(&self.hub_log, 40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The job's spider, as pasted: the demo site's three hosts, polite enough (one request at a
+/// time per host, 30 ms apart) that the run lasts some seconds.
+fn spider_text(p: &Platform) -> String {
+    let path = p.spider(
+        "ui-demo.yaml",
+        JOB,
+        "per_host_concurrency: 1\nper_host_delay_ms: 30\n",
+    );
+    std::fs::read_to_string(path).unwrap()
+}
+
+/// Chromium under chromedriver, and where the screenshots go.
+struct Browser {
+    client: Client,
+    shots: PathBuf,
+    server: String,
+    hub_log: PathBuf,
+    _driver: Driver,
+}
+
+impl Browser {
+    async fn start(dir: &Path, server: &str, hub_log: PathBuf) -> Browser {
+        let driver = Driver::start(dir);
+        let profile = dir.join("chromium-profile");
+        let caps = json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-quic",
+                    "--no-first-run",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
+                    format!("--user-data-dir={}", profile.display()),
+                    "--window-size=1400,1000",
+                ],
+            },
+        });
+        let caps = match caps {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        };
+        // chromedriver speaks plain HTTP on loopback: a plain connector, no TLS stack (with
+        // fantoccini's rustls one, the test binary links two rustls crypto providers and
+        // rustls refuses to pick one).
+        let client = ClientBuilder::new(HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{}", driver.port))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start a Chromium session: {e}\n--- chromedriver ---\n{}",
+                    tail(&driver.proc.log, 40)
+                )
+            });
+        let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+        std::fs::create_dir_all(&shots).unwrap();
+        Browser {
+            client,
+            shots,
+            server: server.to_owned(),
+            hub_log,
+            _driver: driver,
+        }
+    }
+
+    /// Saves a screenshot of the window as `NAME.png`.
+    async fn shot(&self, name: &str) {
+        match self.client.screenshot().await {
+            Ok(png) => std::fs::write(self.shots.join(format!("{name}.png")), png).unwrap(),
+            Err(e) => eprintln!("screenshot {name}: {e}"),
+        }
+    }
+
+    /// Fails the test with `message`, a screenshot of the page (`failure.png`), the page's
+    /// error line and the hub's last lines.
+    async fn fail(&self, message: &str) -> ! {
+        self.shot("failure").await;
+        let error = self.text("[data-testid=error]").await.unwrap_or_default();
+        let url = self
+            .client
+            .current_url()
+            .await
+            .map(|u| u.to_string())
+            .unwrap_or_default();
+        panic!(
+            "{message}\n  page: {}\n  error line: {error:?}\n  screenshot: {}\n--- silk up ---\n{}",
+            redact(&url),
+            self.shots.join("failure.png").display(),
+            tail(&self.hub_log, 40)
+        );
+    }
+
+    async fn find(&self, css: &str) -> Option<Element> {
+        self.client.find(Locator::Css(css)).await.ok()
+    }
+
+    /// The visible text of the first element matching `css`.
+    async fn text(&self, css: &str) -> Option<String> {
+        self.find(css).await?.text().await.ok()
+    }
+
+    async fn count(&self, css: &str) -> usize {
+        self.client
+            .find_all(Locator::Css(css))
+            .await
+            .map(|v| v.len())
+            .unwrap_or(0)
+    }
+
+    /// Polls `probe` (every 100 ms) until it gives a value; fails past `deadline`.
+    async fn until_within<T>(
+        &self,
+        what: &str,
+        deadline: Duration,
+        mut probe: impl AsyncFnMut() -> Option<T>,
+    ) -> T {
+        let end = Instant::now() + deadline;
+        loop {
+            if let Some(v) = probe().await {
+                return v;
+            }
+            if Instant::now() > end {
+                self.fail(&format!("timed out waiting for {what}")).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn until<T>(&self, what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+        self.until_within(what, DEADLINE, probe).await
+    }
+
+    /// Waits until `css` shows `text` exactly.
+    async fn until_text(&self, css: &str, text: &str) {
+        self.until(&format!("{css} to show {text:?}"), async || {
+            self.text(css).await.filter(|t| t == text)
+        })
+        .await;
+    }
+
+    /// Clicks the first element matching `css` once it is there and enabled (found again
+    /// if the page re-rendered it meanwhile).
+    async fn click(&self, css: &str) {
+        self.until(&format!("{css} to be clicked"), async || {
+            let el = self.find(css).await?;
+            if !el.is_enabled().await.ok()? {
+                return None;
+            }
+            el.click().await.ok()
+        })
+        .await;
+    }
+
+    /// Types `text` into the field `css` (after clearing it).
+    async fn type_into(&self, css: &str, text: &str) {
+        let el = self
+            .until(&format!("{css} to be there"), async || self.find(css).await)
+            .await;
+        let typed = async {
+            el.clear().await?;
+            el.send_keys(text).await
+        };
+        if let Err(e) = typed.await {
+            self.fail(&format!("cannot type into {css}: {e}")).await;
+        }
+    }
+
+    /// The hash part of the page's URL (`#/runs/ID`).
+    async fn hash(&self) -> String {
+        self.client
+            .current_url()
+            .await
+            .ok()
+            .and_then(|u| u.fragment().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// A number the page shows (`1,234` → 1234).
+    async fn number(&self, css: &str) -> Option<u64> {
+        let text = self.text(css).await?;
+        let digits: String = text.chars().filter(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    }
+
+    async fn percent(&self) -> Option<f64> {
+        self.find("[data-testid=run-progress]")
+            .await?
+            .attr("data-percent")
+            .await
+            .ok()??
+            .parse()
+            .ok()
+    }
+
+    async fn enabled(&self, css: &str) -> bool {
+        match self.find(css).await {
+            Some(el) => el.is_enabled().await.unwrap_or(false),
+            None => false,
+        }
+    }
+}
+
+/// `text` without what follows a `#token=` (the hub prints the admin token in a link).
+fn redact(text: &str) -> String {
+    match text.split_once("#token=") {
+        Some((base, _)) => format!("{base}#token=…"),
+        None => text.to_owned(),
+    }
+}
+
+/// The last `n` lines of a log file, tokens redacted.
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<String> = text.lines().map(redact).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn have_chromedriver() -> bool {
+    let found = Path::new(CHROMEDRIVER).exists() && Path::new(CHROMIUM).exists();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "chromium-driver is not installed, and CI must run the UI test"
+        );
+        println!("skipped: chromium-driver is not installed");
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
+    if !have_chromedriver() {
+        return;
+    }
+    let p = Platform::start(PAGES);
+    let api = Api::connect(&p).await;
+    let spider = spider_text(&p);
+    let b = Browser::start(p.dir.path(), &p.server, p.up.log.clone()).await;
+    println!("screenshots: {}", b.shots.display());
+
+    // The link the hub prints: the token is taken, stored and removed from the URL.
+    let link = format!("{}/#token={}", b.server, api.token);
+    if let Err(e) = b.client.goto(&link).await {
+        b.fail(&format!("cannot open the UI: {e}")).await;
+    }
+    b.until("the token to leave the URL", async || {
+        let url = b.client.current_url().await.ok()?;
+        (!url.as_str().contains("token=")).then_some(())
+    })
+    .await;
+    b.until("the dashboard with two agent cards", async || {
+        (b.count("[data-testid=agent-card]").await == 2).then_some(())
+    })
+    .await;
+    let stored = b
+        .client
+        .execute("return localStorage.getItem('silk.token')", vec![])
+        .await
+        .ok();
+    if stored.as_ref().and_then(Value::as_str) != Some(api.token.as_str()) {
+        b.fail("the token is not in localStorage").await;
+    }
+
+    // A new job from a pasted spider.
+    b.click("[data-testid=nav-jobs]").await;
+    b.click("[data-testid=new-job]").await;
+    b.type_into("#job-name", JOB).await;
+    b.type_into("#job-spider", &spider).await;
+    b.type_into("#job-cron", "0 3 * * *").await;
+    b.type_into("#job-timezone", "Europe/Paris").await;
+    b.type_into("#job-remarks", "made in the browser").await;
+    if let Some(overlap) = b.find("#job-overlap").await {
+        let _ = overlap.select_by_value("skip").await;
+    }
+    let _ = b.client.execute("window.scrollTo(0, 0)", vec![]).await;
+    b.shot("job-form").await;
+    b.click("#job-save").await;
+    let row = format!("tr[data-testid=job-row][data-name='{JOB}']");
+    b.until("the job in the list", async || b.find(&row).await)
+        .await;
+    let job = api
+        .until("the job in the API", &format!("/api/v1/jobs/{JOB}"), |v| {
+            v["name"] == JOB
+        })
+        .await;
+    assert_eq!(job["cron"], "0 3 * * *", "{job}");
+    assert_eq!(job["timezone"], "Europe/Paris", "{job}");
+    assert_eq!(job["remarks"], "made in the browser", "{job}");
+    assert_eq!(job["overlap"], "skip", "{job}");
+    assert!(
+        job["spider"]
+            .as_str()
+            .is_some_and(|s| s.contains("per_host_delay_ms: 30")),
+        "the spider is the pasted text: {job}"
+    );
+    assert!(
+        job["next_fire_ms"].is_u64(),
+        "a cron job has a next fire: {job}"
+    );
+
+    // Trigger: the run page opens.
+    b.click(&format!("{row} [data-testid=job-trigger]")).await;
+    let run_id = b
+        .until("the run page", async || {
+            b.hash().await.strip_prefix("/runs/").map(str::to_owned)
+        })
+        .await;
+    let run_path = format!("/api/v1/runs/{run_id}");
+    // Running for a while (some hundred pages of some eight hundred), the chart drawn.
+    b.until("the run to be running with pages fetched", async || {
+        let state = b.text("[data-testid=run-state]").await?;
+        let success = b.number("[data-testid=stat-success]").await?;
+        let points: u32 = b
+            .find("[data-testid=run-chart]")
+            .await?
+            .attr("data-points")
+            .await
+            .ok()??
+            .parse()
+            .ok()?;
+        (state == "running" && success >= 100 && points >= 2).then_some(())
+    })
+    .await;
+    if !b.enabled("#run-pause").await || b.enabled("#run-resume").await {
+        b.fail("a running run can be paused, not resumed").await;
+    }
+    b.shot("run-running").await;
+
+    // Pause: the badge says so, and the hub fetches nothing more while paused.
+    b.click("#run-pause").await;
+    b.until_text("[data-testid=run-state]", "paused").await;
+    let paused = api
+        .until(
+            "the paused run's requests in flight to finish",
+            &run_path,
+            |v| v["state"] == "paused" && v["stats"]["in_flight"] == 0,
+        )
+        .await;
+    let success = paused["stats"]["success"].as_u64().unwrap();
+    let watched = Instant::now();
+    while watched.elapsed() < PAUSE_WINDOW {
+        let v = api.get(&run_path).await;
+        assert_eq!(v["state"], "paused", "{v}");
+        assert_eq!(
+            v["stats"]["success"], success,
+            "pages were fetched while paused: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    b.until("the page to show the paused count", async || {
+        (b.number("[data-testid=stat-success]").await? == success).then_some(())
+    })
+    .await;
+    if b.enabled("#run-pause").await || !b.enabled("#run-resume").await {
+        b.fail("a paused run can be resumed, not paused").await;
+    }
+    b.shot("run-paused").await;
+
+    // The dashboard lists the paused run with its progress; its link leads back.
+    b.click("[data-testid=nav-dashboard]").await;
+    let dash_row = format!("tr[data-testid=dashboard-run][data-id='{run_id}']");
+    b.until("the run on the dashboard", async || b.find(&dash_row).await)
+        .await;
+    b.until("the dashboard's agent sparklines", async || {
+        (b.count("[data-testid=agent-card]").await == 2).then_some(())
+    })
+    .await;
+    b.shot("dashboard").await;
+    b.click(&format!("{dash_row} a")).await;
+    b.until_text("[data-testid=run-state]", "paused").await;
+
+    // Resume, then the run finishes.
+    b.click("#run-resume").await;
+    api.until("pages fetched after resuming", &run_path, |v| {
+        v["stats"]["success"].as_u64().is_some_and(|s| s > success)
+    })
+    .await;
+    b.until_within("the run to succeed", RUN_DEADLINE, async || {
+        let state = b.text("[data-testid=run-state]").await?;
+        match state.as_str() {
+            "succeeded" => Some(Ok(())),
+            "failed" | "cancelled" => Some(Err(state)),
+            _ => None,
+        }
+    })
+    .await
+    .unwrap_or_else(|state| panic!("the run ended {state}"));
+    b.until("the progress bar at 100%", async || {
+        (b.percent().await? == 100.0).then_some(())
+    })
+    .await;
+    let done = api.get(&run_path).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["stats"]["left"], 0, "{done}");
+    let fetched = done["stats"]["success"].as_u64().unwrap();
+    assert!(fetched > 200, "a few hundred pages: {done}");
+    b.until("the final counts on the page", async || {
+        let ok = b.number("[data-testid=stat-success]").await? == fetched
+            && b.number("[data-testid=stat-left]").await? == 0
+            && b.number("[data-testid=stat-items]").await? == done["stats"]["items"];
+        ok.then_some(())
+    })
+    .await;
+    b.until("log lines in the tail", async || {
+        (b.count("[data-testid=run-log] [data-testid=log-line]")
+            .await
+            > 0)
+        .then_some(())
+    })
+    .await;
+    b.until("the items preview", async || {
+        (b.count("[data-testid=run-items] [data-testid=item-row]")
+            .await
+            > 0)
+        .then_some(())
+    })
+    .await;
+    if b.enabled("#run-pause").await || b.enabled("#run-resume").await {
+        b.fail("a finished run can be neither paused nor resumed")
+            .await;
+    }
+    b.shot("run-finished").await;
+    let _ = b
+        .client
+        .execute("window.scrollTo(0, document.body.scrollHeight)", vec![])
+        .await;
+    b.shot("run-finished-items").await;
+
+    // The runs list has it, newest first, and filters by state.
+    b.click("[data-testid=nav-runs]").await;
+    b.until("the run in the runs list", async || {
+        b.find(&format!("tr[data-testid=run-row][data-id='{run_id}']"))
+            .await
+    })
+    .await;
+    if let Some(filter) = b.find("#runs-filter").await {
+        let _ = filter.select_by_value("failed").await;
+    }
+    b.until("the filtered list without the run", async || {
+        (b.hash().await == "/runs?state=failed"
+            && b.count(&format!("tr[data-testid=run-row][data-id='{run_id}']"))
+                .await
+                == 0)
+            .then_some(())
+    })
+    .await;
+
+    // The job's last run, the enabled switch (PATCH), and the edit form (PATCH).
+    b.click("[data-testid=nav-jobs]").await;
+    b.until_text(&format!("{row} .badge"), "succeeded").await;
+    b.shot("jobs").await;
+    b.click(&format!("{row} [data-testid=job-enabled]")).await;
+    api.until("the job disabled", &format!("/api/v1/jobs/{JOB}"), |v| {
+        v["enabled"] == false
+    })
+    .await;
+    b.click(&format!("{row} [data-testid=job-edit]")).await;
+    b.until("the form filled from the job", async || {
+        let name = b.find("#job-name").await?.prop("value").await.ok()??;
+        (name == JOB).then_some(())
+    })
+    .await;
+    b.type_into("#job-remarks", "edited in the browser").await;
+    b.click("#job-save").await;
+    api.until("the job edited", &format!("/api/v1/jobs/{JOB}"), |v| {
+        v["remarks"] == "edited in the browser" && v["enabled"] == false
+    })
+    .await;
+
+    // A second job with the same name: the API's message on one line, the form stays.
+    b.until("the jobs list again", async || b.find(&row).await)
+        .await;
+    b.click("[data-testid=new-job]").await;
+    b.type_into("#job-name", JOB).await;
+    b.type_into("#job-spider", &spider).await;
+    b.click("#job-save").await;
+    let error = b
+        .until("the error line", async || {
+            let el = b.find("[data-testid=error]").await?;
+            if !el.is_displayed().await.ok()? {
+                return None;
+            }
+            el.text().await.ok().filter(|t| !t.trim().is_empty())
+        })
+        .await;
+    assert!(!error.contains('\n'), "one line: {error:?}");
+    let _ = b.client.execute("window.scrollTo(0, 0)", vec![]).await;
+    b.shot("job-error").await;
+    assert_eq!(b.hash().await, "/jobs/new", "the form stays open");
+
+    // The agents page: both local agents alive.
+    b.click("[data-testid=nav-agents]").await;
+    b.until("two alive agents in the table", async || {
+        let rows = b
+            .client
+            .find_all(Locator::Css("tr[data-testid=agent-row]"))
+            .await
+            .ok()?;
+        let mut alive = 0;
+        for row in &rows {
+            let state = row
+                .find(Locator::Css("[data-testid=agent-state]"))
+                .await
+                .ok()?;
+            if state.text().await.ok()? == "alive" {
+                alive += 1;
+            }
+        }
+        (rows.len() == 2 && alive == 2).then_some(())
+    })
+    .await;
+    b.shot("agents").await;
+
+    // Sign out: the sign-in box; a wrong token is refused; the right one lets in.
+    b.click("[data-testid=sign-out]").await;
+    b.until("the sign-in box", async || {
+        b.find("[data-testid=login]")
+            .await?
+            .is_displayed()
+            .await
+            .ok()?
+            .then_some(())
+    })
+    .await;
+    b.type_into("#login-token", "silk_nope_nope").await;
+    b.click("#login-submit").await;
+    b.until("the refusal", async || {
+        let el = b.find("[data-testid=login-message]").await?;
+        el.is_displayed().await.ok()?.then_some(())
+    })
+    .await;
+    b.shot("sign-in").await;
+    b.type_into("#login-token", &api.token).await;
+    b.click("#login-submit").await;
+    b.until("the agents page again", async || {
+        (b.count("tr[data-testid=agent-row]").await == 2).then_some(())
+    })
+    .await;
+
+    let _ = b.client.clone().close().await;
+}
