@@ -510,8 +510,13 @@ impl Run {
     /// (`lease_timeout`) just before the deadline, so that each silent dispatch uses up one of
     /// the request's retries (after `max_retries` it fails) instead of being re-dispatched
     /// forever. A result that comes later is late.
+    /// How long before its lease deadline a silent request is retried.
+    fn expiry_margin_ms(&self) -> u64 {
+        (self.lease_timeout_ms / 10).clamp(1, 1_000)
+    }
+
     async fn expire_silent(&self, hub: &Shared, now_ms: u64) -> Result<(), String> {
-        let margin = (self.lease_timeout_ms / 10).clamp(1, 1_000);
+        let margin = self.expiry_margin_ms();
         let expired: Vec<(LeaseId, Outcome)> = {
             let mut out = lock(&self.out);
             let ids: Vec<u64> = out
@@ -544,8 +549,21 @@ impl Run {
             .map_err(|e| format!("frontier: {e}"))
     }
 
-    /// Waits for a result, a control change, `timeout`, or the hub stopping.
+    /// Waits for a result, a control change, `timeout`, or the hub stopping — and never past
+    /// the moment the first silent request out must be retried (a wait that overslept into
+    /// its lease deadline would let the frontier re-queue it without using a retry).
     async fn wait(&self, hub: &Shared, timeout: Duration) {
+        let margin = self.expiry_margin_ms();
+        let first_expiry = lock(&self.out)
+            .values()
+            .map(|o| o.deadline_ms.saturating_sub(margin))
+            .min();
+        let timeout = match first_expiry {
+            Some(at) => timeout.min(Duration::from_millis(
+                at.saturating_sub(hub.clock.now_ms()).max(1),
+            )),
+            None => timeout,
+        };
         let mut desired = self.desired.subscribe();
         let mut stop = hub.stop.subscribe();
         tokio::select! {
@@ -833,7 +851,25 @@ impl Run {
     async fn finish(&self, hub: &Shared, end: End) {
         if !matches!(end, End::HubStopping) {
             self.closing.store(true, Ordering::SeqCst);
-            lock(&self.out).clear();
+            // Give back the leases of requests still out: the run's frontier holds them as
+            // pending (a restart that keeps the frontier fetches them), and its counters
+            // show nothing in flight.
+            let out: Vec<(LeaseId, Outcome)> = lock(&self.out)
+                .drain()
+                .map(|(id, _)| {
+                    (
+                        LeaseId(id),
+                        Outcome::Release {
+                            reason: "run_ended".into(),
+                        },
+                    )
+                })
+                .collect();
+            if !out.is_empty()
+                && let Err(e) = self.frontier.ack_many(out).await
+            {
+                tracing::warn!(run = %self.id, error = %e, "leases out not given back (they expire)");
+            }
         }
         let now = hub.clock.now_ms();
         let (state, reason) = match &end {
