@@ -680,3 +680,50 @@ async fn overlap_policies_and_retries_follow_the_job() {
     assert_eq!(runs_of(&hub, "r").await.len(), 2);
     hub.shutdown().await;
 }
+
+/// The hub on PostgreSQL (`store_url`): a job runs, its logs and run are stored, and a hub
+/// restarted on the same store finds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_hub_runs_on_postgresql() {
+    let Some(pg) = silk_store::testing::PgTestSchema::from_env() else {
+        return;
+    };
+    pg.create().await.expect("test schema");
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(10, 0).await;
+    let start = || async {
+        let mut config = hub_config(dir.path());
+        config.store_url = Some(pg.url.clone());
+        Hub::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
+            .await
+            .expect("hub starts on postgres")
+    };
+    let hub = start().await;
+    assert_eq!(hub.store().backend(), "postgres");
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let spec: silk_hub::JobSpec =
+        serde_json::from_value(json!({"name": "pg", "spider": SPIDER, "args": site_args(&site)}))
+            .unwrap();
+    hub.create_job(spec).await.unwrap();
+    let run = hub.trigger("pg", Default::default()).await.unwrap();
+    let done = within("the run", 60, hub.wait_run(&run.id)).await.unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    let lines = until("the run's last log line", async || {
+        let mut q = silk_store::LogQuery::new(run.id.as_str());
+        q.text = Some("run succeeded".into());
+        let lines = hub.store().query_logs(&q).await.unwrap();
+        (!lines.is_empty()).then_some(lines)
+    })
+    .await;
+    assert_eq!(lines[0].source, "hub");
+    hub.shutdown().await;
+    let again = start().await;
+    let stored = again.run(&run.id).await.unwrap();
+    assert_eq!(stored.state, RunState::Succeeded);
+    assert_eq!(stored.stats.success, done.stats.success);
+    assert_eq!(again.job("pg").await.unwrap().last_run.unwrap().id, run.id);
+    again.shutdown().await;
+    pg.drop_schema().await;
+}

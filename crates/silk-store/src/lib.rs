@@ -65,6 +65,7 @@ mod redact;
 mod sql;
 mod sqlite;
 pub mod store;
+pub mod testing;
 
 pub use error::StoreError;
 pub use model::{
