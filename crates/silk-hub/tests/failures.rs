@@ -18,7 +18,7 @@ use silk_bus::{
     Subscription, TtlPolicy,
 };
 use silk_core::{AgentId, Clock, RunId, SystemClock};
-use silk_hub::{Hub, HubHandle, OnAgentLost, RunRequest, RunState, RunView, Strategy};
+use silk_hub::{Hub, HubHandle, OnAgentLost, RunRequest, RunState, Strategy};
 use silk_testkit::demo::DemoSite;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -427,23 +427,6 @@ fn request(spider: String, max_pending: u64) -> RunRequest {
         downloader: None,
         sinks: None,
     }
-}
-
-/// The URLs of the run's items file, asserting none is there twice.
-fn items_once(view: &RunView) -> BTreeSet<String> {
-    let text = std::fs::read_to_string(&view.items_path).expect("items file");
-    let urls: Vec<String> = text
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).expect("json line")["url"]
-                .as_str()
-                .expect("url")
-                .to_owned()
-        })
-        .collect();
-    let unique: BTreeSet<String> = urls.iter().cloned().collect();
-    assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
-    unique
 }
 
 fn content_pages(site: &DemoSite) -> BTreeSet<String> {

@@ -39,18 +39,7 @@ fn request(site: &DemoSite, strategy: Strategy, policy: OnAgentLost) -> RunReque
 
 /// Asserts the run's item file holds every content page of `site` exactly once.
 fn assert_every_page_once(view: &RunView, site: &DemoSite) {
-    let text = std::fs::read_to_string(&view.items_path).expect("items file");
-    let urls: Vec<String> = text
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).expect("json line")["url"]
-                .as_str()
-                .expect("url")
-                .to_owned()
-        })
-        .collect();
-    let unique: BTreeSet<String> = urls.iter().cloned().collect();
-    assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
+    let unique = items_once(view);
     let expected: BTreeSet<String> = site
         .expected_pages()
         .into_iter()

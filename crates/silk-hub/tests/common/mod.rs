@@ -84,3 +84,20 @@ pub async fn site(pages: u32, latency_ms: u64) -> DemoSite {
     .await
     .expect("demo site")
 }
+
+/// The URLs of the run's items file, asserting none is there twice.
+pub fn items_once(view: &silk_hub::RunView) -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(&view.items_path).expect("items file");
+    let urls: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("json line")["url"]
+                .as_str()
+                .expect("url")
+                .to_owned()
+        })
+        .collect();
+    let unique: std::collections::BTreeSet<String> = urls.iter().cloned().collect();
+    assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
+    unique
+}
