@@ -390,14 +390,15 @@ impl Run {
         self.counters
             .bytes_saved
             .fetch_add(o.bytes_saved, Ordering::Relaxed);
-        if !o.items.is_empty() {
-            self.items_written.notify_waiters();
-        }
         if let Err(reason) = self.write_items(&o.items) {
             // The items file failed: the lease stays out and expires; stop the run rather
             // than ack a page whose items were lost.
             self.set_fatal(reason);
             return;
+        }
+        if !o.items.is_empty() {
+            // After the write: a sink woken now reads the new lines.
+            self.items_written.notify_waiters();
         }
         if let (Some(delay), Some(key)) = (o.crawl_delay_ms, out_host(&out.request)) {
             let new = lock(&self.delays).insert(key.clone());
@@ -462,25 +463,12 @@ impl Run {
                 .is_some_and(|a| a.agents().contains(agent));
             (r.strategy, r.on_agent_lost, allocated)
         };
-        let lost: Vec<(LeaseId, Outcome)> = {
-            let mut out = lock(&self.out);
-            let ids: Vec<u64> = out
-                .iter()
-                .filter(|(_, o)| &o.agent == agent)
-                .map(|(id, _)| *id)
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| out.remove(&id).map(|_| id))
-                .map(|id| {
-                    (
-                        LeaseId(id),
-                        Outcome::Release {
-                            reason: "agent_lost".into(),
-                        },
-                    )
-                })
-                .collect()
-        };
+        let lost = self.take_out(
+            |o| &o.agent == agent,
+            || Outcome::Release {
+                reason: "agent_lost".into(),
+            },
+        );
         if !lost.is_empty() {
             tracing::info!(run = %self.id, agent = %agent, requests = lost.len(), "agent dead: its requests go back to the frontier");
             hub.logs.hub(
@@ -510,6 +498,24 @@ impl Run {
     /// (`lease_timeout`) just before the deadline, so that each silent dispatch uses up one of
     /// the request's retries (after `max_retries` it fails) instead of being re-dispatched
     /// forever. A result that comes later is late.
+    /// Removes the requests out that match `which`, paired with the ack each gets.
+    fn take_out(
+        &self,
+        which: impl Fn(&Out) -> bool,
+        outcome: impl Fn() -> Outcome,
+    ) -> Vec<(LeaseId, Outcome)> {
+        let mut out = lock(&self.out);
+        let ids: Vec<u64> = out
+            .iter()
+            .filter(|(_, o)| which(o))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter(|id| out.remove(id).is_some())
+            .map(|id| (LeaseId(id), outcome()))
+            .collect()
+    }
+
     /// How long before its lease deadline a silent request is retried.
     fn expiry_margin_ms(&self) -> u64 {
         (self.lease_timeout_ms / 10).clamp(1, 1_000)
@@ -517,25 +523,12 @@ impl Run {
 
     async fn expire_silent(&self, hub: &Shared, now_ms: u64) -> Result<(), String> {
         let margin = self.expiry_margin_ms();
-        let expired: Vec<(LeaseId, Outcome)> = {
-            let mut out = lock(&self.out);
-            let ids: Vec<u64> = out
-                .iter()
-                .filter(|(_, o)| o.deadline_ms.saturating_sub(margin) <= now_ms)
-                .map(|(id, _)| *id)
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| out.remove(&id).map(|_| id))
-                .map(|id| {
-                    (
-                        LeaseId(id),
-                        Outcome::Retry {
-                            reason: "lease_timeout".into(),
-                        },
-                    )
-                })
-                .collect()
-        };
+        let expired = self.take_out(
+            |o| o.deadline_ms.saturating_sub(margin) <= now_ms,
+            || Outcome::Retry {
+                reason: "lease_timeout".into(),
+            },
+        );
         if expired.is_empty() {
             return Ok(());
         }
@@ -854,17 +847,12 @@ impl Run {
             // Give back the leases of requests still out: the run's frontier holds them as
             // pending (a restart that keeps the frontier fetches them), and its counters
             // show nothing in flight.
-            let out: Vec<(LeaseId, Outcome)> = lock(&self.out)
-                .drain()
-                .map(|(id, _)| {
-                    (
-                        LeaseId(id),
-                        Outcome::Release {
-                            reason: "run_ended".into(),
-                        },
-                    )
-                })
-                .collect();
+            let out = self.take_out(
+                |_| true,
+                || Outcome::Release {
+                    reason: "run_ended".into(),
+                },
+            );
             if !out.is_empty()
                 && let Err(e) = self.frontier.ack_many(out).await
             {
