@@ -312,6 +312,35 @@ impl fmt::Display for Fingerprint {
 
 /// The fingerprint of a request: `method`, the canonical URL string and the body.
 pub fn fingerprint(method: &str, canonical_url: &str, body: Option<&[u8]>) -> Fingerprint {
+    fingerprint_hasher(method, canonical_url, body).finish()
+}
+
+/// As [`fingerprint`], with `salt` mixed in after the body: the same request with another
+/// salt is another key (see `Request::dedup_salt`).
+pub fn fingerprint_salted(
+    method: &str,
+    canonical_url: &str,
+    body: Option<&[u8]>,
+    salt: &str,
+) -> Fingerprint {
+    let mut h = fingerprint_hasher(method, canonical_url, body);
+    // A marker byte that no unsalted key has after its body, then the length, so that
+    // (body, salt) pairs never collide by shifting bytes between the two.
+    h.0.update(&[1]);
+    h.0.update(&(salt.len() as u64).to_be_bytes());
+    h.0.update(salt.as_bytes());
+    h.finish()
+}
+
+struct FingerprintHasher(xxhash_rust::xxh3::Xxh3);
+
+impl FingerprintHasher {
+    fn finish(self) -> Fingerprint {
+        Fingerprint(self.0.digest128().to_be_bytes())
+    }
+}
+
+fn fingerprint_hasher(method: &str, canonical_url: &str, body: Option<&[u8]>) -> FingerprintHasher {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     h.update(method.as_bytes());
     h.update(&[0]);
@@ -320,7 +349,7 @@ pub fn fingerprint(method: &str, canonical_url: &str, body: Option<&[u8]>) -> Fi
     if let Some(b) = body {
         h.update(b);
     }
-    Fingerprint(h.digest128().to_be_bytes())
+    FingerprintHasher(h)
 }
 
 #[cfg(test)]
@@ -446,5 +475,23 @@ mod tests {
             fingerprint("POST", "http://h/", Some(b"x")),
             fingerprint("POST", "http://h/", Some(b"y"))
         );
+    }
+
+    #[test]
+    fn a_salt_makes_another_key_and_the_same_salt_the_same_key() {
+        let plain = fingerprint("GET", "http://h/", None);
+        let a = fingerprint_salted("GET", "http://h/", None, "task-1:1");
+        assert_ne!(plain, a);
+        assert_eq!(a, fingerprint_salted("GET", "http://h/", None, "task-1:1"));
+        assert_ne!(a, fingerprint_salted("GET", "http://h/", None, "task-1:2"));
+        assert_ne!(
+            fingerprint_salted("GET", "http://h/", None, ""),
+            plain,
+            "an empty salt is still a salt"
+        );
+        let mut r = crate::Request::from_canonical("http://h/".into());
+        assert_eq!(r.fingerprint(), plain);
+        r.dedup_salt = Some("task-1:1".into());
+        assert_eq!(r.fingerprint(), a);
     }
 }

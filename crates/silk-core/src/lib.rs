@@ -12,7 +12,7 @@ pub mod ids;
 pub mod request;
 pub mod spider;
 
-pub use canon::{CanonRules, Fingerprint, canonicalize, fingerprint};
+pub use canon::{CanonRules, Fingerprint, canonicalize, fingerprint, fingerprint_salted};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::CoreError;
 pub use ids::{AgentId, JobId, RunId, TenantId};

@@ -66,6 +66,12 @@ pub struct Request {
     /// Free-form metadata carried to results (router task params, referer, …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub meta: BTreeMap<String, serde_json::Value>,
+    /// Extra text mixed into the dedup fingerprint: requests that differ only in it are not
+    /// duplicates. The router's job outbound sets it to the delivery id
+    /// (`task_uuid:routed_count`), so that a task routed again (a retry) is fetched again
+    /// while the same delivery pushed twice is fetched once. `None` for crawled links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_salt: Option<String>,
 }
 
 impl Request {
@@ -88,12 +94,21 @@ impl Request {
             redirects: 0,
             agent: None,
             meta: BTreeMap::new(),
+            dedup_salt: None,
         }
     }
 
-    /// The dedup key of this request.
+    /// The dedup key of this request: method, URL, body and [`dedup_salt`](Self::dedup_salt).
     pub fn fingerprint(&self) -> Fingerprint {
-        canon::fingerprint(self.method.as_str(), &self.url, self.body.as_deref())
+        match &self.dedup_salt {
+            None => canon::fingerprint(self.method.as_str(), &self.url, self.body.as_deref()),
+            Some(salt) => canon::fingerprint_salted(
+                self.method.as_str(),
+                &self.url,
+                self.body.as_deref(),
+                salt,
+            ),
+        }
     }
 
     /// The politeness key (host and explicit port) of this request's URL.
