@@ -24,6 +24,9 @@
 //!    selector takes it (`matched`); none → **failed** (`no_route`) and recorded.
 //! 4. Before any push, `routing.limits` (when > 0) caps `routed_count`: at the cap the task
 //!    is **failed** (`limits`).
+//! 5. A push the target refuses for good ([`crate::RouterError::Refused`]) **fails** the
+//!    task (`refused`) and records it. Only a real run sees this; a dry run answers as if
+//!    the push succeeded.
 //!
 //! This module must not do I/O or block.
 
@@ -88,12 +91,14 @@ pub enum Reason {
     RetriesExhausted,
     /// `routing.limits` reached.
     Limits,
+    /// The outbound's target refused the task for good ([`crate::RouterError::Refused`]).
+    Refused,
     /// Not a JSON object (or not JSON).
     BadTask,
 }
 
 /// Every reason, for metrics.
-pub const REASONS: [Reason; 13] = [
+pub const REASONS: [Reason; 14] = [
     Reason::NotAccepted,
     Reason::UnknownInbound,
     Reason::Matched,
@@ -106,6 +111,7 @@ pub const REASONS: [Reason; 13] = [
     Reason::NoRoute,
     Reason::RetriesExhausted,
     Reason::Limits,
+    Reason::Refused,
     Reason::BadTask,
 ];
 
@@ -124,6 +130,7 @@ impl Reason {
             Reason::NoRoute => "no_route",
             Reason::RetriesExhausted => "retries_exhausted",
             Reason::Limits => "limits",
+            Reason::Refused => "refused",
             Reason::BadTask => "bad_task",
         }
     }
@@ -139,9 +146,11 @@ impl Reason {
             | Reason::DontRetry
             | Reason::OutboundGone => Decision::Routed,
             Reason::TerminalCode => Decision::Succeeded,
-            Reason::NoRoute | Reason::RetriesExhausted | Reason::Limits | Reason::BadTask => {
-                Decision::Failed
-            }
+            Reason::NoRoute
+            | Reason::RetriesExhausted
+            | Reason::Limits
+            | Reason::Refused
+            | Reason::BadTask => Decision::Failed,
         }
     }
 

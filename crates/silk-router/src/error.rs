@@ -95,6 +95,14 @@ pub enum RouterError {
     /// An HTTP outbound's target answered with an error or could not be reached. Retryable.
     #[error("http {target}: {message}")]
     Http { target: String, message: String },
+    /// The outbound's target refused the task for good (it would refuse it again): the
+    /// task fails with reason `refused` and is recorded. Not retryable.
+    #[error("{target} refused the task: {message}")]
+    Refused { target: String, message: String },
+    /// A target outside this crate (the hub's job outbound) cannot take tasks now (no live
+    /// agent, stopping, its storage failed). Retryable.
+    #[error("{target} unavailable: {message}")]
+    Unavailable { target: String, message: String },
     /// Writing the failure record failed.
     #[error("failure record {path}: {message}")]
     FailureRecord { path: PathBuf, message: String },
@@ -116,6 +124,7 @@ impl RouterError {
             RouterError::Redis { .. }
                 | RouterError::Nats { .. }
                 | RouterError::Http { .. }
+                | RouterError::Unavailable { .. }
                 | RouterError::FailureRecord { .. }
                 | RouterError::ShuttingDown
         )

@@ -52,6 +52,9 @@ pub trait Outbound: Send + Sync + 'static {
 
     /// Delivers a batch. The result has one entry per task, in order (a target that is
     /// all-or-nothing repeats its one result). An error is retryable unless it says not.
+    /// A task the target will never take (bad input for it) gets
+    /// [`RouterError::Refused`]: it is not tried again, and the router ends it as failed
+    /// (`refused`) and records it instead of handing it back to its inbound.
     async fn push(&self, batch: &[Outgoing]) -> Vec<Result<(), RouterError>>;
 
     /// How many tasks wait at the target (`LLEN` of a Redis list), or `None` when the
@@ -149,7 +152,8 @@ impl std::fmt::Debug for Registry {
 }
 
 /// The reason `silk.*` classes are unavailable outside the hub.
-pub const NEEDS_HUB: &str = "needs the Silk hub: run the router inside `silk hub`";
+pub const NEEDS_HUB: &str =
+    "needs the Silk hub: run the router inside it (`silk up --router` or `silk hub --router`)";
 /// The reason `kafka.KafkaInbound` is unavailable.
 pub const NO_KAFKA: &str = "not supported: no Kafka client in this build";
 

@@ -5,7 +5,9 @@
 //! **Invariant**: `submit` returns `Ok` only when the task is delivered to its outbound,
 //! ended as succeeded, recorded as failed, or rejected by the inbound's selectors; an
 //! inbound acknowledges a task at its source only then. Any `Err` leaves the task with its
-//! inbound (pushed back, nak'ed, or answered with 503).
+//! inbound (pushed back, nak'ed, or answered with 503). A push the target refuses for good
+//! ([`RouterError::Refused`]) is the one push error that does not propagate: the task is
+//! recorded as failed (`refused`), since offering it again would loop forever.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -360,8 +362,26 @@ impl Router {
                 };
                 task_uuid = Some(payload.task_uuid.into_owned());
                 let lane = inbound.unwrap_or(config.inbounds.len());
-                inner.senders[target].deliver(lane, out).await?;
-                inner.metrics.decision(inbound, Some(target), reason);
+                match inner.senders[target].deliver(lane, out).await {
+                    Ok(()) => inner.metrics.decision(inbound, Some(target), reason),
+                    // The target will never take this task: it ends here, recorded, instead
+                    // of going back to its inbound (which would offer it again, forever).
+                    Err(refused @ RouterError::Refused { .. }) => {
+                        let why = refused.to_string();
+                        let reason = Reason::Refused;
+                        self.record(inbound, Some(target), reason, &why, Some(task), None)
+                            .await?;
+                        inner.metrics.decision(inbound, Some(target), reason);
+                        return Ok(Outcome {
+                            decision: reason.decision(),
+                            reason,
+                            outbound: Some(config.outbounds[target].name.clone()),
+                            task_uuid,
+                            why,
+                        });
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             (Decision::Failed, outbound, _) => {
                 self.record(inbound, outbound, reason, &verdict.why, Some(task), None)

@@ -14,7 +14,9 @@
 //! - Tokens: a batch is cut to the tokens available; with none, the sender waits for the
 //!   next one.
 //! - A failed push is tried twice more (after 200 ms and 1 s); then the submitters get the
-//!   error and the task stays with its inbound.
+//!   error and the task stays with its inbound. A non-retryable error is not tried again;
+//!   a refusal ([`RouterError::Refused`]) goes to its submitter at once, which ends the task
+//!   as failed, and is not counted as a push error (the target is fine; the task is not).
 //!
 //! Shutdown: after `stop`, the sender drains what is queued and exits; `abort` fails
 //! everything queued with `ShuttingDown` at once.
@@ -379,6 +381,10 @@ impl OutboundSender {
                         results[i] = Some(Err(RouterError::ShuttingDown));
                         again.push(i);
                     }
+                    Some(Err(e @ RouterError::Refused { .. })) => {
+                        tracing::debug!(outbound = %self.name, error = %e, "push refused");
+                        results[i] = Some(Err(e.clone()));
+                    }
                     Some(Err(e)) => {
                         tracing::warn!(outbound = %self.name, error = %e, "push failed");
                         results[i] = Some(Err(e.clone()));
@@ -400,10 +406,10 @@ impl OutboundSender {
         let mut failed = 0u64;
         for ((done, _permit), result) in waiters.into_iter().zip(results) {
             let result = result.unwrap_or(Err(RouterError::ShuttingDown));
-            if result.is_ok() {
-                ok += 1;
-            } else {
-                failed += 1;
+            match &result {
+                Ok(()) => ok += 1,
+                Err(RouterError::Refused { .. }) => {}
+                Err(_) => failed += 1,
             }
             let _ = done.send(result);
         }

@@ -57,7 +57,9 @@ impl IntoResponse for ApiError {
 impl From<RouterError> for ApiError {
     fn from(e: RouterError) -> Self {
         let code = match &e {
-            RouterError::BadTask(_) | RouterError::Config(_) => ErrorCode::BadRequest,
+            RouterError::BadTask(_) | RouterError::Config(_) | RouterError::Refused { .. } => {
+                ErrorCode::BadRequest
+            }
             RouterError::UnknownInbound(_) | RouterError::InboundDisabled(_) => ErrorCode::NotFound,
             _ => ErrorCode::Unavailable,
         };

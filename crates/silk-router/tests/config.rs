@@ -132,6 +132,17 @@ fn include_problems_are_errors() {
     );
 }
 
+#[test]
+#[cfg(unix)]
+fn an_include_that_is_not_a_regular_file_is_an_error_not_a_hang() {
+    let dir = tree(&[("main.yaml", "include: [/dev/zero]\n")]);
+    let text = errors_of(load_dir(dir.path(), &vars(&[])));
+    assert!(
+        text.contains("main.yaml:1:11: `/dev/zero` is not a regular file"),
+        "{text}"
+    );
+}
+
 const PLACEHOLDERS: &str = "\
 project: '{project_name}'
 server: {port: '{port}'}
@@ -268,11 +279,11 @@ outbound:
         "{text}"
     );
     assert!(
-        text.contains("inbound `results`: class `silk.RunResultsInbound` needs the Silk hub: run the router inside `silk hub`"),
+        text.contains("inbound `results`: class `silk.RunResultsInbound` needs the Silk hub: run the router inside it (`silk up --router` or `silk hub --router`)"),
         "{text}"
     );
     assert!(
-        text.contains("outbound `job`: class `silk.JobOutbound` needs the Silk hub: run the router inside `silk hub`"),
+        text.contains("outbound `job`: class `silk.JobOutbound` needs the Silk hub: run the router inside it (`silk up --router` or `silk hub --router`)"),
         "{text}"
     );
     assert_eq!(

@@ -23,6 +23,9 @@ use crate::registry::Registry;
 use crate::vars::{self, Vars};
 use crate::yaml::{self, Key, Node, Pos, Value};
 
+/// The largest config file read (16 MiB): a config is text written by people.
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
 const TOP_KEYS: [&str; 7] = [
     "include", "project", "server", "routing", "inbound", "outbound", "logging",
 ];
@@ -132,6 +135,30 @@ impl Loader<'_> {
                 from.as_ref().map(|(f, p)| (f.clone(), p.line)),
             ),
         );
+        // A device or a pipe (`/dev/zero`) would be read forever, a huge file into memory.
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => {
+                self.err(
+                    &at_file,
+                    at_pos,
+                    format!("`{}` is not a regular file", path.display()),
+                );
+                return;
+            }
+            Ok(m) if m.len() > MAX_CONFIG_BYTES => {
+                self.err(
+                    &at_file,
+                    at_pos,
+                    format!(
+                        "`{}` is {} bytes; a config file may have at most {MAX_CONFIG_BYTES}",
+                        path.display(),
+                        m.len()
+                    ),
+                );
+                return;
+            }
+            _ => {}
+        }
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) => {
