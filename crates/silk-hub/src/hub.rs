@@ -87,6 +87,10 @@ pub struct HubConfig {
     pub log_retention_ms: u64,
     /// How often the scheduler looks at jobs, ms (default 1000).
     pub schedule_tick_ms: u64,
+    /// Write each fetched request's final outcome to `runs/{id}/outcomes.jsonl`, for the
+    /// router's `silk.RunResultsInbound` (default false; `silk hub --router` sets it when
+    /// the router config has such an inbound).
+    pub record_outcomes: bool,
 }
 
 impl HubConfig {
@@ -102,6 +106,7 @@ impl HubConfig {
             store_url: None,
             log_retention_ms: 30 * 24 * 3600 * 1000,
             schedule_tick_ms: 1000,
+            record_outcomes: false,
         }
     }
 }
@@ -135,6 +140,11 @@ pub(crate) struct Shared {
     /// The live agents as of the last tick.
     live: watch::Sender<Vec<AgentId>>,
     drivers: Mutex<Vec<JoinHandle<()>>>,
+    /// Finding or starting a job's fed run is serialised (two outbounds feeding one job
+    /// get one run).
+    pub(crate) feed_lock: tokio::sync::Mutex<()>,
+    /// Bumped whenever a run's driver starts (outcome readers look for new runs).
+    pub(crate) runs_started: watch::Sender<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -228,6 +238,8 @@ impl Hub {
             stop: watch::channel(false).0,
             live: watch::channel(Vec::new()).0,
             drivers: Mutex::new(Vec::new()),
+            feed_lock: tokio::sync::Mutex::new(()),
+            runs_started: watch::channel(0).0,
         });
         // Subscriptions first, so that replies and results are read before any run acts.
         tokio::spawn(subscription_loop(
@@ -282,6 +294,8 @@ pub(crate) struct NewRun {
     pub(crate) timeout_ms: Option<u64>,
     /// Take over this (ended) run's frontier.
     pub(crate) frontier_from: Option<RunId>,
+    /// Fed by the router instead of seeded.
+    pub(crate) feed: Option<crate::run::Feed>,
 }
 
 /// Checks a run request; the compiled spider.
@@ -366,21 +380,38 @@ impl Shared {
         lock(&self.runs).get(id).cloned()
     }
 
-    /// The active runs of a job.
+    /// The active runs of a job that its schedule or a user started (not the run the
+    /// router feeds: that one lives beside them and overlap rules ignore it).
     pub(crate) fn active_runs_of(&self, job_id: &str) -> Vec<Arc<Run>> {
         lock(&self.runs)
             .values()
-            .filter(|r| r.job_id() == Some(job_id))
+            .filter(|r| r.job_id() == Some(job_id) && !r.is_fed())
             .cloned()
             .collect()
+    }
+
+    /// The job's run that the router feeds and that still takes requests.
+    pub(crate) fn fed_run_of(&self, job_id: &str) -> Option<Arc<Run>> {
+        lock(&self.runs)
+            .values()
+            .find(|r| r.job_id() == Some(job_id) && r.is_fed() && !r.is_closing())
+            .cloned()
+    }
+
+    /// The ids of the runs active now.
+    pub(crate) fn runs_now(&self) -> Vec<RunId> {
+        lock(&self.runs).keys().cloned().collect()
     }
 
     fn spawn_driver(self: &Arc<Self>, run: Arc<Run>) {
         lock(&self.runs).insert(run.id.clone(), run.clone());
         let handle = tokio::spawn(drive(self.clone(), run));
-        let mut drivers = lock(&self.drivers);
-        drivers.retain(|h| !h.is_finished());
-        drivers.push(handle);
+        {
+            let mut drivers = lock(&self.drivers);
+            drivers.retain(|h| !h.is_finished());
+            drivers.push(handle);
+        }
+        self.runs_started.send_modify(|n| *n += 1);
     }
 
     /// Stores a run as failed (it never ran, or could not resume) and tells the scheduler.
@@ -570,6 +601,7 @@ impl Shared {
             args: new.args,
             timeout_ms: new.timeout_ms,
             sinks: request.sinks.unwrap_or_default(),
+            feed: new.feed,
         };
         self.save_run(&record).await?;
         let what = match (&record.job_name, &record.restart_of) {
@@ -888,6 +920,7 @@ impl HubHandle {
                 args: BTreeMap::new(),
                 timeout_ms: None,
                 frontier_from: None,
+                feed: None,
             })
             .await
     }
@@ -1013,6 +1046,7 @@ impl HubHandle {
                 args: old.args.clone(),
                 timeout_ms: old.timeout_ms,
                 frontier_from: keep_frontier.then(|| id.clone()),
+                feed: old.feed.clone(),
             })
             .await?;
         self.shared

@@ -20,6 +20,11 @@
 //!   `on_agent_lost` policy: [`allocate`] at run start, then [`Allocation::route`] per
 //!   request.
 //! - [`error`] — [`HubError`], the one error type of the crate.
+//! - [`taskhub`] — the router's classes that need the hub: `silk.JobOutbound` (routed tasks
+//!   feed a job's run, [`HubHandle::feed_job`]) and `silk.RunResultsInbound` (each fetched
+//!   request's final outcome, from `outcomes`, comes back as a task), registered with
+//!   [`HubClasses`].
+//! - `outcomes` — the per-run `outcomes.jsonl` those come from.
 //!
 //! # Invariants
 //!
@@ -37,12 +42,14 @@ mod files;
 pub mod hub;
 pub mod jobs;
 mod logs;
+mod outcomes;
 pub mod phi;
 pub mod registry;
 pub mod run;
 mod runner;
 mod scheduler;
 mod sinks;
+pub mod taskhub;
 mod ui;
 
 pub use allocation::{Allocation, OnAgentLost, Route, Strategy, allocate};
@@ -56,5 +63,6 @@ pub use phi::{AgentState, PhiConfig, PhiDetector};
 pub use registry::{
     AgentRegistry, AgentView, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,
 };
-pub use run::{RunRequest, RunState, RunStats, RunView, Sinks, WebhookSink};
+pub use run::{Feed, RunRequest, RunState, RunStats, RunView, Sinks, WebhookSink};
 pub use scheduler::TriggerRequest;
+pub use taskhub::{FeedTask, HubClasses};

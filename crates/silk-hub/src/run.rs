@@ -283,6 +283,21 @@ pub struct RunRecord {
     /// Item sinks besides the JSON Lines file.
     #[serde(default)]
     pub sinks: Sinks,
+    /// Set when the run is fed by the router (`silk.JobOutbound`) instead of seeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feed: Option<Feed>,
+}
+
+/// How a run fed by the router's `silk.JobOutbound` lives: it is not seeded with the
+/// spider's `start_urls` (the routed tasks are its requests), it ignores `max_pages` and
+/// `max_duration` (the router decides how much comes), and it succeeds once nothing was fed,
+/// queued or out for `idle_ms`. The next task then starts a new run of the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Feed {
+    /// The router outbound that feeds it.
+    pub outbound: String,
+    /// How long the run waits idle for more tasks before it ends, ms.
+    pub idle_ms: u64,
 }
 
 /// A run as the API shows it.
@@ -335,6 +350,8 @@ pub struct RunView {
     pub timeout_ms: Option<u64>,
     /// Item sinks besides the JSON Lines file (header values shown as `***`).
     pub sinks: Sinks,
+    /// Set when the router feeds the run (see [`Feed`]).
+    pub feed: Option<Feed>,
 }
 
 impl RunView {
@@ -366,6 +383,7 @@ impl RunView {
             args: record.args.clone(),
             timeout_ms: record.timeout_ms,
             sinks: record.sinks.redacted(),
+            feed: record.feed.clone(),
         }
     }
 }

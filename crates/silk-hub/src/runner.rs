@@ -26,7 +26,8 @@
 use crate::allocation::{Allocation, Route, Strategy};
 use crate::error::HubError;
 use crate::hub::Shared;
-use crate::run::{RunRecord, RunState, RunStats, RunView};
+use crate::outcomes::{OutcomeLine, OutcomeLog};
+use crate::run::{Feed, RunRecord, RunState, RunStats, RunView};
 use silk_bus::{Command, FetchOutcome, LeasedRequest, RunResult};
 use silk_core::spider::Spider;
 use silk_core::{AgentId, Request, RunId};
@@ -128,6 +129,29 @@ pub(crate) struct Run {
     pub(crate) items_written: Notify,
     /// The job it is a run of.
     job_id: Option<String>,
+    /// Set when the router feeds the run.
+    feed: Option<Feed>,
+    /// True while the run takes fed requests. Feeding holds it for reading; the run closes
+    /// it for writing, after checking that nothing is left, before it ends — so a request
+    /// is never fed into a run that has decided to end.
+    gate: tokio::sync::RwLock<bool>,
+    /// When requests were last fed (hub clock).
+    last_fed_ms: AtomicU64,
+    /// Final outcomes for the router (`HubConfig::record_outcomes`).
+    outcomes: Option<OutcomeLog>,
+    /// Woken when outcome lines are written.
+    pub(crate) outcomes_written: Notify,
+    /// The frontier's `max_retries` (a `Retry` past it is the request's last outcome).
+    max_retries: u32,
+}
+
+/// Why a run did not take fed requests.
+#[derive(Debug)]
+pub(crate) enum FeedError {
+    /// The run is ending or has ended: start another.
+    Closed,
+    /// The frontier failed.
+    Frontier(String),
 }
 
 impl Run {
@@ -146,6 +170,7 @@ impl Run {
             .map_err(|e| HubError::BadRun(e.to_string()))?;
         let frontier_config = silk_crawl::frontier_config(&spider);
         let lease_timeout_ms = frontier_config.lease_timeout_ms;
+        let max_retries = frontier_config.max_retries;
         let frontier = silk_frontier::EmbeddedFrontier::open(
             hub.files.frontier_dir(&id),
             frontier_config,
@@ -155,7 +180,16 @@ impl Run {
         let frontier: Arc<dyn FrontierStore> = Arc::new(frontier);
         let items_path = hub.files.items_path(&id);
         let sink = JsonlSink::open(&items_path, &spider.spec.item_key).map_err(|e| storage(&e))?;
-        if seed {
+        let outcomes = if hub.config.record_outcomes {
+            Some(
+                OutcomeLog::open(&hub.files.run_dir(&id).join(crate::outcomes::FILE))
+                    .map_err(|e| storage(&e))?,
+            )
+        } else {
+            None
+        };
+        // A fed run's requests are the tasks routed to it, not the start URLs.
+        if seed && record.feed.is_none() {
             frontier
                 .enqueue(silk_crawl::seed_requests(&spider))
                 .await
@@ -170,6 +204,7 @@ impl Run {
         };
         let now = hub.clock.now_ms();
         let job_id = record.job_id.clone();
+        let feed = record.feed.clone();
         Ok(Arc::new(Run {
             id,
             record: Mutex::new(record),
@@ -194,6 +229,12 @@ impl Run {
             persisted: tokio::sync::Mutex::new(0),
             items_written: Notify::new(),
             job_id,
+            feed,
+            gate: tokio::sync::RwLock::new(true),
+            last_fed_ms: AtomicU64::new(now),
+            outcomes,
+            outcomes_written: Notify::new(),
+            max_retries,
         }))
     }
 
@@ -208,6 +249,47 @@ impl Run {
     /// The job it is a run of.
     pub(crate) fn job_id(&self) -> Option<&str> {
         self.job_id.as_deref()
+    }
+
+    /// Whether the router feeds the run.
+    pub(crate) fn is_fed(&self) -> bool {
+        self.feed.is_some()
+    }
+
+    /// Whether the run has started ending (it takes no more fed requests).
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Enqueues requests routed to the run (`silk.JobOutbound`); how many were new (the
+    /// others were duplicates of requests fed before: the same delivery twice).
+    pub(crate) async fn feed(
+        &self,
+        hub: &Shared,
+        requests: Vec<Request>,
+    ) -> Result<u64, FeedError> {
+        let open = self.gate.read().await;
+        if !*open || self.is_closing() {
+            return Err(FeedError::Closed);
+        }
+        let enqueued = self
+            .frontier
+            .enqueue(requests)
+            .await
+            .map_err(|e| FeedError::Frontier(e.to_string()))?;
+        self.last_fed_ms.store(hub.clock.now_ms(), Ordering::SeqCst);
+        drop(open);
+        self.wake.notify_one();
+        Ok(enqueued.added)
+    }
+
+    /// How many requests the run has not finished (queued or out): a fed run's backlog.
+    pub(crate) async fn left(&self) -> Result<u64, String> {
+        self.frontier
+            .stats()
+            .await
+            .map(|s| s.left)
+            .map_err(|e| format!("frontier: {e}"))
     }
 
     /// Changes the record (under its lock: two writers never interleave), then stores it.
@@ -412,6 +494,17 @@ impl Run {
         }
         let chained = matches!(lock(&self.record).strategy, Strategy::Chained(_));
         let (outcome, links) = classify(&out.request, o, &result.agent, chained);
+        if let Some(log) = &self.outcomes
+            && self.is_last_outcome(&out.request, o, &outcome)
+        {
+            // Before the ack, as items are: a crash in between writes it again.
+            let line = self.outcome_line(hub, &out.request, result, &outcome);
+            if let Err(reason) = log.append(&line) {
+                self.set_fatal(format!("outcomes file: {reason}"));
+                return;
+            }
+            self.outcomes_written.notify_waiters();
+        }
         match self
             .frontier
             .ack_and_enqueue(LeaseId(lease), outcome, links)
@@ -425,6 +518,61 @@ impl Run {
             Err(e) => self.set_fatal(format!("frontier: {e}")),
         }
         self.wake.notify_one();
+    }
+
+    /// Whether `outcome` is the request's last: done (but not a redirect hop, whose target
+    /// carries on), failed, dropped, or a retry past `max_retries`.
+    fn is_last_outcome(&self, request: &Request, o: &FetchOutcome, outcome: &Outcome) -> bool {
+        match outcome {
+            Outcome::Done => !(o.error.is_none() && o.redirects > request.redirects),
+            Outcome::Failed { .. } | Outcome::Dropped { .. } => true,
+            Outcome::Retry { .. } => request.retries >= self.max_retries,
+            Outcome::Release { .. } => false,
+        }
+    }
+
+    fn outcome_line(
+        &self,
+        hub: &Shared,
+        request: &Request,
+        result: &RunResult,
+        outcome: &Outcome,
+    ) -> OutcomeLine {
+        let o = &result.outcome;
+        let (job, job_id, spider_name) = {
+            let r = lock(&self.record);
+            (r.job_name.clone(), r.job_id.clone(), r.spider_name.clone())
+        };
+        OutcomeLine {
+            v: 1,
+            ok: matches!(outcome, Outcome::Done),
+            http_code: o.status,
+            error_code: o.error.as_ref().map(|e| e.code.clone()),
+            error_msg: o
+                .error
+                .as_ref()
+                .map(|e| e.message.clone())
+                .unwrap_or_default(),
+            url: request.url.clone(),
+            method: request.method.as_str().to_owned(),
+            depth: request.depth,
+            retries: request.retries,
+            items: o.items.len() as u64,
+            links: o.links.len() as u64,
+            bytes: o.bytes,
+            fetch_ms: o.timings.fetch_ms,
+            agent: result.agent.to_string(),
+            run: self.id.to_string(),
+            job,
+            job_id,
+            spider_name,
+            time_ms: hub.clock.now_ms(),
+            task: request
+                .meta
+                .get(crate::taskhub::TASK_META)
+                .and_then(|t| t.as_object())
+                .cloned(),
+        }
     }
 
     fn write_items(&self, items: &[serde_json::Value]) -> Result<(), String> {
@@ -577,13 +725,20 @@ impl Run {
                 r.stall_timeout_ms.max(self.lease_timeout_ms + 1_000),
             )
         };
-        let max_pages = self.spider.spec.max_pages;
-        let deadline = self.spider.spec.max_duration_ms.map(|ms| {
-            lock(&self.record)
-                .started_ms
-                .unwrap_or(0)
-                .saturating_add(ms)
-        });
+        // A fed run's volume is the router's to decide: no page or time limit.
+        let fed_idle_ms = self.feed.as_ref().map(|f| f.idle_ms);
+        let max_pages = self.spider.spec.max_pages.filter(|_| fed_idle_ms.is_none());
+        let deadline = self
+            .spider
+            .spec
+            .max_duration_ms
+            .filter(|_| fed_idle_ms.is_none())
+            .map(|ms| {
+                lock(&self.record)
+                    .started_ms
+                    .unwrap_or(0)
+                    .saturating_add(ms)
+            });
         let mut progress_logged_ms = hub.clock.now_ms();
         loop {
             if *hub.stop.borrow() {
@@ -629,6 +784,17 @@ impl Run {
             }
             let stalled_for = now.saturating_sub(self.last_progress_ms.load(Ordering::Relaxed));
             let live = hub.live_agents();
+            if let Some(idle_ms) = fed_idle_ms
+                && live.is_empty()
+                && out_now == 0
+                && self.left().await? == 0
+            {
+                // Nothing to fetch: no agent is needed, so this is idleness, not a stall.
+                if let Some(end) = self.idle(hub, idle_ms).await? {
+                    return Ok(end);
+                }
+                continue;
+            }
             if live.is_empty() {
                 if stalled_for > stall_ms {
                     return Err(format!(
@@ -671,7 +837,14 @@ impl Run {
                         .await
                         .map_err(|e| format!("frontier: {e}"))?;
                     match next {
-                        None => return Ok(End::Succeeded),
+                        None => match fed_idle_ms {
+                            None => return Ok(End::Succeeded),
+                            Some(idle_ms) => {
+                                if let Some(end) = self.idle(hub, idle_ms).await? {
+                                    return Ok(end);
+                                }
+                            }
+                        },
                         Some(at) => {
                             // Idle, waiting for politeness or a back-off: not a stall.
                             self.last_progress_ms.store(now, Ordering::Relaxed);
@@ -691,6 +864,38 @@ impl Run {
             }
             self.send(hub, leases, &live).await?;
         }
+    }
+
+    /// A fed run with nothing queued or out: waits for more tasks, or ends (closing its
+    /// gate under the write lock, once nothing is left) after `idle_ms` without any.
+    async fn idle(&self, hub: &Shared, idle_ms: u64) -> Result<Option<End>, String> {
+        let now = hub.clock.now_ms();
+        let since = self
+            .last_fed_ms
+            .load(Ordering::SeqCst)
+            .max(self.last_progress_ms.load(Ordering::Relaxed));
+        let idle_for = now.saturating_sub(since);
+        if idle_for < idle_ms {
+            let wait = (idle_ms - idle_for).clamp(1, 1_000);
+            self.wait(hub, Duration::from_millis(wait)).await;
+            return Ok(None);
+        }
+        let mut open = self.gate.write().await;
+        if self.left().await? == 0 && lock(&self.out).is_empty() {
+            *open = false;
+            // Nothing is out, so no result can come late; the feeder looks for another run.
+            self.closing.store(true, Ordering::SeqCst);
+            hub.logs.hub(
+                &self.id,
+                Level::Info,
+                format!(
+                    "nothing fed for {:.1} s: the run ends (the next routed task starts a new run)",
+                    idle_ms as f64 / 1000.0
+                ),
+            );
+            return Ok(Some(End::Succeeded));
+        }
+        Ok(None)
     }
 
     /// Routes leases to agents and sends them.
@@ -842,6 +1047,8 @@ impl Run {
 
     /// Records the end, tells the agents to release the downloader, syncs and closes.
     async fn finish(&self, hub: &Shared, end: End) {
+        // No request is fed from here on (the frontier closes below).
+        *self.gate.write().await = false;
         if !matches!(end, End::HubStopping) {
             self.closing.store(true, Ordering::SeqCst);
             // Give back the leases of requests still out: the run's frontier holds them as
@@ -871,6 +1078,11 @@ impl Run {
         }
         if let Err(e) = self.sink.sync() {
             tracing::warn!(run = %self.id, error = %e, "items sync failed");
+        }
+        if let Some(log) = &self.outcomes
+            && let Err(e) = log.sync()
+        {
+            tracing::warn!(run = %self.id, error = %e, "outcomes sync failed");
         }
         if state.is_terminal() {
             let stats = self.stats(now).await;
@@ -914,6 +1126,7 @@ impl Run {
                 }
             }
             self.items_written.notify_waiters();
+            self.outcomes_written.notify_waiters();
         }
         if let Err(e) = self.frontier.close().await {
             tracing::warn!(run = %self.id, error = %e, "frontier close failed");
@@ -962,10 +1175,12 @@ fn classify(
         .map(|url| {
             let mut r = Request::from_canonical(url.clone());
             if redirect {
-                // The target of a redirect: same depth, the redirect count, the meta.
+                // The target of a redirect: same depth, the redirect count, the meta, and
+                // the salt (a routed task's redirect is fetched even if seen before).
                 r.depth = req.depth;
                 r.redirects = o.redirects;
                 r.meta = req.meta.clone();
+                r.dedup_salt = req.dedup_salt.clone();
             } else {
                 r.depth = req.depth.saturating_add(1);
             }

@@ -66,6 +66,7 @@ async fn start_job_run(
             args: job.spec.merged_args(extra),
             timeout_ms: job.spec.timeout_ms,
             frontier_from: None,
+            feed: None,
         })
         .await
 }
@@ -218,7 +219,8 @@ async fn on_run_end(shared: &Arc<Shared>, record: RunRecord) {
             state: record.state,
         });
     }
-    if record.state == RunState::Failed && record.restart_of.is_none() {
+    // A fed run is the router's: the router retries its tasks, the job does not retry it.
+    if record.state == RunState::Failed && record.restart_of.is_none() && record.feed.is_none() {
         let now = shared.schedule_clock.now_ms();
         let attempt = record.attempt + 1;
         match job.spec.retry.retry_at(attempt, now) {

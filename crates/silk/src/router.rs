@@ -1,9 +1,10 @@
 //! `silk router`: runs the task router alone (its own HTTP server), checks a config, or explains
-//! what the router would do with one task. The router itself is `silk-router`.
+//! what the router would do with one task. The router itself is `silk-router`; `silk up` and
+//! `silk hub` run it in their process with `--router` ([`load`] is shared).
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use silk_router::Vars;
+use silk_router::{Config, Registry, Vars};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -47,39 +48,67 @@ pub enum RouterAction {
     },
 }
 
+/// Loads the config at `path` with placeholders from `var_files` then `vars`, with the
+/// classes of `registry`. Every problem is printed to standard error; `Err` is then the exit
+/// code (2).
+pub fn load(
+    path: &std::path::Path,
+    vars: &[String],
+    var_files: &[PathBuf],
+    registry: &Registry,
+) -> Result<Config, ExitCode> {
+    let mut values = Vars::new();
+    for file in var_files {
+        if let Err(errors) = values.load_file(file) {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            return Err(ExitCode::from(2));
+        }
+    }
+    for arg in vars {
+        if let Err(e) = values.set_arg(arg) {
+            eprintln!("error: --var {arg}: {e}");
+            return Err(ExitCode::from(2));
+        }
+    }
+    match Config::load_with(&[path], &values, registry) {
+        Ok(config) => {
+            for w in &config.warnings {
+                eprintln!("warning: {w}");
+            }
+            Ok(config)
+        }
+        Err(errors) => {
+            for e in &errors {
+                eprintln!("error: {e}");
+            }
+            eprintln!("{} error(s) in {}", errors.len(), path.display());
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
 /// Runs `silk router …`.
 pub async fn run(args: RouterArgs) -> anyhow::Result<ExitCode> {
     let Some(config_path) = args.common.config.clone() else {
         anyhow::bail!("--config is required (the router's main YAML file)");
     };
-    let mut vars = Vars::new();
-    for file in &args.common.var_files {
-        if let Err(errors) = vars.load_file(file) {
-            for e in errors {
-                eprintln!("error: {e}");
-            }
-            return Ok(ExitCode::from(2));
-        }
-    }
-    for arg in &args.common.vars {
-        if let Err(e) = vars.set_arg(arg) {
-            eprintln!("error: --var {arg}: {e}");
-            return Ok(ExitCode::from(2));
-        }
-    }
-    let config = match silk_router::check(&[&config_path], &vars) {
-        Ok(config) => config,
-        Err(errors) => {
-            for e in &errors {
-                eprintln!("error: {e}");
-            }
-            eprintln!("{} error(s) in {}", errors.len(), config_path.display());
-            return Ok(ExitCode::from(2));
-        }
+    // `check` and `explain` know the hub's classes (a config for `silk hub --router` checks
+    // clean); the router run alone cannot use them and says so.
+    let registry = match args.action {
+        Some(_) => silk_hub::HubClasses::new().registry(),
+        None => Registry::standard(),
     };
-    for w in &config.warnings {
-        eprintln!("warning: {w}");
-    }
+    let config = match load(
+        &config_path,
+        &args.common.vars,
+        &args.common.var_files,
+        &registry,
+    ) {
+        Ok(config) => config,
+        Err(code) => return Ok(code),
+    };
     match args.action {
         Some(RouterAction::Check) => {
             println!("{}: ok", config_path.display());

@@ -8,6 +8,10 @@
 //! fragment (`#token=…`, which browsers never send to the server). `--no-auth` is refused
 //! unless `--listen` is a loopback address. `silk up --demo` also serves the demo site and
 //! creates and triggers a `demo` job that crawls it.
+//!
+//! `--router CONFIG` also runs the task router in the process (its own HTTP server on the
+//! config's `server.bind`:`server.port`), with the hub's classes `silk.JobOutbound` and
+//! `silk.RunResultsInbound`; it stops before the hub.
 
 use crate::agent::{connect, parse_bus_url, redact};
 use anyhow::Context;
@@ -34,6 +38,29 @@ pub struct ControlArgs {
     /// Run log lines older than this are deleted.
     #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
     pub log_retention: std::time::Duration,
+    /// Also run the task router from this config (see `silk router`), with the hub's
+    /// classes `silk.JobOutbound` and `silk.RunResultsInbound`.
+    #[arg(long, value_name = "CONFIG")]
+    pub router: Option<PathBuf>,
+    /// A placeholder value of the router config, `NAME=VALUE` (repeatable).
+    #[arg(long = "router-var", value_name = "NAME=VALUE", requires = "router")]
+    pub router_vars: Vec<String>,
+    /// A YAML file of placeholder values of the router config (repeatable).
+    #[arg(long = "router-var-file", value_name = "FILE", requires = "router")]
+    pub router_var_files: Vec<PathBuf>,
+}
+
+/// The router of `--router`, loaded and bound before the hub starts.
+struct RouterSetup {
+    classes: silk_hub::HubClasses,
+    config: silk_router::Config,
+    listener: tokio::net::TcpListener,
+}
+
+/// The router running beside the hub.
+struct RunningRouter {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), silk_router::RouterError>>,
 }
 
 /// Options of `silk up`.
@@ -95,9 +122,78 @@ impl ControlArgs {
         Ok(())
     }
 
-    fn apply(&self, config: &mut HubConfig) {
+    fn apply(&self, config: &mut HubConfig, router: Option<&RouterSetup>) {
         config.store_url = self.store.clone();
         config.log_retention_ms = self.log_retention.as_millis() as u64;
+        config.record_outcomes =
+            router.is_some_and(|r| silk_hub::HubClasses::wants_outcomes(&r.config));
+    }
+
+    /// Loads the `--router` config and binds its port; `Err` is the exit code (the problems
+    /// are printed).
+    async fn router(&self) -> Result<Option<RouterSetup>, ExitCode> {
+        let Some(path) = &self.router else {
+            return Ok(None);
+        };
+        let classes = silk_hub::HubClasses::new();
+        let config = crate::router::load(
+            path,
+            &self.router_vars,
+            &self.router_var_files,
+            &classes.registry(),
+        )?;
+        let addr = format!("{}:{}", config.server.bind, config.server.port);
+        let listener = match tokio::net::TcpListener::bind(&addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("error: router: cannot listen on {addr}: {e}");
+                return Err(ExitCode::from(2));
+            }
+        };
+        Ok(Some(RouterSetup {
+            classes,
+            config,
+            listener,
+        }))
+    }
+}
+
+/// Starts the `--router` router, if any; on failure stops the hub and gives the exit code.
+async fn start_router(
+    router: Option<RouterSetup>,
+    hub: &HubHandle,
+) -> Result<Option<RunningRouter>, ExitCode> {
+    let Some(router) = router else {
+        return Ok(None);
+    };
+    match router.start(hub).await {
+        Ok(r) => Ok(Some(r)),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            hub.shutdown().await;
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+impl RouterSetup {
+    /// Gives the classes the hub and starts the router.
+    async fn start(self, hub: &HubHandle) -> anyhow::Result<RunningRouter> {
+        self.classes.set_hub(hub.clone());
+        let addr = self.listener.local_addr()?;
+        let project = self.config.project.clone();
+        let (inbounds, outbounds) = (self.config.inbounds.len(), self.config.outbounds.len());
+        let router = silk_router::Router::start(self.config)
+            .await
+            .context("starting the router")?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(silk_router::serve_on(router, self.listener, async move {
+            let _ = stopped.await;
+        }));
+        println!(
+            "router `{project}`: http://{addr}/task/ ({inbounds} inbound(s), {outbounds} outbound(s))"
+        );
+        Ok(RunningRouter { stop, task })
     }
 }
 
@@ -111,8 +207,12 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     let bus = InProcessBus::new(BusConfig::default()).context("in-process bus")?;
     let bus: Arc<dyn Bus> = Arc::new(bus);
     let listener = bind(args.listen).await?;
+    let router = match args.control.router().await {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
     let mut config = HubConfig::new(args.data_dir.join("hub"));
-    args.control.apply(&mut config);
+    args.control.apply(&mut config, router.as_ref());
     let hub = match Hub::start(config, bus.clone(), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
         Err(e) => {
@@ -139,6 +239,10 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         args.data_dir.display()
     );
     print_access(&hub, args.listen, args.control.no_auth).await?;
+    let router = match start_router(router, &hub).await {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
     let demo = if args.demo {
         Some(start_demo(&hub, args.agents as usize).await?)
     } else {
@@ -148,7 +252,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         );
         None
     };
-    let code = serve(hub, listener, agents, args.control.no_auth).await;
+    let code = serve(hub, listener, agents, router, args.control.no_auth).await;
     drop(demo);
     code
 }
@@ -261,10 +365,14 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    let router = match args.control.router().await {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
     let mut config = HubConfig::new(&args.data_dir);
     config.phi.dead_after_ms = args.dead_after.as_millis() as u64;
     config.phi.threshold = args.phi_threshold;
-    args.control.apply(&mut config);
+    args.control.apply(&mut config, router.as_ref());
     let hub = match Hub::start(config, Arc::new(bus), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
         Err(e) => {
@@ -279,7 +387,11 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
         args.namespace
     );
     print_access(&hub, args.listen, args.control.no_auth).await?;
-    serve(hub, listener, Vec::new(), args.control.no_auth).await
+    let router = match start_router(router, &hub).await {
+        Ok(r) => r,
+        Err(code) => return Ok(code),
+    };
+    serve(hub, listener, Vec::new(), router, args.control.no_auth).await
 }
 
 async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
@@ -288,18 +400,27 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
         .with_context(|| format!("cannot listen on {addr}"))
 }
 
-/// Serves the API until a stop signal, then stops the agents and the hub.
+/// Serves the API until a stop signal, then stops the router, the agents and the hub.
 async fn serve(
     hub: HubHandle,
     listener: tokio::net::TcpListener,
     agents: Vec<AgentHandle>,
+    router: Option<RunningRouter>,
     no_auth: bool,
 ) -> anyhow::Result<ExitCode> {
-    let router = hub.router_with(silk_hub::ApiOptions { auth: !no_auth });
-    let server =
-        axum::serve(listener, router).with_graceful_shutdown(crate::wait_for_stop_signal());
+    let api = hub.router_with(silk_hub::ApiOptions { auth: !no_auth });
+    let server = axum::serve(listener, api).with_graceful_shutdown(crate::wait_for_stop_signal());
     server.await.context("the HTTP API failed")?;
     eprintln!("stopping: runs stay on disk and resume at the next start");
+    if let Some(router) = router {
+        // First: it hands back the tasks it holds and stops reading run outcomes.
+        let _ = router.stop.send(());
+        match router.task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("router: {e}"),
+            Err(e) => eprintln!("router: {e}"),
+        }
+    }
     for agent in &agents {
         agent.shutdown().await;
     }

@@ -28,6 +28,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "silk-selector",
             "silk-store",
             "silk-schedule",
+            "silk-router",
         ],
     ),
 ];

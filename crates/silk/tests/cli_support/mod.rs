@@ -151,7 +151,11 @@ impl Platform {
     /// Starts the demo site (`pages` pages per host, 3 hosts) and `silk up`, and waits until
     /// both agents are alive.
     pub fn start(pages: u32) -> Platform {
-        let dir = TempDir::new().unwrap();
+        Self::start_in(TempDir::new().unwrap(), pages, &[])
+    }
+
+    /// As [`Platform::start`] in `dir`, with more `silk up` arguments.
+    pub fn start_in(dir: TempDir, pages: u32, up_args: &[&str]) -> Platform {
         let mut cmd = silk();
         cmd.args(["demo-site", "--port", "0", "--hosts", "3", "--pages"])
             .arg(pages.to_string());
@@ -167,7 +171,8 @@ impl Platform {
         cmd.env("RUST_LOG", "info")
             .current_dir(dir.path())
             .args(["up", "--agents", "2", "--data-dir", ".silk", "--listen"])
-            .arg(format!("127.0.0.1:{port}"));
+            .arg(format!("127.0.0.1:{port}"))
+            .args(up_args);
         let mut up = Proc::spawn(cmd, "silk up", &dir.path().join("up.log"));
         up.wait_line("silk is up");
         let platform = Platform {
