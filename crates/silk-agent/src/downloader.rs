@@ -411,7 +411,15 @@ impl Downloader {
                             req.url, next.url
                         )
                     });
-                    out
+                    // Dropped, as the local engine drops it: nothing was fetched.
+                    with_error(
+                        "redirect_off_domain",
+                        format!(
+                            "{}: redirect to {} is off the allowed domains",
+                            req.url, next.url
+                        ),
+                        false,
+                    )
                 }
                 Ok(next) => {
                     out.links = vec![next.url];

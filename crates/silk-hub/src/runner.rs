@@ -143,6 +143,9 @@ pub(crate) struct Run {
     pub(crate) outcomes_written: Notify,
     /// The frontier's `max_retries` (a `Retry` past it is the request's last outcome).
     max_retries: u32,
+    /// Held (read) while a result is applied; `finish` takes it (write) once `closing` is
+    /// set, so that no result writes items or outcomes after the run has ended.
+    applying: tokio::sync::RwLock<()>,
 }
 
 /// Why a run did not take fed requests.
@@ -235,6 +238,7 @@ impl Run {
             outcomes,
             outcomes_written: Notify::new(),
             max_retries,
+            applying: tokio::sync::RwLock::new(()),
         }))
     }
 
@@ -440,6 +444,7 @@ impl Run {
 
     /// The result of one of the run's requests.
     pub(crate) async fn on_result(&self, hub: &Shared, result: &RunResult) {
+        let _applying = self.applying.read().await;
         let lease = u64::from_str_radix(&result.lease_id, 16)
             .ok()
             .filter(|_| !self.closing.load(Ordering::SeqCst));
@@ -494,16 +499,13 @@ impl Run {
         }
         let chained = matches!(lock(&self.record).strategy, Strategy::Chained(_));
         let (outcome, links) = classify(&out.request, o, &result.agent, chained);
-        if let Some(log) = &self.outcomes
-            && self.is_last_outcome(&out.request, o, &outcome)
-        {
+        if self.outcomes.is_some() && self.is_last_outcome(&out.request, o, &outcome) {
             // Before the ack, as items are: a crash in between writes it again.
-            let line = self.outcome_line(hub, &out.request, result, &outcome);
-            if let Err(reason) = log.append(&line) {
-                self.set_fatal(format!("outcomes file: {reason}"));
+            let ok = matches!(outcome, Outcome::Done);
+            if let Err(reason) = self.write_outcome(hub, &out.request, &result.agent, o, ok) {
+                self.set_fatal(reason);
                 return;
             }
-            self.outcomes_written.notify_waiters();
         }
         match self
             .frontier
@@ -531,21 +533,62 @@ impl Run {
         }
     }
 
+    /// Writes a request's final outcome line (with `record_outcomes`).
+    fn write_outcome(
+        &self,
+        hub: &Shared,
+        request: &Request,
+        agent: &AgentId,
+        o: &FetchOutcome,
+        ok: bool,
+    ) -> Result<(), String> {
+        let Some(log) = &self.outcomes else {
+            return Ok(());
+        };
+        let line = self.outcome_line(hub, request, agent, o, ok);
+        log.append(&line)
+            .map_err(|reason| format!("outcomes file: {reason}"))?;
+        self.outcomes_written.notify_waiters();
+        Ok(())
+    }
+
+    /// Writes the final outcome of a request that ended with no result from its agent
+    /// (its last lease expired, or its agent was lost), when it was its last attempt.
+    fn write_lost_outcome(&self, hub: &Shared, out: &Out, code: &str, retry: bool) {
+        if self.outcomes.is_none() || (retry && out.request.retries < self.max_retries) {
+            return;
+        }
+        let o = FetchOutcome {
+            error: Some(silk_bus::ResultError {
+                code: code.into(),
+                message: format!(
+                    "{}: no result from agent `{}` ({code})",
+                    out.request.url, out.agent
+                ),
+                retryable: retry,
+            }),
+            ..FetchOutcome::default()
+        };
+        if let Err(reason) = self.write_outcome(hub, &out.request, &out.agent, &o, false) {
+            self.set_fatal(reason);
+        }
+    }
+
     fn outcome_line(
         &self,
         hub: &Shared,
         request: &Request,
-        result: &RunResult,
-        outcome: &Outcome,
+        agent: &AgentId,
+        o: &FetchOutcome,
+        ok: bool,
     ) -> OutcomeLine {
-        let o = &result.outcome;
         let (job, job_id, spider_name) = {
             let r = lock(&self.record);
             (r.job_name.clone(), r.job_id.clone(), r.spider_name.clone())
         };
         OutcomeLine {
             v: 1,
-            ok: matches!(outcome, Outcome::Done),
+            ok,
             http_code: o.status,
             error_code: o.error.as_ref().map(|e| e.code.clone()),
             error_msg: o
@@ -561,7 +604,7 @@ impl Run {
             links: o.links.len() as u64,
             bytes: o.bytes,
             fetch_ms: o.timings.fetch_ms,
-            agent: result.agent.to_string(),
+            agent: agent.to_string(),
             run: self.id.to_string(),
             job,
             job_id,
@@ -616,6 +659,7 @@ impl Run {
             || Outcome::Release {
                 reason: "agent_lost".into(),
             },
+            |_| {},
         );
         if !lost.is_empty() {
             tracing::info!(run = %self.id, agent = %agent, requests = lost.len(), "agent dead: its requests go back to the frontier");
@@ -647,10 +691,12 @@ impl Run {
     /// the request's retries (after `max_retries` it fails) instead of being re-dispatched
     /// forever. A result that comes later is late.
     /// Removes the requests out that match `which`, paired with the ack each gets.
+    /// `each` sees every request taken, before its ack.
     fn take_out(
         &self,
         which: impl Fn(&Out) -> bool,
         outcome: impl Fn() -> Outcome,
+        mut each: impl FnMut(&Out),
     ) -> Vec<(LeaseId, Outcome)> {
         let mut out = lock(&self.out);
         let ids: Vec<u64> = out
@@ -659,8 +705,11 @@ impl Run {
             .map(|(id, _)| *id)
             .collect();
         ids.into_iter()
-            .filter(|id| out.remove(id).is_some())
-            .map(|id| (LeaseId(id), outcome()))
+            .filter_map(|id| out.remove(&id).map(|o| (id, o)))
+            .map(|(id, o)| {
+                each(&o);
+                (LeaseId(id), outcome())
+            })
             .collect()
     }
 
@@ -676,6 +725,8 @@ impl Run {
             || Outcome::Retry {
                 reason: "lease_timeout".into(),
             },
+            // Its last attempt: the run's outcome for it is this.
+            |o| self.write_lost_outcome(hub, o, "lease_timeout", true),
         );
         if expired.is_empty() {
             return Ok(());
@@ -935,6 +986,12 @@ impl Run {
                         });
                     }
                     Route::Lost(agent) => {
+                        let lost_out = Out {
+                            agent: agent.clone(),
+                            request: lease.request.clone(),
+                            deadline_ms: lease.deadline_ms,
+                        };
+                        self.write_lost_outcome(hub, &lost_out, "agent_lost", false);
                         acks.push((
                             lease.id,
                             Outcome::Failed {
@@ -1051,6 +1108,8 @@ impl Run {
         *self.gate.write().await = false;
         if !matches!(end, End::HubStopping) {
             self.closing.store(true, Ordering::SeqCst);
+            // Results being applied finish first; later ones see `closing` and are late.
+            drop(self.applying.write().await);
             // Give back the leases of requests still out: the run's frontier holds them as
             // pending (a restart that keeps the frontier fetches them), and its counters
             // show nothing in flight.
@@ -1059,6 +1118,7 @@ impl Run {
                 || Outcome::Release {
                     reason: "run_ended".into(),
                 },
+                |_| {},
             );
             if !out.is_empty()
                 && let Err(e) = self.frontier.ack_many(out).await
@@ -1159,7 +1219,7 @@ fn classify(
     if let Some(e) = &o.error {
         let reason = e.code.clone();
         let outcome = match e.code.as_str() {
-            "robots_disallowed" => Outcome::Dropped { reason },
+            "robots_disallowed" | "redirect_off_domain" => Outcome::Dropped { reason },
             // Not the request's fault: try again without consuming a retry.
             "no_downloader" | "agent_stopping" => Outcome::Release { reason },
             _ if e.retryable => Outcome::Retry { reason },
@@ -1180,7 +1240,12 @@ fn classify(
                 r.depth = req.depth;
                 r.redirects = o.redirects;
                 r.meta = req.meta.clone();
-                r.dedup_salt = req.dedup_salt.clone();
+                // Per hop, so that a redirect back to a URL seen before (A → A, A → B → A)
+                // is fetched and ends in `too_many_redirects` rather than as a duplicate.
+                r.dedup_salt = req
+                    .dedup_salt
+                    .as_ref()
+                    .map(|s| format!("{s}#r{}", o.redirects));
             } else {
                 r.depth = req.depth.saturating_add(1);
             }

@@ -23,6 +23,7 @@ use crate::error::HubError;
 use crate::hub::{HubHandle, Shared};
 use crate::outcomes::{self, OutcomeLine};
 use crate::run::Feed;
+use crate::runner::FeedError;
 use crate::sinks::read_items;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -334,57 +335,55 @@ impl HubHandle {
             return Ok(answers);
         }
         let shared = self.shared();
-        let _one_at_a_time = shared.feed_lock.lock().await;
-        // A run found open may close before it takes the requests: then start another.
-        for _ in 0..3 {
-            let run = match shared.fed_run_of(&job.id) {
-                Some(run) => run,
-                None => {
-                    let view = shared
-                        .start_run(crate::hub::NewRun {
-                            request: request.clone(),
-                            job: Some((job.id.clone(), job.spec.name.clone())),
-                            attempt: 0,
-                            restart_of: None,
-                            args: job.spec.merged_args(&BTreeMap::new()),
-                            // It lives as long as tasks come; `idle_ms` ends it.
-                            timeout_ms: None,
-                            frontier_from: None,
-                            feed: Some(feed.clone()),
-                        })
-                        .await?;
-                    shared.logs.hub(
-                        &view.id,
-                        silk_store::Level::Info,
-                        format!(
-                            "started by the router: outbound `{}` feeds it",
-                            feed.outbound
-                        ),
-                    );
-                    crate::scheduler::note_run(shared, &job.id, &view.id, view.state).await;
-                    match shared.active_run(&view.id) {
-                        Some(run) => run,
-                        None => continue, // ended already
-                    }
-                }
-            };
+        // The common case: the job's fed run is open.
+        if let Some(run) = shared.fed_run_of(&job.id) {
             match run.feed(shared, requests.clone()).await {
                 Ok(_) => return Ok(answers),
-                Err(crate::runner::FeedError::Closed) => continue,
-                Err(crate::runner::FeedError::Frontier(e)) => {
+                Err(FeedError::Closed) => {}
+                Err(FeedError::Frontier(reason)) => {
                     return Err(HubError::RunStorage {
                         run: run.id.clone(),
-                        reason: e,
+                        reason,
                     });
                 }
             }
         }
-        Err(HubError::ShuttingDown)
+        // Start one (one at a time: two outbounds feeding one job get one run). A run found
+        // open may close before it takes the requests: then another is started.
+        let _one_at_a_time = shared.feed_lock.lock().await;
+        for _ in 0..3 {
+            let run = match shared.fed_run_of(&job.id) {
+                Some(run) => run,
+                None => match start_fed_run(shared, &job, &request, &feed).await? {
+                    Some(run) => run,
+                    None => continue, // ended already
+                },
+            };
+            match run.feed(shared, requests.clone()).await {
+                Ok(_) => return Ok(answers),
+                Err(FeedError::Closed) => continue,
+                Err(FeedError::Frontier(reason)) => {
+                    return Err(HubError::RunStorage {
+                        run: run.id.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
+        Err(HubError::Conflict(format!(
+            "job `{}`: its fed runs kept ending; try again",
+            job.spec.name
+        )))
     }
 
-    /// What `job`'s fed run has not finished (0 when it has none).
+    /// What `job`'s fed run has not finished (0 when it has none, or no such job: the
+    /// push then says so).
     pub async fn job_backlog(&self, job: &str) -> Result<u64, HubError> {
-        let job = self.job(job).await?;
+        let job = match self.job(job).await {
+            Ok(job) => job,
+            Err(HubError::NoSuchJob(_)) => return Ok(0),
+            Err(e) => return Err(e),
+        };
         match self.shared().fed_run_of(&job.id) {
             Some(run) => run.left().await.map_err(|reason| HubError::RunStorage {
                 run: run.id.clone(),
@@ -395,8 +394,104 @@ impl HubHandle {
     }
 }
 
+/// Starts a fed run of `job`: checked against the live agents first (no run is recorded
+/// while none could be allocated: the router tries again), taking over the frontier of the
+/// job's last fed run if that one failed or was cancelled with requests it had accepted.
+async fn start_fed_run(
+    shared: &Arc<Shared>,
+    job: &crate::jobs::Job,
+    request: &crate::run::RunRequest,
+    feed: &Feed,
+) -> Result<Option<Arc<crate::runner::Run>>, HubError> {
+    {
+        let live = shared.live_agents();
+        let mut rng = shared.rng.lock().unwrap_or_else(|p| p.into_inner());
+        crate::allocation::allocate(
+            request
+                .strategy
+                .unwrap_or(crate::allocation::Strategy::Random),
+            request
+                .on_agent_lost
+                .unwrap_or(crate::allocation::OnAgentLost::Fail),
+            &live,
+            &mut *rng,
+        )?;
+    }
+    let frontier_from = stranded_fed_run(shared, &job.id).await?;
+    let view = shared
+        .start_run(crate::hub::NewRun {
+            request: request.clone(),
+            job: Some((job.id.clone(), job.spec.name.clone())),
+            attempt: 0,
+            restart_of: None,
+            args: job.spec.merged_args(&BTreeMap::new()),
+            // It lives as long as tasks come; `idle_ms` ends it.
+            timeout_ms: None,
+            frontier_from,
+            feed: Some(feed.clone()),
+        })
+        .await?;
+    shared.logs.hub(
+        &view.id,
+        silk_store::Level::Info,
+        format!(
+            "started by the router: outbound `{}` feeds it",
+            feed.outbound
+        ),
+    );
+    Ok(shared.active_run(&view.id))
+}
+
+/// The job's latest fed run if it ended failed or cancelled and its frontier is still on
+/// disk (not taken over yet): the requests it had accepted and not finished go on in the
+/// next fed run.
+async fn stranded_fed_run(shared: &Shared, job_id: &str) -> Result<Option<RunId>, HubError> {
+    let filter = silk_store::RunFilter {
+        job_id: Some(job_id.to_owned()),
+        states: Vec::new(),
+        limit: Some(20),
+        newest_first: true,
+    };
+    for row in shared.store.list_runs(&filter).await? {
+        let Ok(record) = crate::hub::record_of(row) else {
+            continue;
+        };
+        if record.feed.is_none() {
+            continue;
+        }
+        let stranded = matches!(
+            record.state,
+            crate::run::RunState::Failed | crate::run::RunState::Cancelled
+        ) && shared.active_run(&record.id).is_none()
+            && shared.files.frontier_dir(&record.id).exists();
+        return Ok(stranded.then_some(record.id));
+    }
+    Ok(None)
+}
+
 // ---------------------------------------------------------------------------------------
 // silk.RunResultsInbound
+
+/// The keys an outcome task has besides `url` and `task_params`; the routed task under
+/// `task_params` never carries them (see `docs/router.md`).
+pub const OUTCOME_KEYS: &[&str] = &[
+    "task_result",
+    "http_code",
+    "error_code",
+    "error_msg",
+    "method",
+    "depth",
+    "retries",
+    "items",
+    "links",
+    "bytes",
+    "fetch_ms",
+    "agent",
+    "run",
+    "job",
+    "spider_name",
+    "spider_end_time",
+];
 
 /// Which requests' outcomes an inbound takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -470,7 +565,12 @@ impl ResultsSettings {
             "spider_end_time".into(),
             silk_router::format_time(line.time_ms).into(),
         );
-        if let Some(task) = line.task {
+        if let Some(mut task) = line.task {
+            // A retried task carries the keys of its previous outcome; they are dropped so
+            // that `common.ExtractTaskParams` never lifts them over this outcome's.
+            for key in OUTCOME_KEYS {
+                task.remove(*key);
+            }
             t.insert("task_params".into(), Value::Object(task));
         }
         Value::Object(t)
@@ -574,24 +674,37 @@ impl Inbound for RunResultsInbound {
         let mut started = shared.runs_started.subscribe();
         let mut tailing: HashSet<RunId> = HashSet::new();
         let mut tails = tokio::task::JoinSet::new();
-        // Runs with outcomes left from before (ended, or the hub restarted), then every
-        // run that starts.
-        let mut candidates = shared.files.runs_with_state(outcomes::FILE);
+        let since_ms = first_start(&shared, &state_file);
         loop {
+            if *shared.stop.borrow() {
+                // The hub is stopping: its runs are read again at its next start.
+                ctx.stopping().await;
+                break;
+            }
+            // Runs with outcomes not all routed (ended, or from before a restart), and every
+            // run active now; scanned at every wake, so a run that started and ended in
+            // between is not missed.
+            let mut candidates = shared.files.runs_with_state(outcomes::FILE);
             candidates.extend(shared.runs_now());
-            for run in candidates.drain(..) {
+            for run in candidates {
                 if tailing.contains(&run) {
                     continue;
                 }
-                let state: ReadState = shared
-                    .files
-                    .read_state(&run, &state_file)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
-                if state.done {
+                let state: Option<ReadState> =
+                    shared.files.read_state(&run, &state_file).ok().flatten();
+                if state.is_some_and(|s| s.done) {
                     continue;
                 }
+                if state.is_none() && ended_before(&shared, &run, since_ms).await {
+                    // History from before this inbound existed is not replayed.
+                    let done = ReadState {
+                        done: true,
+                        ..ReadState::default()
+                    };
+                    let _ = shared.files.write_state(&run, &state_file, &done);
+                    continue;
+                }
+                let state = state.unwrap_or_default();
                 tailing.insert(run.clone());
                 tails.spawn(tail(
                     shared.clone(),
@@ -622,17 +735,50 @@ impl Inbound for RunResultsInbound {
     }
 }
 
-/// A file-name-safe form of an inbound's name.
+/// A file-name-safe form of an inbound's name: the name itself when it is made of
+/// `[A-Za-z0-9_-]`, else those characters with a hash of the whole name (two names never
+/// share a file).
 fn file_safe(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if !name.is_empty() && name.chars().all(plain) {
+        return name.to_owned();
+    }
+    let kept: String = name.chars().filter(|c| plain(*c)).collect();
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(name.as_bytes());
+    let hex: String = hash[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{kept}~{hex}")
+}
+
+/// When the inbound whose state files are named `state_file` first ran on this hub (stored
+/// in the hub's data dir the first time).
+fn first_start(shared: &Shared, state_file: &str) -> u64 {
+    let path = shared
+        .config
+        .data_dir
+        .join(format!("{}.since", state_file.trim_end_matches(".json")));
+    if let Some(ms) = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+    {
+        return ms;
+    }
+    let now = shared.clock.now_ms();
+    if let Err(e) = std::fs::write(&path, now.to_string()) {
+        tracing::warn!(file = %path.display(), error = %e, "inbound start time not stored");
+    }
+    now
+}
+
+/// Whether `run` is not active and ended before `since_ms`.
+async fn ended_before(shared: &Shared, run: &RunId, since_ms: u64) -> bool {
+    if shared.active_run(run).is_some() {
+        return false;
+    }
+    match shared.store.get_run(run.as_str()).await {
+        Ok(Some(row)) => row.finished_ms.is_some_and(|f| f < since_ms),
+        _ => false,
+    }
 }
 
 /// Submits the outcomes of one run after `state`, until the run has ended and all are
@@ -648,7 +794,6 @@ async fn tail(
     let path = shared.files.run_dir(&run).join(outcomes::FILE);
     let threads = ctx.threads().max(1);
     let page_size = (threads * 16).clamp(64, 1024);
-    let mut backoff = Duration::from_millis(200);
     loop {
         if ctx.is_stopping() || *shared.stop.borrow() {
             return run;
@@ -699,25 +844,34 @@ async fn tail(
             .map(|line| inbound.settings.task(line))
             .collect();
         let n = tasks.len() as u64;
-        let results: Vec<Result<_, RouterError>> = futures::stream::iter(tasks)
-            .map(|task| ctx.submit(task))
-            .buffered(threads)
-            .collect()
-            .await;
-        match results.into_iter().find_map(Result::err) {
-            None => {
-                state.offset = page.next_cursor;
-                state.submitted += n;
-                if let Err(e) = shared.files.write_state(&run, &state_file, &state) {
-                    tracing::warn!(run = %run, error = %e, "outcome offset not stored (outcomes may be routed again)");
-                }
-                backoff = Duration::from_millis(200);
-            }
-            Some(e) => {
-                // Not taken (a target down, the router stopping): the page is submitted
-                // again — at least once.
+        // The page's tasks, until each is taken; only those not taken go again.
+        let mut todo = tasks;
+        let mut backoff = Duration::from_millis(200);
+        while !todo.is_empty() {
+            let results: Vec<(Value, Result<_, RouterError>)> = futures::stream::iter(todo)
+                .map(|task| async {
+                    let result = ctx.submit(task.clone()).await;
+                    (task, result)
+                })
+                .buffered(threads)
+                .collect()
+                .await;
+            let mut first_error = None;
+            todo = results
+                .into_iter()
+                .filter_map(|(task, result)| match result {
+                    Ok(_) => None,
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                        Some(task)
+                    }
+                })
+                .collect();
+            if let Some(e) = first_error {
+                // Not taken (a target down, the router stopping): tried again with back-off;
+                // a stop leaves the offset where it was (at least once).
                 if !matches!(e, RouterError::ShuttingDown) {
-                    tracing::warn!(run = %run, inbound = %inbound.name, error = %e, "outcomes not routed; trying again");
+                    tracing::warn!(run = %run, inbound = %inbound.name, error = %e, left = todo.len(), "outcomes not routed; trying again");
                 }
                 tokio::select! {
                     () = ctx.stopping() => return run,
@@ -725,6 +879,11 @@ async fn tail(
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
+        }
+        state.offset = page.next_cursor;
+        state.submitted += n;
+        if let Err(e) = shared.files.write_state(&run, &state_file, &state) {
+            tracing::warn!(run = %run, error = %e, "outcome offset not stored (outcomes may be routed again)");
         }
     }
 }
@@ -803,10 +962,27 @@ mod tests {
         let mut l = line(false, Some(404), Some("http_404"));
         let mut task = Map::new();
         task.insert("outbound".into(), "fetch".into());
+        // From the previous attempt's outcome.
+        task.insert("http_code".into(), 503.into());
         l.task = Some(task);
         let t = settings().task(l);
         assert_eq!(t["task_result"], 404);
         assert_eq!(t["task_params"]["outbound"], "fetch");
+        assert!(t["task_params"].get("http_code").is_none(), "{t}");
+        let mut keys: Vec<&str> = t
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !["url", "task_params"].contains(k))
+            .collect();
+        keys.sort_unstable();
+        let mut expected = OUTCOME_KEYS.to_vec();
+        expected.sort_unstable();
+        assert_eq!(
+            keys, expected,
+            "OUTCOME_KEYS names every key an outcome adds"
+        );
         assert_eq!(t["job"], "j");
     }
 }

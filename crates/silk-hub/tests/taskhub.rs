@@ -64,6 +64,10 @@ struct Setup {
 }
 
 async fn setup(idle_ms: u64) -> Setup {
+    setup_job(idle_ms, json!({"name": "fetch", "spider": SPIDER})).await
+}
+
+async fn setup_job(idle_ms: u64, job: Value) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_owned();
     let bus = bus();
@@ -88,7 +92,7 @@ async fn setup(idle_ms: u64) -> Setup {
         start_agent(&path, &bus, "a2").await,
     ];
     within("two live agents", 10, hub.wait_for_live_agents(2)).await;
-    let spec: JobSpec = serde_json::from_value(json!({"name": "fetch", "spider": SPIDER})).unwrap();
+    let spec: JobSpec = serde_json::from_value(job).unwrap();
     hub.create_job(spec).await.unwrap();
     assert!(classes.set_hub(hub.clone()));
     let router = Router::start(config).await.expect("router starts");
@@ -324,5 +328,44 @@ async fn run_results_resume_from_their_stored_offset_when_the_router_restarts() 
         assert_eq!(hits.hits_on(&site.page_url(1, i)), 1, "page {i}");
     }
     router.shutdown().await;
+    s.hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tasks_of_a_cancelled_fed_run_go_on_in_the_next_one() {
+    // One request out at a time, slow pages: tasks wait in the fed run's frontier.
+    let site = site(10, 150).await;
+    let s = setup_job(
+        60_000,
+        json!({"name": "fetch", "spider": SPIDER, "max_pending": 1}),
+    )
+    .await;
+    for i in 0..5 {
+        submit(&s.router, json!({"url": site.page_url(1, i)})).await;
+    }
+    settle(&s.router, "the first task to end", |r| {
+        r.count(Some("fetch"), Reason::TerminalCode) >= 1
+    })
+    .await;
+    let runs = s.hub.job_runs("fetch", None).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    let first = runs[0].id.clone();
+    s.hub.cancel(&first).await.unwrap();
+    let ended = within("the cancel", 20, s.hub.wait_run(&first))
+        .await
+        .unwrap();
+    assert_eq!(ended.state, RunState::Cancelled);
+    assert!(ended.stats.left > 0, "tasks were left: {:?}", ended.stats);
+
+    // The next task starts a fed run that takes over what the cancelled one had accepted.
+    submit(&s.router, json!({"url": site.page_url(1, 5)})).await;
+    settle(&s.router, "all six tasks to end", |r| {
+        r.count(Some("fetch"), Reason::TerminalCode) == 6
+    })
+    .await;
+    let runs = s.hub.job_runs("fetch", None).await.unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_ne!(runs[0].id, first);
+    s.router.shutdown().await;
     s.hub.shutdown().await;
 }
