@@ -1,5 +1,6 @@
 //! The conformance suite of [`FrontierStore`]: every semantic of the trait, written once,
-//! run against every backend (the embedded one in `tests/conformance.rs`; Redis later).
+//! run against every backend (the embedded one in `tests/conformance.rs`, Redis in
+//! `tests/redis_conformance.rs`).
 //!
 //! A backend provides a [`FrontierFactory`]: `open(slot, config, clock)` returns an empty
 //! store the first time a slot name is used and the same data when the slot is opened again
@@ -32,13 +33,25 @@ pub trait FrontierFactory: Send + Sync {
         config: FrontierConfig,
         clock: ManualClock,
     ) -> Arc<dyn FrontierStore>;
+
+    /// Removes what the check stored (keys on a shared server), best effort. Runs after the
+    /// check, also when it failed.
+    async fn cleanup(&self) {}
 }
 
 /// Generates one `#[tokio::test]` per conformance check, each with a fresh factory from
-/// `$factory` (an expression evaluated per test).
+/// `$factory` (an expression evaluated per test). With `optional`, `$factory` is an
+/// `Option` of a factory and `None` skips the test (the expression prints why), for
+/// backends that need a server. The factory's `cleanup` runs after the check, pass or fail.
 #[macro_export]
 macro_rules! frontier_conformance_tests {
+    (optional $factory:expr) => {
+        $crate::frontier_conformance_tests!(@all $factory);
+    };
     ($factory:expr) => {
+        $crate::frontier_conformance_tests!(@all ::std::option::Option::Some($factory));
+    };
+    (@all $factory:expr) => {
         $crate::frontier_conformance_tests!(@each $factory;
             dedup_within_segment, dedup_in_next_segment, dedup_forever_without_segments,
             dedup_confirms_bloom_false_positives, created_ms_is_set, per_host_concurrency,
@@ -52,8 +65,20 @@ macro_rules! frontier_conformance_tests {
         $(
             #[::tokio::test]
             async fn $check() {
-                let factory = $factory;
-                $crate::conformance::$check(&factory).await;
+                let ::std::option::Option::Some(factory) = $factory else { return };
+                let factory = ::std::sync::Arc::new(factory);
+                let check = ::std::sync::Arc::clone(&factory);
+                let outcome = ::tokio::spawn(async move {
+                    $crate::conformance::$check(&*check).await
+                })
+                .await;
+                $crate::conformance::FrontierFactory::cleanup(&*factory).await;
+                if let Err(e) = outcome {
+                    match e.try_into_panic() {
+                        Ok(panic) => ::std::panic::resume_unwind(panic),
+                        Err(e) => panic!("check {} did not finish: {e}", stringify!($check)),
+                    }
+                }
             }
         )*
     };

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use thiserror::Error;
 
-/// A boxed error from a storage engine (fjall today, Redis later), kept opaque so that the
+/// A boxed error from a storage engine (fjall, Redis), kept opaque so that the
 /// public API does not name a backend's types.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 

@@ -5,8 +5,10 @@
 //! - [`FrontierStore`] is the seam. Callers (the `silk crawl` engine, the hub's dispatcher)
 //!   hold an `Arc<dyn FrontierStore>` and never know the backend.
 //! - [`EmbeddedFrontier`] is the crash-safe embedded backend (fjall), for one process.
-//!   A Redis backend will sit beside it and pass the same [`conformance`] suite
-//!   (`frontier_conformance_tests!`).
+//! - [`RedisFrontier`] is the backend of the distributed mode: state in Redis (one hash tag
+//!   per frontier, cluster-safe), scheduler and dedup in memory as in the embedded one; one
+//!   owner at a time, and another process adopts a frontier by opening the same prefix.
+//!   Both pass the same [`conformance`] suite (`frontier_conformance_tests!`).
 //! - Logic a backend may reuse, both pure and in memory: the scheduler (`sched`: per-host
 //!   queues, readiness, aging, leases) and dedup (`dedup`: per-segment Bloom filters and an
 //!   exact cache of recent fingerprints).
@@ -40,10 +42,12 @@ pub mod conformance;
 mod dedup;
 pub mod embedded;
 pub mod error;
+pub mod redis;
 mod sched;
 pub mod store;
 
 pub use config::{FrontierConfig, MAX_RETRY_BACKOFF_MS};
 pub use embedded::{EmbeddedFrontier, EmbeddedOptions};
 pub use error::FrontierError;
+pub use redis::RedisFrontier;
 pub use store::{AckResult, EnqueueOutcome, FrontierStats, FrontierStore, Lease, LeaseId, Outcome};

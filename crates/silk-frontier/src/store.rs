@@ -1,7 +1,7 @@
 //! The seam: the [`FrontierStore`] trait (in other systems: URL queue, scheduler, seed
 //! manager, scrapy-redis' scheduler + dupefilter) and the values that cross it.
 //!
-//! Every backend (the embedded one in [`crate::embedded`], a Redis one later) implements the
+//! Every backend (the embedded one in [`crate::embedded`], Redis in [`crate::redis`]) implements the
 //! whole trait with the same semantics, checked by [`crate::conformance`]. Callers hold an
 //! `Arc<dyn FrontierStore>`. This module defines behaviour only; it must not contain backend
 //! code or anything that assumes a backend is in-process.
