@@ -11,4 +11,4 @@ pub mod sink;
 
 pub use engine::{Crawl, CrawlOptions, Finish, Progress, Summary, frontier_config, seed_requests};
 pub use error::CrawlError;
-pub use sink::{JsonlSink, Written};
+pub use sink::{JsonlSink, Written, open_append};

@@ -42,6 +42,19 @@ struct Inner {
     line: Vec<u8>,
 }
 
+/// Opens (or creates, with its folders) an append-only file for reading and appending: the
+/// JSON Lines files of a run (items here, the hub's outcomes).
+pub fn open_append(path: &Path) -> std::io::Result<File> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)
+}
+
 impl JsonlSink {
     /// Opens (or creates) `path`; `key_field` names the field that identifies an item.
     pub fn open(path: &Path, key_field: &str) -> Result<Self, CrawlError> {
@@ -49,15 +62,7 @@ impl JsonlSink {
             path: path.to_owned(),
             source,
         };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(err)?;
-        }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(err)?;
+        let mut file = open_append(path).map_err(err)?;
         let mut keys = HashSet::new();
         let mut good_len = 0u64;
         {

@@ -26,7 +26,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -71,15 +71,7 @@ impl OutcomeLog {
     /// the next line starts on a line of its own.
     pub(crate) fn open(path: &Path) -> Result<OutcomeLog, String> {
         let err = |e: std::io::Error| format!("{}: {e}", path.display());
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(err)?;
-        }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(err)?;
+        let mut file = silk_crawl::open_append(path).map_err(err)?;
         let len = file.metadata().map_err(err)?.len();
         if len > 0 {
             let keep = complete_len(&mut file, len).map_err(err)?;
@@ -131,6 +123,7 @@ fn complete_len(file: &mut File, len: u64) -> std::io::Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
 
     fn line(url: &str) -> OutcomeLine {
         OutcomeLine {

@@ -545,48 +545,11 @@ impl Run {
         let Some(log) = &self.outcomes else {
             return Ok(());
         };
-        let line = self.outcome_line(hub, request, agent, o, ok);
-        log.append(&line)
-            .map_err(|reason| format!("outcomes file: {reason}"))?;
-        self.outcomes_written.notify_waiters();
-        Ok(())
-    }
-
-    /// Writes the final outcome of a request that ended with no result from its agent
-    /// (its last lease expired, or its agent was lost), when it was its last attempt.
-    fn write_lost_outcome(&self, hub: &Shared, out: &Out, code: &str, retry: bool) {
-        if self.outcomes.is_none() || (retry && out.request.retries < self.max_retries) {
-            return;
-        }
-        let o = FetchOutcome {
-            error: Some(silk_bus::ResultError {
-                code: code.into(),
-                message: format!(
-                    "{}: no result from agent `{}` ({code})",
-                    out.request.url, out.agent
-                ),
-                retryable: retry,
-            }),
-            ..FetchOutcome::default()
-        };
-        if let Err(reason) = self.write_outcome(hub, &out.request, &out.agent, &o, false) {
-            self.set_fatal(reason);
-        }
-    }
-
-    fn outcome_line(
-        &self,
-        hub: &Shared,
-        request: &Request,
-        agent: &AgentId,
-        o: &FetchOutcome,
-        ok: bool,
-    ) -> OutcomeLine {
         let (job, job_id, spider_name) = {
             let r = lock(&self.record);
             (r.job_name.clone(), r.job_id.clone(), r.spider_name.clone())
         };
-        OutcomeLine {
+        let line = OutcomeLine {
             v: 1,
             ok,
             http_code: o.status,
@@ -615,6 +578,32 @@ impl Run {
                 .get(crate::taskhub::TASK_META)
                 .and_then(|t| t.as_object())
                 .cloned(),
+        };
+        log.append(&line)
+            .map_err(|reason| format!("outcomes file: {reason}"))?;
+        self.outcomes_written.notify_waiters();
+        Ok(())
+    }
+
+    /// Writes the final outcome of a request that ended with no result from its agent
+    /// (its last lease expired, or its agent was lost), when it was its last attempt.
+    fn write_lost_outcome(&self, hub: &Shared, out: &Out, code: &str, retry: bool) {
+        if self.outcomes.is_none() || (retry && out.request.retries < self.max_retries) {
+            return;
+        }
+        let o = FetchOutcome {
+            error: Some(silk_bus::ResultError {
+                code: code.into(),
+                message: format!(
+                    "{}: no result from agent `{}` ({code})",
+                    out.request.url, out.agent
+                ),
+                retryable: retry,
+            }),
+            ..FetchOutcome::default()
+        };
+        if let Err(reason) = self.write_outcome(hub, &out.request, &out.agent, &o, false) {
+            self.set_fatal(reason);
         }
     }
 

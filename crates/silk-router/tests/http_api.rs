@@ -6,29 +6,11 @@ mod common;
 
 use std::io::Read;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use serde_json::{Value, json};
-use silk_router::{Router, app};
-use tower::ServiceExt;
+use silk_router::Router;
 
-async fn call(router: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, String) {
-    let request = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_owned()))
-        .expect("request");
-    let response = app(router.clone())
-        .oneshot(request)
-        .await
-        .expect("infallible");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .expect("body");
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
+use common::call;
 
 fn json_of(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))

@@ -12,15 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use silk_router::{
     Config, Decision, InitReader, Outbound, OutboundFactory, Outgoing, Reason, Registry, Router,
-    RouterError, app,
+    RouterError,
 };
-use tower::ServiceExt;
 
 /// `test.RefusingOutbound`: takes tasks with a non-empty string `url` (into the sink named
 /// by `init.sink`, see [`common::sink`]) and refuses every other one for good.
@@ -196,21 +194,7 @@ async fn a_refused_push_fails_the_task_and_records_it() {
 }
 
 async fn call(router: &Router, uri: &str, body: &str) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method("POST")
-        .uri(uri)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_owned()))
-        .expect("request");
-    let response = app(router.clone())
-        .oneshot(request)
-        .await
-        .expect("infallible");
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .expect("body");
-    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (status, text) = common::call(router, "POST", uri, body).await;
     let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
     (status, value)
 }

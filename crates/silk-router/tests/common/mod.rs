@@ -176,3 +176,29 @@ impl Outbound for Memory {
 pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/router")
 }
+
+/// Sends one request to the router's HTTP API without a socket (`app(router)`); the status
+/// and the body text.
+pub async fn call(
+    router: &silk_router::Router,
+    method: &str,
+    uri: &str,
+    body: &str,
+) -> (axum::http::StatusCode, String) {
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_owned()))
+        .expect("request");
+    let response = silk_router::app(router.clone())
+        .oneshot(request)
+        .await
+        .expect("infallible");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .expect("body");
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
