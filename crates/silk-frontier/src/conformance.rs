@@ -951,3 +951,34 @@ pub async fn closed_store_refuses_calls(f: &dyn FrontierFactory) {
     assert!(c.store.ack(LeaseId(1), Outcome::Done).await.is_err());
     assert!(c.store.next_ready_ms().await.is_err());
 }
+
+/// A backend's own corruption check, first reopen: the store held four requests of
+/// `a.test` (seqs 0 to 3), then seq 0's record was made unreadable (found at open) and
+/// seq 1's readable only up to its JSON (found at lease). Both are skipped and counted
+/// failed and corrupt.
+pub async fn corrupt_records_are_skipped(f: &dyn FrontierStore) {
+    let s = f.stats().await.expect("stats");
+    assert_eq!(
+        (s.total, s.left, s.failed, s.corrupt, s.pending),
+        (4, 3, 1, 1, 3)
+    );
+    let leased = f.lease(10).await.expect("lease");
+    let urls: Vec<_> = leased.iter().map(|l| l.request.url.as_str()).collect();
+    assert_eq!(urls, vec!["https://a.test/2", "https://a.test/3"]);
+    let s = f.stats().await.expect("stats");
+    assert_eq!(
+        (s.total, s.left, s.failed, s.corrupt, s.in_flight),
+        (4, 2, 2, 2, 2)
+    );
+}
+
+/// The same check's second reopen, after [`corrupt_records_are_skipped`]: the corrupt
+/// records were removed, the counters kept.
+pub async fn corrupt_records_were_removed(f: &dyn FrontierStore) {
+    let s = f.stats().await.expect("stats");
+    assert_eq!(
+        (s.left, s.corrupt, s.pending),
+        (2, 2, 2),
+        "corrupt records were removed"
+    );
+}

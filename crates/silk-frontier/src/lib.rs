@@ -10,8 +10,9 @@
 //!   owner at a time, and another process adopts a frontier by opening the same prefix.
 //!   Both pass the same [`conformance`] suite (`frontier_conformance_tests!`).
 //! - Logic a backend may reuse, both pure and in memory: the scheduler (`sched`: per-host
-//!   queues, readiness, aging, leases) and dedup (`dedup`: per-segment Bloom filters and an
-//!   exact cache of recent fingerprints).
+//!   queues, readiness, aging, leases), dedup (`dedup`: per-segment Bloom filters and an
+//!   exact cache of recent fingerprints) and `shared` (the outcome of an ack with its
+//!   counter changes, applying a committed write to memory, the stats).
 //!
 //! This crate must not fetch, parse pages, canonicalise URLs (requests arrive canonical,
 //! from `silk-core`) or know about runs, agents or the bus.
@@ -44,6 +45,7 @@ pub mod embedded;
 pub mod error;
 pub mod redis;
 mod sched;
+mod shared;
 pub mod store;
 
 pub use config::{FrontierConfig, MAX_RETRY_BACKOFF_MS};

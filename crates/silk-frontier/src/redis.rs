@@ -68,6 +68,7 @@ use crate::dedup::{Probe, RecentSet, SegmentBlooms};
 use crate::embedded::layout::{self, Counters};
 use crate::error::{BoxError, FrontierError};
 use crate::sched::{Entry, LeaseState, SchedConfig, Scheduler};
+use crate::shared::{self, Added, Finished};
 use crate::store::{
     AckResult, EnqueueOutcome, FrontierStats, FrontierStore, Lease, LeaseId, Outcome,
 };
@@ -197,6 +198,11 @@ struct Keys {
 }
 
 impl Keys {
+    /// How errors and logs name the frontier: the server (password redacted) and the tag.
+    fn location(&self, url: &str) -> String {
+        format!("{} {}", redact(url), self.tag)
+    }
+
     fn new(prefix: &str) -> Self {
         let tag = format!("{{silk:frontier:{prefix}}}");
         Self {
@@ -261,6 +267,12 @@ fn retryable(e: &RedisError) -> bool {
         )
 }
 
+/// A Redis error as a storage error of the frontier at `location`.
+fn redis_err(location: &str, op: &'static str, e: RedisError) -> FrontierError {
+    let r = retryable(&e);
+    storage(location, op, r, Box::new(e))
+}
+
 fn storage(location: &str, op: &'static str, retryable: bool, source: BoxError) -> FrontierError {
     FrontierError::Storage {
         location: location.to_owned(),
@@ -314,16 +326,9 @@ struct Staged {
     segment: u64,
     added: Vec<Added>,
     /// Leases finished; `Some` = re-queue with this not-before time.
-    finished: Vec<(u64, Option<(Entry, u64)>)>,
+    finished: Finished,
     stale: u64,
     new_segment: Option<u64>,
-}
-
-struct Added {
-    host: String,
-    priority: i32,
-    created_ms: u64,
-    fp: Fingerprint,
 }
 
 impl Staged {
@@ -368,11 +373,8 @@ impl RedisFrontier {
         config.validate()?;
         check_prefix(prefix)?;
         let keys = Keys::new(prefix);
-        let location = format!("{} {}", redact(url), keys.tag);
-        let err = |op: &'static str, e: RedisError| {
-            let r = retryable(&e);
-            storage(&location, op, r, Box::new(e))
-        };
+        let location = keys.location(url);
+        let err = |op: &'static str, e: RedisError| redis_err(&location, op, e);
         let client = ::redis::Client::open(url).map_err(|e| err("open (url)", e))?;
         let manager = ConnectionManagerConfig::new()
             .set_number_of_retries(CONNECT_RETRIES)
@@ -612,11 +614,8 @@ impl RedisFrontier {
     pub async fn destroy(url: &str, prefix: &str) -> Result<(), FrontierError> {
         check_prefix(prefix)?;
         let keys = Keys::new(prefix);
-        let location = format!("{} {}", redact(url), keys.tag);
-        let err = |op: &'static str, e: RedisError| {
-            let r = retryable(&e);
-            storage(&location, op, r, Box::new(e))
-        };
+        let location = keys.location(url);
+        let err = |op: &'static str, e: RedisError| redis_err(&location, op, e);
         let client = ::redis::Client::open(url).map_err(|e| err("destroy (url)", e))?;
         let mut conn = client
             .get_multiplexed_async_connection()
@@ -658,8 +657,7 @@ impl RedisFrontier {
     }
 
     fn err(&self, op: &'static str, e: RedisError) -> FrontierError {
-        let r = retryable(&e);
-        storage(&self.location, op, r, Box::new(e))
+        redis_err(&self.location, op, e)
     }
 
     /// Runs [`APPLY`]; returns the seqs of new records.
@@ -784,26 +782,9 @@ impl RedisFrontier {
         if let Some(s) = new_segment {
             inner.segments.insert(s);
         }
-        for (lease, requeue) in finished {
-            inner.sched.finish(lease, now_ms);
-            if let Some((entry, not_before_ms)) = requeue {
-                inner.sched.push(entry, not_before_ms, now_ms);
-            }
-        }
-        for (a, seq) in added.into_iter().zip(seqs) {
-            inner.recent.insert(segment, &a.fp);
-            let host = inner.sched.host_id(&a.host);
-            inner.sched.push(
-                Entry {
-                    seq,
-                    host,
-                    priority: a.priority,
-                    created_ms: a.created_ms,
-                },
-                0,
-                now_ms,
-            );
-        }
+        let added = seqs.into_iter().zip(added);
+        let (sched, recent) = (&mut inner.sched, &mut inner.recent);
+        shared::apply_committed(sched, recent, segment, now_ms, finished, added);
         Ok(())
     }
 
@@ -952,6 +933,11 @@ impl RedisFrontier {
         acks: Vec<(LeaseId, Outcome)>,
     ) -> Result<Vec<AckResult>, FrontierError> {
         let now = st.now_ms;
+        let ctx = shared::AckCtx {
+            cfg: &self.cfg,
+            now,
+            location: &self.location,
+        };
         // Pass 1: lease states (in order, duplicates within the batch are Unknown).
         let mut live: Vec<Option<Entry>> = Vec::with_capacity(acks.len());
         let mut states = Vec::with_capacity(acks.len());
@@ -1003,75 +989,20 @@ impl RedisFrontier {
                 continue;
             };
             let field = entry.seq.to_string().into_bytes();
-            let c = &mut st.counters;
-            let result = match outcome {
-                Outcome::Done => {
-                    c.success += 1;
-                    AckResult::Succeeded
-                }
-                Outcome::Release { reason } => {
-                    tracing::debug!(seq = entry.seq, %reason, "request released");
-                    st.finished.push((id.0, Some((entry, now))));
-                    results.push(AckResult::Released);
-                    continue;
-                }
-                Outcome::Dropped { reason } => {
-                    tracing::debug!(seq = entry.seq, %reason, "request dropped");
-                    c.dropped += 1;
-                    AckResult::Dropped
-                }
-                Outcome::Failed { reason } => {
-                    tracing::debug!(seq = entry.seq, %reason, "request failed");
-                    c.failed += 1;
-                    AckResult::Failed
-                }
-                Outcome::Retry { reason } => {
-                    let v = records.get(&entry.seq).cloned().flatten();
-                    match v
-                        .as_deref()
-                        .and_then(layout::decode_header)
-                        .map(|h| h.retries)
-                    {
-                        Some(retries) if retries < self.cfg.max_retries => {
-                            let not_before_ms = now.saturating_add(self.cfg.retry_backoff(retries));
-                            let value = v
-                                .as_deref()
-                                .and_then(|v| layout::rewrite_retry(v, retries + 1, not_before_ms));
-                            if let Some(value) = value {
-                                tracing::debug!(seq = entry.seq, %reason, retries = retries + 1, "request re-queued");
-                                st.op(&[b"H", &req_index, &field, &value]);
-                                st.counters.retries += 1;
-                                st.finished.push((id.0, Some((entry, not_before_ms))));
-                                results.push(AckResult::Requeued {
-                                    retries: retries + 1,
-                                    not_before_ms,
-                                });
-                                continue;
-                            }
-                            c.failed += 1;
-                            AckResult::Failed
-                        }
-                        Some(_) => {
-                            tracing::debug!(seq = entry.seq, %reason, "request failed: retries exhausted");
-                            c.failed += 1;
-                            AckResult::Failed
-                        }
-                        None if v.is_none() => {
-                            tracing::error!(store = %self.location, seq = entry.seq, "leased request missing from the store");
-                            AckResult::Failed
-                        }
-                        None => {
-                            tracing::error!(store = %self.location, seq = entry.seq, "corrupt request record counted failed");
-                            c.corrupt += 1;
-                            c.failed += 1;
-                            AckResult::Failed
-                        }
-                    }
-                }
+            let record = if shared::needs_record(&outcome) {
+                records.get(&entry.seq).cloned().flatten()
+            } else {
+                None
             };
-            st.op(&[b"D", &req_index, &field]);
-            st.finished.push((id.0, None));
-            results.push(result);
+            let plan = ctx.plan(outcome, entry.seq, record.as_deref(), &mut st.counters);
+            if let Some(value) = plan.rewrite {
+                st.op(&[b"H", &req_index, &field, &value]);
+            } else if plan.requeue_at.is_none() {
+                st.op(&[b"D", &req_index, &field]);
+            }
+            st.finished
+                .push((id.0, plan.requeue_at.map(|at| (entry, at))));
+            results.push(plan.result);
         }
         Ok(results)
     }
@@ -1283,27 +1214,14 @@ impl FrontierStore for RedisFrontier {
                 bytes
             }
         };
-        let c = &inner.counters;
-        Ok(FrontierStats {
-            total: c.total,
-            left: c.left(),
-            in_flight: inner.sched.in_flight(),
-            pending: inner.sched.pending(),
-            delayed: inner.sched.delayed(),
-            success: c.success,
-            failed: c.failed,
-            dropped: c.dropped,
-            duplicates: c.duplicates,
-            retries: c.retries,
-            lease_expiries: inner.sched.lease_expiries(),
-            stale_acks: inner.stale_acks,
-            corrupt: c.corrupt,
-            hosts: inner.sched.hosts(),
-            bloom_bytes: inner.blooms.bytes(),
-            dedup_cache_bytes: inner.recent.bytes(),
-            seen_urls: inner.blooms.urls(),
+        Ok(shared::stats(
+            &inner.counters,
+            &inner.sched,
+            &inner.blooms,
+            &inner.recent,
+            inner.stale_acks,
             store_bytes,
-        })
+        ))
     }
 
     async fn sync(&self) -> Result<(), FrontierError> {

@@ -12,7 +12,8 @@ use super::{EmbeddedFrontier, Inner, layout};
 use crate::config::FrontierConfig;
 use crate::dedup::Probe;
 use crate::error::FrontierError;
-use crate::sched::{Entry, LeaseState};
+use crate::sched::LeaseState;
+use crate::shared::{self, Added, Finished};
 use crate::store::{AckResult, EnqueueOutcome, LeaseId, Outcome};
 use fjall::{OwnedWriteBatch, PersistMode};
 use layout::Counters;
@@ -39,14 +40,6 @@ impl Hasher for FpHasher {
 
 type FpSet = HashSet<[u8; 16], BuildHasherDefault<FpHasher>>;
 
-struct Added {
-    seq: u64,
-    host: String,
-    priority: i32,
-    created_ms: u64,
-    fp: Fingerprint,
-}
-
 /// One write batch being built, and what to apply to memory once it is committed.
 pub(super) struct Staged {
     batch: OwnedWriteBatch,
@@ -55,9 +48,10 @@ pub(super) struct Staged {
     segment: u64,
     /// Whether the batch must be written (the counters changed).
     dirty: bool,
-    added: Vec<Added>,
+    /// New requests, by seq.
+    added: Vec<(u64, Added)>,
     /// Leases finished by this batch; `Some` = re-queue with this not-before time.
-    finished: Vec<(u64, Option<(Entry, u64)>)>,
+    finished: Finished,
     stale: u64,
 }
 
@@ -142,13 +136,15 @@ impl EmbeddedFrontier {
                 .insert(&inner.requests, layout::request_key(seq), value);
             st.batch
                 .insert(&inner.seen, layout::seen_key(segment, &fp), []);
-            st.added.push(Added {
+            st.added.push((
                 seq,
-                host,
-                priority: request.priority,
-                created_ms: request.created_ms,
-                fp,
-            });
+                Added {
+                    host,
+                    priority: request.priority,
+                    created_ms: request.created_ms,
+                    fp,
+                },
+            ));
             outcome.added += 1;
         }
         st.counters.total += outcome.added;
@@ -165,6 +161,11 @@ impl EmbeddedFrontier {
         acks: Vec<(LeaseId, Outcome)>,
     ) -> Result<Vec<AckResult>, FrontierError> {
         let now = st.now_ms;
+        let ctx = shared::AckCtx {
+            cfg: &self.cfg,
+            now,
+            location: &self.location,
+        };
         let mut results = Vec::with_capacity(acks.len());
         for (id, outcome) in acks {
             let state = inner.sched.check(id.0, now);
@@ -185,78 +186,23 @@ impl EmbeddedFrontier {
             };
             st.dirty = true;
             let key = layout::request_key(entry.seq);
-            let c = &mut st.counters;
-            let result = match outcome {
-                Outcome::Done => {
-                    c.success += 1;
-                    AckResult::Succeeded
-                }
-                Outcome::Release { reason } => {
-                    tracing::debug!(seq = entry.seq, %reason, "request released");
-                    st.finished.push((id.0, Some((entry, now))));
-                    results.push(AckResult::Released);
-                    continue;
-                }
-                Outcome::Dropped { reason } => {
-                    tracing::debug!(seq = entry.seq, %reason, "request dropped");
-                    c.dropped += 1;
-                    AckResult::Dropped
-                }
-                Outcome::Failed { reason } => {
-                    tracing::debug!(seq = entry.seq, %reason, "request failed");
-                    c.failed += 1;
-                    AckResult::Failed
-                }
-                Outcome::Retry { reason } => {
-                    let v = inner
-                        .requests
-                        .get(key)
-                        .map_err(|e| self.err("ack (read request)", true, e))?;
-                    match v
-                        .as_deref()
-                        .and_then(layout::decode_header)
-                        .map(|h| h.retries)
-                    {
-                        Some(retries) if retries < self.cfg.max_retries => {
-                            let not_before_ms = now.saturating_add(self.cfg.retry_backoff(retries));
-                            let value = v
-                                .as_deref()
-                                .and_then(|v| layout::rewrite_retry(v, retries + 1, not_before_ms));
-                            if let Some(value) = value {
-                                tracing::debug!(seq = entry.seq, %reason, retries = retries + 1, "request re-queued");
-                                st.batch.insert(&inner.requests, key, value);
-                                c.retries += 1;
-                                st.finished.push((id.0, Some((entry, not_before_ms))));
-                                results.push(AckResult::Requeued {
-                                    retries: retries + 1,
-                                    not_before_ms,
-                                });
-                                continue;
-                            }
-                            c.failed += 1;
-                            AckResult::Failed
-                        }
-                        Some(_) => {
-                            tracing::debug!(seq = entry.seq, %reason, "request failed: retries exhausted");
-                            c.failed += 1;
-                            AckResult::Failed
-                        }
-                        None if v.is_none() => {
-                            tracing::error!(store = %self.location, seq = entry.seq, "leased request missing from the store");
-                            AckResult::Failed
-                        }
-                        None => {
-                            tracing::error!(store = %self.location, seq = entry.seq, "corrupt request record counted failed");
-                            c.corrupt += 1;
-                            c.failed += 1;
-                            AckResult::Failed
-                        }
-                    }
-                }
+            let record = if shared::needs_record(&outcome) {
+                inner
+                    .requests
+                    .get(key)
+                    .map_err(|e| self.err("ack (read request)", true, e))?
+            } else {
+                None
             };
-            st.batch.remove(&inner.requests, key);
-            st.finished.push((id.0, None));
-            results.push(result);
+            let plan = ctx.plan(outcome, entry.seq, record.as_deref(), &mut st.counters);
+            if let Some(value) = plan.rewrite {
+                st.batch.insert(&inner.requests, key, value);
+            } else if plan.requeue_at.is_none() {
+                st.batch.remove(&inner.requests, key);
+            }
+            st.finished
+                .push((id.0, plan.requeue_at.map(|at| (entry, at))));
+            results.push(plan.result);
         }
         Ok(results)
     }
@@ -285,27 +231,8 @@ impl EmbeddedFrontier {
         batch.insert(&inner.meta, layout::COUNTERS_KEY, counters.encode());
         batch.commit().map_err(|e| self.err(op, false, e))?;
         inner.counters = counters;
-        for (lease, requeue) in finished {
-            inner.sched.finish(lease, now_ms);
-            if let Some((entry, not_before_ms)) = requeue {
-                inner.sched.push(entry, not_before_ms, now_ms);
-            }
-        }
-        for a in added {
-            // Only what is stored may confirm a duplicate.
-            inner.recent.insert(segment, &a.fp);
-            let host = inner.sched.host_id(&a.host);
-            inner.sched.push(
-                Entry {
-                    seq: a.seq,
-                    host,
-                    priority: a.priority,
-                    created_ms: a.created_ms,
-                },
-                0,
-                now_ms,
-            );
-        }
+        let (sched, recent) = (&mut inner.sched, &mut inner.recent);
+        shared::apply_committed(sched, recent, segment, now_ms, finished, added);
         Ok(())
     }
 }
