@@ -155,10 +155,13 @@ pub struct RetryPolicy {
     pub backoff_max_ms: u64,
 }
 
+/// The default tries for about 11 s (waits of 0.1, 0.2, 0.4, 0.8, 1.6, 3.2 and 5 s): long
+/// enough to ride out a restart of the bus server, after which a hub's run would fail
+/// ("bus publish from the hub" in the failure matrix).
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
-            retries: 3,
+            retries: 7,
             backoff_initial_ms: 100,
             backoff_max_ms: 5_000,
         }
