@@ -16,8 +16,8 @@
 
 use crate::error::StoreError;
 use crate::model::{
-    AgentRow, AllocationRow, JobRow, Level, LogLine, LogQuery, MAX_PAGE, NewLogLine, RunFilter,
-    RunRow, TokenRow,
+    AgentRow, AllocationRow, JobRow, LeaseRow, Level, LogLine, LogQuery, MAX_PAGE, NewLogLine,
+    RunFilter, RunRow, TokenRow, run_lease_name,
 };
 use crate::store::MetaStore;
 use async_trait::async_trait;
@@ -25,6 +25,7 @@ use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// Opens stores for the suite.
 #[async_trait]
@@ -50,7 +51,9 @@ macro_rules! store_conformance_tests {
             logs_text_filter, logs_time_range, logs_cursor_paging, logs_limit_cap,
             logs_retention, logs_concurrent_appends_and_follow, logs_bad_batch_is_atomic,
             tokens_lifecycle, items_idempotent, items_paging, items_concurrent_inserts,
-            reopen_keeps_data, concurrent_open);
+            leases_acquire_renew_release, leases_expire_and_are_taken_over,
+            leases_concurrent_acquire, leases_prefix_listing, reopen_keeps_data,
+            concurrent_open);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -230,6 +233,7 @@ pub async fn open_empty_and_ping(f: &dyn StoreFactory) {
     assert_eq!(s.count_items("r1").await.expect("count_items"), 0);
     assert!(s.get_job("nope").await.expect("get_job").is_none());
     assert!(s.get_run("nope").await.expect("get_run").is_none());
+    assert!(s.list_leases("").await.expect("list_leases").is_empty());
 }
 
 /// Jobs: create, get by id and name, list by name (bytes), update, delete.
@@ -426,7 +430,19 @@ pub async fn delete_run_removes_its_data(f: &dyn StoreFactory) {
         s.insert_items(id, &[item("k", T0)])
             .await
             .expect("insert_items");
+        let lease = run_lease_name(id);
+        assert!(
+            s.acquire_lease(&lease, "hub-a", 60_000)
+                .await
+                .expect("acquire")
+        );
     }
+    // a lease whose name only starts with the run's lease name stays
+    assert!(
+        s.acquire_lease("run:r1x", "hub-a", 60_000)
+            .await
+            .expect("acquire")
+    );
     assert!(s.delete_run("r1").await.expect("delete_run"));
     assert!(!s.delete_run("r1").await.expect("delete_run again"));
     assert_eq!(s.get_run("r1").await.expect("get_run"), None);
@@ -438,6 +454,9 @@ pub async fn delete_run_removes_its_data(f: &dyn StoreFactory) {
     assert_eq!(s.list_allocations("r2").await.expect("allocs").len(), 1);
     assert_eq!(logs(&*s, LogQuery::new("r2")).await.len(), 1);
     assert_eq!(s.count_items("r2").await.expect("count_items"), 1);
+    assert_eq!(s.get_lease("run:r1").await.expect("get_lease"), None);
+    assert!(s.get_lease("run:r2").await.expect("get_lease").is_some());
+    assert!(s.get_lease("run:r1x").await.expect("get_lease").is_some());
     // the run's items can be written again from scratch
     assert_eq!(
         s.insert_items("r1", &[item("k", T0)])
@@ -1030,6 +1049,383 @@ pub async fn items_concurrent_inserts(f: &dyn StoreFactory) {
     assert_eq!(keys.len() as u64, KEYS);
 }
 
+/// The lease `name`, which must exist.
+async fn lease(s: &dyn MetaStore, name: &str) -> LeaseRow {
+    s.get_lease(name)
+        .await
+        .expect("get_lease")
+        .unwrap_or_else(|| panic!("lease {name:?} exists"))
+}
+
+/// Waits until the store's clock is past `ms` (so a lease with `expires_ms == ms` has
+/// expired), polling the clock; panics if it does not get there within 10 s.
+async fn wait_store_clock_past(s: &dyn MetaStore, ms: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = s.store_now_ms().await.expect("store_now_ms");
+        if now > ms {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store clock stays at {now}, not past {ms}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Leases: the store clock is close to the system clock; acquire (a second holder is refused
+/// while the lease is live, the holder re-acquires and keeps `acquired_ms`), renew returns
+/// exactly the holder's leases, release only by the holder; a huge ttl is BadData.
+pub async fn leases_acquire_renew_release(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let system = crate::sql::now_ms().unsigned_abs();
+    let before = s.store_now_ms().await.expect("store_now_ms");
+    assert!(
+        before.abs_diff(system) < 5_000,
+        "store clock {before} vs system clock {system}"
+    );
+    assert_eq!(s.get_lease("run:r1").await.expect("get_lease"), None);
+    assert!(
+        s.acquire_lease("run:r1", "hub-a", 60_000)
+            .await
+            .expect("acquire")
+    );
+    let after = s.store_now_ms().await.expect("store_now_ms");
+    let first = lease(&*s, "run:r1").await;
+    assert_eq!(
+        (first.name.as_str(), first.holder.as_str()),
+        ("run:r1", "hub-a")
+    );
+    assert!(
+        (before..=after).contains(&first.acquired_ms),
+        "acquired at {} outside [{before}, {after}]",
+        first.acquired_ms
+    );
+    let ttl = first.expires_ms - first.acquired_ms;
+    assert!(
+        (60_000..=60_010).contains(&ttl),
+        "expires {ttl} ms after acquisition"
+    );
+
+    // another holder is refused and changes nothing
+    assert!(
+        !s.acquire_lease("run:r1", "hub-b", 60_000)
+            .await
+            .expect("acquire")
+    );
+    assert!(
+        !s.acquire_lease("run:r1", "hub-b", 0)
+            .await
+            .expect("acquire")
+    );
+    assert_eq!(lease(&*s, "run:r1").await, first);
+    // the holder re-acquires: a renewal that keeps acquired_ms
+    assert!(
+        s.acquire_lease("run:r1", "hub-a", 120_000)
+            .await
+            .expect("re-acquire")
+    );
+    let renewed = lease(&*s, "run:r1").await;
+    assert_eq!(renewed.holder, "hub-a");
+    assert_eq!(renewed.acquired_ms, first.acquired_ms);
+    assert!(renewed.expires_ms >= first.acquired_ms + 120_000);
+
+    assert!(
+        s.acquire_lease("run:r2", "hub-a", 60_000)
+            .await
+            .expect("acquire")
+    );
+    assert!(
+        s.acquire_lease("scheduler", "hub-b", 60_000)
+            .await
+            .expect("acquire")
+    );
+    assert!(
+        !s.acquire_lease("scheduler", "hub-a", 60_000)
+            .await
+            .expect("acquire")
+    );
+    let now = s.store_now_ms().await.expect("store_now_ms");
+    assert_eq!(
+        s.renew_leases("hub-a", 300_000).await.expect("renew"),
+        ["run:r1", "run:r2"]
+    );
+    for name in ["run:r1", "run:r2"] {
+        let l = lease(&*s, name).await;
+        assert!(l.expires_ms >= now + 300_000, "{l:?} renewed from {now}");
+        assert_eq!(l.holder, "hub-a");
+    }
+    assert_eq!(
+        s.renew_leases("hub-b", 60_000).await.expect("renew"),
+        ["scheduler"]
+    );
+    assert!(
+        s.renew_leases("hub-c", 60_000)
+            .await
+            .expect("renew")
+            .is_empty()
+    );
+
+    // release: only by the holder
+    assert!(!s.release_lease("run:r1", "hub-b").await.expect("release"));
+    assert_eq!(lease(&*s, "run:r1").await.holder, "hub-a");
+    assert!(!s.release_lease("missing", "hub-a").await.expect("release"));
+    assert!(s.release_lease("run:r1", "hub-a").await.expect("release"));
+    assert_eq!(s.get_lease("run:r1").await.expect("get_lease"), None);
+    assert!(
+        !s.release_lease("run:r1", "hub-a")
+            .await
+            .expect("release again")
+    );
+    assert_eq!(
+        s.renew_leases("hub-a", 60_000).await.expect("renew"),
+        ["run:r2"]
+    );
+    // a released lease is free for anyone, with a new acquisition time
+    assert!(
+        s.acquire_lease("run:r1", "hub-b", 60_000)
+            .await
+            .expect("acquire")
+    );
+    let taken = lease(&*s, "run:r1").await;
+    assert_eq!(taken.holder, "hub-b");
+    assert!(taken.acquired_ms >= first.acquired_ms);
+
+    let names = pluck(s.list_leases("").await.expect("list"), |l| l.name);
+    assert_eq!(names, ["run:r1", "run:r2", "scheduler"]);
+
+    // a ttl that could overflow is refused and changes nothing
+    expect_err(
+        s.acquire_lease("run:r9", "hub-a", u64::MAX).await,
+        "BadData",
+        &["ttl"],
+        "acquire with u64::MAX ttl",
+    );
+    assert_eq!(s.get_lease("run:r9").await.expect("get_lease"), None);
+    expect_err(
+        s.renew_leases("hub-a", u64::MAX / 2 + 1).await,
+        "BadData",
+        &["ttl"],
+        "renew with a huge ttl",
+    );
+    assert_eq!(lease(&*s, "run:r2").await.holder, "hub-a");
+}
+
+/// Leases: once the store clock passes `expires_ms` another holder takes the lease (with a
+/// new `acquired_ms`), and the old holder's renew no longer returns it; an expired lease
+/// nobody took is still its holder's to renew or re-acquire.
+pub async fn leases_expire_and_are_taken_over(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    assert!(
+        s.acquire_lease("run:r1", "hub-a", 50)
+            .await
+            .expect("acquire")
+    );
+    assert!(
+        s.acquire_lease("run:r2", "hub-a", 1)
+            .await
+            .expect("acquire")
+    );
+    assert!(
+        s.acquire_lease("run:r3", "hub-a", 1)
+            .await
+            .expect("acquire")
+    );
+    assert!(
+        s.acquire_lease("run:live", "hub-a", 600_000)
+            .await
+            .expect("acquire")
+    );
+    let old = lease(&*s, "run:r1").await;
+    let r3 = lease(&*s, "run:r3").await;
+    let latest = [&old, &r3, &lease(&*s, "run:r2").await]
+        .iter()
+        .map(|l| l.expires_ms)
+        .max()
+        .expect("three leases");
+    wait_store_clock_past(&*s, latest).await;
+
+    // expired but not taken: the row is still there, still hub-a's
+    assert_eq!(lease(&*s, "run:r1").await, old);
+    assert_eq!(s.list_leases("run:").await.expect("list").len(), 4);
+    // the live one is not free
+    assert!(
+        !s.acquire_lease("run:live", "hub-b", 60_000)
+            .await
+            .expect("acquire")
+    );
+
+    // another holder takes the expired lease
+    assert!(
+        s.acquire_lease("run:r1", "hub-b", 60_000)
+            .await
+            .expect("take over")
+    );
+    let taken = lease(&*s, "run:r1").await;
+    assert_eq!(taken.holder, "hub-b");
+    assert!(
+        taken.acquired_ms >= old.expires_ms,
+        "{taken:?} taken over after {old:?} expired"
+    );
+    assert!(taken.expires_ms >= taken.acquired_ms + 60_000);
+    // the old holder lost it: refused, and not renewed
+    assert!(
+        !s.acquire_lease("run:r1", "hub-a", 60_000)
+            .await
+            .expect("acquire")
+    );
+    // its expired leases nobody took are renewed (and no longer expired)
+    let now = s.store_now_ms().await.expect("store_now_ms");
+    assert_eq!(
+        s.renew_leases("hub-a", 60_000).await.expect("renew"),
+        ["run:live", "run:r2", "run:r3"]
+    );
+    let r2 = lease(&*s, "run:r2").await;
+    assert!(r2.expires_ms >= now + 60_000, "{r2:?} renewed at {now}");
+    assert!(
+        !s.acquire_lease("run:r2", "hub-b", 60_000)
+            .await
+            .expect("acquire")
+    );
+    assert_eq!(
+        s.renew_leases("hub-b", 60_000).await.expect("renew"),
+        ["run:r1"]
+    );
+    assert_eq!(lease(&*s, "run:r1").await.holder, "hub-b");
+
+    // re-acquiring an own expired lease nobody took keeps acquired_ms
+    assert!(
+        s.acquire_lease("run:r3", "hub-a", 1)
+            .await
+            .expect("acquire")
+    );
+    let r3_short = lease(&*s, "run:r3").await;
+    wait_store_clock_past(&*s, r3_short.expires_ms).await;
+    assert!(
+        s.acquire_lease("run:r3", "hub-a", 60_000)
+            .await
+            .expect("re-acquire")
+    );
+    let again = lease(&*s, "run:r3").await;
+    assert_eq!(
+        (again.holder.as_str(), again.acquired_ms),
+        ("hub-a", r3.acquired_ms)
+    );
+    assert!(again.expires_ms > r3_short.expires_ms);
+}
+
+/// Leases: 16 holders racing on a new lease, then on an expired one: exactly one wins each
+/// time, and the row names the winner.
+pub async fn leases_concurrent_acquire(f: &dyn StoreFactory) {
+    const RACERS: usize = 16;
+    let s = f.open().await;
+    assert!(
+        s.acquire_lease("run:old", "hub-old", 1)
+            .await
+            .expect("acquire")
+    );
+    let old = lease(&*s, "run:old").await;
+    wait_store_clock_past(&*s, old.expires_ms).await;
+
+    for name in ["scheduler", "run:old"] {
+        let start = Arc::new(tokio::sync::Barrier::new(RACERS));
+        let tasks: Vec<_> = (0..RACERS)
+            .map(|i| {
+                let s = Arc::clone(&s);
+                let start = Arc::clone(&start);
+                tokio::spawn(async move {
+                    let holder = format!("hub-{i:02}");
+                    start.wait().await;
+                    let won = s
+                        .acquire_lease(name, &holder, 60_000)
+                        .await
+                        .expect("acquire");
+                    (holder, won)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for t in tasks {
+            let (holder, won) = t.await.expect("task");
+            if won {
+                winners.push(holder);
+            }
+        }
+        assert_eq!(winners.len(), 1, "{name}: winners {winners:?}");
+        assert_eq!(lease(&*s, name).await.holder, winners[0], "{name}");
+        assert_eq!(
+            s.renew_leases(&winners[0], 60_000).await.expect("renew"),
+            [name],
+            "{name}"
+        );
+    }
+    assert!(
+        s.renew_leases("hub-old", 60_000)
+            .await
+            .expect("renew")
+            .is_empty()
+    );
+}
+
+/// Leases: listing by prefix matches the prefix exactly (case, `%`, `_` and `!` are plain
+/// characters; characters, not bytes) and orders by name in bytes.
+pub async fn leases_prefix_listing(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let names = [
+        "run:b",
+        "run:a",
+        "RUN:c",
+        "run_x",
+        "runXa",
+        "ru%n:1",
+        "ru_n:2",
+        "run%",
+        "run!a",
+        "a_b",
+        "a_b:1",
+        "axb:2",
+        "a%b:3",
+        "A_b:4",
+        "é:1",
+        "éa",
+        "e:1",
+        "scheduler",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let holder = format!("hub-{}", i % 3);
+        assert!(
+            s.acquire_lease(name, &holder, 60_000)
+                .await
+                .expect("acquire")
+        );
+    }
+    let cases: [(&str, &[&str]); 12] = [
+        ("run:", &["run:a", "run:b"]),
+        ("RUN:", &["RUN:c"]),
+        ("run_", &["run_x"]),
+        ("run%", &["run%"]),
+        ("run!", &["run!a"]),
+        ("ru%", &["ru%n:1"]),
+        ("ru_", &["ru_n:2"]),
+        ("a_b", &["a_b", "a_b:1"]),
+        ("a%", &["a%b:3"]),
+        ("é", &["é:1", "éa"]),
+        ("scheduler", &["scheduler"]),
+        ("scheduler!", &[]),
+    ];
+    for (prefix, want) in cases {
+        let got = pluck(s.list_leases(prefix).await.expect("list"), |l| l.name);
+        assert_eq!(got, want, "prefix {prefix:?}");
+    }
+    let all = s.list_leases("").await.expect("list");
+    let mut sorted: Vec<&str> = names.to_vec();
+    sorted.sort_unstable(); // bytes
+    assert_eq!(pluck(all.clone(), |l| l.name), sorted);
+    assert!(all.iter().all(|l| l.holder.starts_with("hub-")));
+    assert!(s.list_leases("zzz").await.expect("list").is_empty());
+}
+
 /// Opening the same database again (migrations re-applied: a no-op) keeps every kind of data
 /// and keeps assigning ids above the old ones.
 pub async fn reopen_keeps_data(f: &dyn StoreFactory) {
@@ -1052,6 +1448,12 @@ pub async fn reopen_keeps_data(f: &dyn StoreFactory) {
     s.insert_items("r1", &[item("k1", T0)])
         .await
         .expect("insert");
+    assert!(
+        s.acquire_lease("run:r1", "hub-a", 600_000)
+            .await
+            .expect("acquire")
+    );
+    let old_lease = lease(&*s, "run:r1").await;
     let old_log = logs(&*s, LogQuery::new("r1")).await;
     let old_items = s.list_items("r1", 0, 10).await.expect("list");
     s.close().await;
@@ -1072,6 +1474,7 @@ pub async fn reopen_keeps_data(f: &dyn StoreFactory) {
             old_items[..]
         );
         assert_eq!(logs(&*s, LogQuery::new("r1")).await[..1], old_log[..]);
+        assert_eq!(lease(&*s, "run:r1").await, old_lease);
         s.close().await;
     }
     let s = f.open().await;

@@ -1,5 +1,6 @@
 //! `silk-store`: the control plane's metadata store — jobs, runs, agents, allocations, run
-//! logs, API tokens and (for the SQL item sink) items — behind one trait, [`MetaStore`], with
+//! logs, API tokens, (for the SQL item sink) items and named leases (which of several hubs
+//! sharing the store owns a run, fires the scheduler) — behind one trait, [`MetaStore`], with
 //! two backends through sqlx: SQLite (the default: one file in the data dir) and PostgreSQL.
 //! [`open`] picks the backend from a URL.
 //!
@@ -33,17 +34,25 @@
 //! - `tokens` — key `id`; `name`, `hash` (hex SHA-256 of the secret), `admin`, `created_ms`,
 //!   `last_used_ms`.
 //! - `items` — key (`run_id`, `item_key`), unique (`run_id`, `seq`); `ts_ms`, `data` (JSON).
+//! - `leases` — key `name` (`run:{run_id}`, `scheduler`, …); `holder`, `expires_ms`,
+//!   `acquired_ms`, on the database's clock (see below).
 //! - `seq_counters` — key `name`; `last_seq`, the last value counter `name` handed out.
 //! - `silk_migrations` — key `version`; `name`, `checksum`, `applied_ms`: the applied
 //!   migrations.
 //!
 //! Indexes: `runs (created_ms, id)`, `runs (job_id, created_ms)`, `runs (state, created_ms)`,
-//! `log_lines (run_id, id)`, `log_lines (ts_ms)`, `jobs (next_fire_ms)`.
+//! `log_lines (run_id, id)`, `log_lines (ts_ms)`, `jobs (next_fire_ms)`, `leases (holder)`.
 //!
 //! Log ids come from counter `log_lines`, the item seqs of a run from counter
 //! `items:{run_id}`: a write transaction advances the counter row first and holds it until it
 //! commits (SQLite: the whole write is serialized by `BEGIN IMMEDIATE`), so ids increase in
 //! commit order and a reader following with "after the last id I saw" never misses a row.
+//!
+//! Lease times are read from the database's clock, never the caller's (SQLite: `julianday('now')`
+//! of the process that runs the statement; PostgreSQL: `clock_timestamp()` of the server), so
+//! hubs with skewed clocks agree on expiry. Taking a lease is one conditional upsert (`INSERT …
+//! ON CONFLICT DO UPDATE … WHERE` the caller holds it or it expired): racers on one lease get
+//! exactly one winner.
 //!
 //! Migrations run at open, in one write transaction (SQLite: `BEGIN IMMEDIATE`; PostgreSQL:
 //! plus an advisory lock keyed by the schema): re-applying is a no-op, concurrent opens wait
@@ -69,8 +78,8 @@ pub mod testing;
 
 pub use error::StoreError;
 pub use model::{
-    AgentRow, AllocationRow, ItemRow, JobRow, Level, LogLine, LogQuery, MAX_PAGE, NewLogLine,
-    RunFilter, RunRow, TokenRow,
+    AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery, MAX_PAGE,
+    NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
 };
 pub use redact::redact_url;
 pub use store::MetaStore;

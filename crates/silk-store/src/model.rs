@@ -288,3 +288,25 @@ pub struct ItemRow {
     /// The item.
     pub data: serde_json::Value,
 }
+
+/// A named lease: who holds it and until when. Times are milliseconds since the epoch on the
+/// **database's** clock ([`crate::MetaStore::store_now_ms`]), so that processes with skewed
+/// clocks agree on whether a lease has expired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRow {
+    /// The lease's name (primary key): `run:{run_id}` ([`run_lease_name`]), `scheduler`, ….
+    pub name: String,
+    /// Who holds it (a hub's id). The row stays after it expires, until another holder takes
+    /// it or the holder releases it.
+    pub holder: String,
+    /// When it expires: from then on (`expires_ms <= now`) any holder may take it.
+    pub expires_ms: u64,
+    /// When `holder` took it (renewals keep it).
+    pub acquired_ms: u64,
+}
+
+/// The name of the lease that says which hub owns run `run_id`: `run:{run_id}`.
+/// [`crate::MetaStore::delete_run`] removes it with the run.
+pub fn run_lease_name(run_id: &str) -> String {
+    format!("run:{run_id}")
+}

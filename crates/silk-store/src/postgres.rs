@@ -4,7 +4,8 @@
 //! log ids and item seqs come from a row of `seq_counters` that the writing transaction holds
 //! until it commits, so they increase in commit order. Migrations run under a
 //! transaction-scoped advisory lock keyed by the current schema, so concurrent opens wait
-//! for each other.
+//! for each other. The lease clock is the server's `clock_timestamp()` in ms, so hubs on
+//! machines with skewed clocks agree on when a lease expires.
 
 use crate::redact::{redact_url, scrub};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -72,5 +73,6 @@ crate::sql::impl_meta_store!(
     db = sqlx::Postgres,
     backend = "postgres",
     lock = Some(LOCK_SQL),
-    c = " COLLATE \"C\""
+    c = " COLLATE \"C\"",
+    now = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 );

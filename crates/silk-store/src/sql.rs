@@ -4,8 +4,9 @@
 //! parameter N too), `ON CONFLICT` upserts, `RETURNING`, `LIKE … ESCAPE '!'`. The only
 //! per-backend pieces are how a write transaction begins (SQLite: `BEGIN IMMEDIATE`, so a
 //! writer queues on the busy timeout instead of failing to upgrade a read lock), the
-//! migration lock (PostgreSQL: a transaction-scoped advisory lock) and the collation suffix
-//! of `ORDER BY` on text (PostgreSQL: `COLLATE "C"`, so text orders by bytes as on SQLite).
+//! migration lock (PostgreSQL: a transaction-scoped advisory lock), the collation suffix
+//! of `ORDER BY` on text (PostgreSQL: `COLLATE "C"`, so text orders by bytes as on SQLite)
+//! and the expression of the database's clock in ms that leases use.
 
 use crate::error::StoreError;
 
@@ -32,11 +33,18 @@ pub(crate) struct Migration {
 }
 
 /// Every migration, in order. Each file in `migrations/` is listed here (a test checks it).
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_init",
-    sql: include_str!("../migrations/0001_init.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_init",
+        sql: include_str!("../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_leases",
+        sql: include_str!("../migrations/0002_leases.sql"),
+    },
+];
 
 /// The table that records applied migrations (created at open if missing).
 pub(crate) const MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS silk_migrations (
@@ -59,6 +67,22 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// The largest lease ttl: far above any use, and low enough that now + ttl cannot overflow a
+/// `BIGINT` (SQLite would turn the sum into a float).
+pub(crate) const MAX_LEASE_TTL_MS: u64 = i64::MAX as u64 / 2;
+
+/// A lease ttl as a `BIGINT`, or [`StoreError::BadData`] naming `what` if it is above
+/// [`MAX_LEASE_TTL_MS`].
+pub(crate) fn lease_ttl(ttl_ms: u64, what: impl FnOnce() -> String) -> Result<i64, StoreError> {
+    if ttl_ms > MAX_LEASE_TTL_MS {
+        return Err(StoreError::bad(
+            what(),
+            format!("{ttl_ms} is above {MAX_LEASE_TTL_MS}"),
+        ));
+    }
+    to_db(ttl_ms, what)
 }
 
 /// `v` as a `BIGINT`, or [`StoreError::BadData`] naming `what` if it is above `i64::MAX`.
@@ -134,23 +158,25 @@ pub(crate) fn len_i64(n: usize, what: &str) -> Result<i64, StoreError> {
 /// Result<sqlx::Transaction<'static, $db>, sqlx::Error>`. Also adds an inherent
 /// `migrate(&self)` that takes `$lock` (an `Option<&str>` statement run first in the
 /// migration transaction), and a `Debug` that shows the location only (never the pool). `$c`
-/// is appended to text columns in `ORDER BY`.
+/// is appended to text columns in `ORDER BY`. `$now` is an SQL expression of the database's
+/// clock: milliseconds since the Unix epoch as a `BIGINT` (the lease calls' "now").
 macro_rules! impl_meta_store {
     (
         store = $store:ty,
         db = $db:ty,
         backend = $backend:literal,
         lock = $lock:expr,
-        c = $c:literal
+        c = $c:literal,
+        now = $now:literal
     ) => {
         use $crate::error::StoreError;
         use $crate::model::{
-            AgentRow, AllocationRow, ItemRow, JobRow, Level, LogLine, LogQuery, MAX_PAGE,
-            NewLogLine, RunFilter, RunRow, TokenRow,
+            AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery,
+            MAX_PAGE, NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
         };
         use $crate::sql::{
             CHUNK, LOG_COUNTER, MIGRATIONS, MIGRATIONS_TABLE, checksum, contains_pattern,
-            from_db, is_unique_violation, item_counter, json_text, len_i64, now_ms,
+            from_db, is_unique_violation, item_counter, json_text, lease_ttl, len_i64, now_ms,
             opt_from_db, opt_to_db, parse_json, to_db,
         };
         use sqlx::{QueryBuilder, Row as _};
@@ -468,6 +494,19 @@ macro_rules! impl_meta_store {
             })
         }
 
+        const LEASE_COLS: &str = "name, holder, expires_ms, acquired_ms";
+
+        fn lease_from_row(row: &DbRow) -> Result<LeaseRow, StoreError> {
+            let name: String = Cols::new(row, "lease", "?").get("name")?;
+            let c = Cols::new(row, "lease", &name);
+            Ok(LeaseRow {
+                holder: c.get("holder")?,
+                expires_ms: c.u64("expires_ms")?,
+                acquired_ms: c.u64("acquired_ms")?,
+                name,
+            })
+        }
+
         /// Reserves `n` values of counter `name` (inside the caller's write transaction, which
         /// holds the counter's row until it ends) and returns the first.
         async fn reserve(
@@ -739,6 +778,8 @@ macro_rules! impl_meta_store {
                 let counter =
                     sqlx::query("DELETE FROM seq_counters WHERE name = $1").bind(item_counter(id));
                 execute(&mut *tx, counter, OP).await?;
+                let lease = sqlx::query("DELETE FROM leases WHERE name = $1").bind(run_lease_name(id));
+                execute(&mut *tx, lease, OP).await?;
                 tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
                 Ok(deleted > 0)
             }
@@ -1063,6 +1104,92 @@ macro_rules! impl_meta_store {
             async fn delete_items(&self, run_id: &str) -> Result<u64, StoreError> {
                 let query = sqlx::query("DELETE FROM items WHERE run_id = $1").bind(run_id);
                 execute(&self.pool, query, "delete_items").await
+            }
+
+            // ---- leases ---------------------------------------------------------------
+
+            async fn store_now_ms(&self) -> Result<u64, StoreError> {
+                let now: i64 = sqlx::query_scalar(concat!("SELECT ", $now))
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(|e| StoreError::query("store_now_ms", e))?;
+                from_db(now, || "the database clock".to_owned())
+            }
+
+            async fn acquire_lease(
+                &self,
+                name: &str,
+                holder: &str,
+                ttl_ms: u64,
+            ) -> Result<bool, StoreError> {
+                let ttl = lease_ttl(ttl_ms, || format!("lease {name:?} ttl_ms"))?;
+                // One statement, so racers get exactly one winner: the insert takes a free
+                // lease; on a taken one the update runs only if the caller holds it (a
+                // renewal, which keeps `acquired_ms`) or it expired. A refused update touches
+                // no row (both databases then report 0 rows).
+                let query = sqlx::query(concat!(
+                    "INSERT INTO leases (name, holder, expires_ms, acquired_ms) \
+                     VALUES ($1, $2, ",
+                    $now,
+                    " + $3, ",
+                    $now,
+                    ") ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                     expires_ms = excluded.expires_ms, \
+                     acquired_ms = CASE WHEN leases.holder = excluded.holder \
+                     THEN leases.acquired_ms ELSE excluded.acquired_ms END \
+                     WHERE leases.holder = excluded.holder OR leases.expires_ms <= ",
+                    $now
+                ))
+                .bind(name)
+                .bind(holder)
+                .bind(ttl);
+                Ok(execute(&self.pool, query, "acquire_lease").await? > 0)
+            }
+
+            async fn renew_leases(
+                &self,
+                holder: &str,
+                ttl_ms: u64,
+            ) -> Result<Vec<String>, StoreError> {
+                let ttl = lease_ttl(ttl_ms, || format!("lease ttl_ms of holder {holder:?}"))?;
+                let mut names: Vec<String> = sqlx::query_scalar(concat!(
+                    "UPDATE leases SET expires_ms = ",
+                    $now,
+                    " + $2 WHERE holder = $1 RETURNING name"
+                ))
+                .bind(holder)
+                .bind(ttl)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(|e| StoreError::query("renew_leases", e))?;
+                names.sort_unstable();
+                Ok(names)
+            }
+
+            async fn release_lease(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
+                let query = sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
+                    .bind(name)
+                    .bind(holder);
+                Ok(execute(&self.pool, query, "release_lease").await? > 0)
+            }
+
+            async fn get_lease(&self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+                let sql = format!("SELECT {LEASE_COLS} FROM leases WHERE name = $1");
+                let query = sqlx::query(&sql).bind(name);
+                fetch_opt(&self.pool, query, "get_lease", lease_from_row).await
+            }
+
+            async fn list_leases(&self, prefix: &str) -> Result<Vec<LeaseRow>, StoreError> {
+                // `substr` on characters, not `LIKE`: exact (case-sensitive on SQLite too) and
+                // no wildcard to escape.
+                let chars = len_i64(prefix.chars().count(), "lease prefix characters")?;
+                let sql = format!(
+                    "SELECT {LEASE_COLS} FROM leases \
+                     WHERE substr(name, 1, CAST($2 AS INTEGER)) = $1 ORDER BY name{}",
+                    $c
+                );
+                let query = sqlx::query(&sql).bind(prefix).bind(chars);
+                fetch_list(&self.pool, query, "list_leases", lease_from_row).await
             }
         }
     };

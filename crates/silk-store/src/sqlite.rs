@@ -3,6 +3,9 @@
 //! power loss), a busy timeout (writers from other connections and processes queue instead of
 //! failing). Every write transaction begins with `BEGIN IMMEDIATE`, so writes serialize at
 //! their start; this is also what makes log ids and item seqs increase in commit order.
+//! The lease clock is `julianday('now')` converted to ms: the clock of the process running
+//! the statement, fixed for the whole statement; every process using a SQLite file is on the
+//! same machine, so they share it.
 
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -69,5 +72,6 @@ crate::sql::impl_meta_store!(
     db = sqlx::Sqlite,
     backend = "sqlite",
     lock = None,
-    c = ""
+    c = "",
+    now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 );

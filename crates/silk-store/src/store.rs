@@ -3,8 +3,8 @@
 
 use crate::error::StoreError;
 use crate::model::{
-    AgentRow, AllocationRow, ItemRow, JobRow, LogLine, LogQuery, NewLogLine, RunFilter, RunRow,
-    TokenRow,
+    AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, LogLine, LogQuery, NewLogLine, RunFilter,
+    RunRow, TokenRow,
 };
 use async_trait::async_trait;
 
@@ -64,8 +64,9 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
     /// How many runs match `filter` (its `limit` and order are ignored).
     async fn count_runs(&self, filter: &RunFilter) -> Result<u64, StoreError>;
 
-    /// Removes the run and everything stored for it: its allocations, log lines and items.
-    /// Whether the run existed (its other data is removed either way).
+    /// Removes the run and everything stored for it: its allocations, log lines, items (and
+    /// their seq counter) and its lease ([`crate::run_lease_name`]). Whether the run existed
+    /// (its other data is removed either way).
     async fn delete_run(&self, id: &str) -> Result<bool, StoreError>;
 
     // ---- agents -----------------------------------------------------------------------
@@ -158,4 +159,44 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
 
     /// Removes the items of `run_id`; how many went.
     async fn delete_items(&self, run_id: &str) -> Result<u64, StoreError>;
+
+    // ---- leases -----------------------------------------------------------------------
+    //
+    // Named leases let several processes share the store: the holder of `run:{id}` owns the
+    // run, the holder of `scheduler` fires cron jobs. A holder renews its leases before they
+    // expire; when it dies they expire and another holder takes them. "Now" is always the
+    // database's clock ([`MetaStore::store_now_ms`]), never the caller's, so holders with
+    // skewed clocks agree. A lease is expired when `expires_ms <= now`. A `ttl_ms` above
+    // `i64::MAX / 2` is [`StoreError::BadData`].
+
+    /// The database's clock: milliseconds since the Unix epoch, as lease calls see it (to show
+    /// how long a lease has left).
+    async fn store_now_ms(&self) -> Result<u64, StoreError>;
+
+    /// Takes lease `name` for `holder` until now + `ttl_ms`, atomically (one statement), if
+    /// nobody holds it, `holder` already holds it (a renewal: `acquired_ms` is kept), or its
+    /// holder let it expire (`acquired_ms` becomes now). Returns whether `holder` holds it
+    /// now; `false` changes nothing. Of concurrent calls on a free or expired lease with
+    /// different holders, exactly one wins.
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_ms: u64,
+    ) -> Result<bool, StoreError>;
+
+    /// Extends every lease `holder` still holds to now + `ttl_ms`, those that expired without
+    /// anybody taking them included, and returns their names, sorted (by bytes). A lease that
+    /// another holder took is not there: the caller has lost it.
+    async fn renew_leases(&self, holder: &str, ttl_ms: u64) -> Result<Vec<String>, StoreError>;
+
+    /// Removes lease `name` if `holder` holds it (expired or not). Whether it did.
+    async fn release_lease(&self, name: &str, holder: &str) -> Result<bool, StoreError>;
+
+    /// The lease named `name`, expired or not.
+    async fn get_lease(&self, name: &str) -> Result<Option<LeaseRow>, StoreError>;
+
+    /// The leases whose name starts with `prefix` (compared exactly: case-sensitive, `%` and
+    /// `_` are plain characters; `""` lists all), expired ones included, by name (bytes).
+    async fn list_leases(&self, prefix: &str) -> Result<Vec<LeaseRow>, StoreError>;
 }

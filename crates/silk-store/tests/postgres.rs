@@ -73,6 +73,7 @@ async fn tables_live_in_the_search_path_schema() {
             "allocations",
             "items",
             "jobs",
+            "leases",
             "log_lines",
             "runs",
             "seq_counters",
