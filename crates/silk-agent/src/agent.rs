@@ -10,7 +10,9 @@
 //!   was away are delivered when it is back), re-opened forever with back-off. Commands are
 //!   handled in order: `allocate` (then acked; a task builds the downloader and answers),
 //!   `download` (acked at once, then one task per request, at most `capacity` fetching at a
-//!   time, one `RunResult` each), `release`, `shutdown` (acked first, so that a restarted
+//!   time, one `RunResult` each, published on `results.{reply_to}`: back to the hub that
+//!   sent the download; on `results` when it names no hub, or with a warning when its
+//!   `reply_to` is not a valid hub id), `release`, `shutdown` (acked first, so that a restarted
 //!   agent does not stop again). Stale envelopes never get here: the bus drops them when
 //!   read.
 //! - **sweeper**: releases downloaders idle for longer than `downloader_idle_ms`.
@@ -354,12 +356,20 @@ impl Shared {
                 });
                 ack(delivery).await;
             }
-            Command::Download { run, batch } => {
+            Command::Download {
+                run,
+                batch,
+                reply_to,
+            } => {
                 ack(delivery).await;
+                let results = results_subject(&run, reply_to.as_deref());
                 for leased in batch {
                     let shared = self.clone();
                     let run = run.clone();
-                    tasks.spawn(async move { shared.fetch_one(run, leased, received).await });
+                    let results = results.clone();
+                    tasks.spawn(async move {
+                        shared.fetch_one(run, leased, received, results).await;
+                    });
                 }
             }
             Command::Release { run } => {
@@ -377,8 +387,15 @@ impl Shared {
         true
     }
 
-    /// Fetches one leased request and publishes its result.
-    async fn fetch_one(self: Arc<Self>, run: RunId, leased: LeasedRequest, received: Instant) {
+    /// Fetches one leased request and publishes its result on `results` (the subject of its
+    /// download's `reply_to`, see [`results_subject`]).
+    async fn fetch_one(
+        self: Arc<Self>,
+        run: RunId,
+        leased: LeasedRequest,
+        received: Instant,
+        results: Subject,
+    ) {
         let mut outcome = self.outcome(&run, &leased).await;
         outcome.timings.total_ms = received.elapsed().as_millis() as u64;
         self.events.outcome(&run, &leased.request.url, &outcome);
@@ -393,7 +410,7 @@ impl Shared {
             lease_id: leased.lease_id,
             outcome,
         };
-        self.publish_result(result).await;
+        self.publish_result(result, &results).await;
     }
 
     async fn outcome(&self, run: &RunId, leased: &LeasedRequest) -> FetchOutcome {
@@ -493,13 +510,12 @@ impl Shared {
             .await
     }
 
-    /// Publishes a result (see [`Shared::publish_retried`]), without its body if it is too
-    /// large for the bus; drops it when that fails.
-    async fn publish_result(&self, mut result: RunResult) {
-        let subject = Subject::results();
+    /// Publishes a result on `subject` (see [`Shared::publish_retried`]), without its body if
+    /// it is too large for the bus; drops it when that fails.
+    async fn publish_result(&self, mut result: RunResult, subject: &Subject) {
         loop {
             let envelope = self.ttl.envelope(result, self.clock.now_ms());
-            let published = self.publish_retried(&subject, &envelope).await;
+            let published = self.publish_retried(subject, &envelope).await;
             let Message::Result(back) = envelope.body else {
                 return;
             };
@@ -568,6 +584,20 @@ impl Shared {
             }
         }
     }
+}
+
+/// Where the results of a download go: `results.{reply_to}` (the hub that sent it), or
+/// `results` when the download names no hub (hubs of older builds). A `reply_to` that is not
+/// a valid hub id (a single subject token) cannot be a subject: its results go to `results`,
+/// with a warning, so that a hub reading the shared subject may still get them.
+fn results_subject(run: &RunId, reply_to: Option<&str>) -> Subject {
+    let Some(hub) = reply_to else {
+        return Subject::results();
+    };
+    Subject::hub_results(hub).unwrap_or_else(|e| {
+        tracing::warn!(run = %run, reply_to = %hub.escape_debug(), error = %e, "download with an invalid reply_to: its results go to `results`");
+        Subject::results()
+    })
 }
 
 /// Returns once the agent is told to stop.

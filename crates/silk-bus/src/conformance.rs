@@ -56,6 +56,7 @@ macro_rules! bus_conformance_tests {
         $crate::bus_conformance_tests!(@each $factory;
             agent_subjects_are_isolated, shared_subjects_fan_out,
             durable_keeps_messages_published_before_subscribing, deliver_all_replays_without_durable,
+            hub_results_reach_only_their_hub,
             durable_work_is_shared, unacked_and_naked_are_redelivered,
             stale_messages_are_dropped_registrations_kept,
             allocation_replies_are_live_and_stale_ones_dropped,
@@ -165,6 +166,7 @@ fn download(lease: &str) -> Command {
             lease_id: lease.to_owned(),
             request: Request::from_canonical(format!("https://example.com/{lease}")),
         }],
+        reply_to: None,
     }
 }
 
@@ -394,6 +396,131 @@ pub async fn shared_subjects_fan_out<F: BusFactory>(f: &F) {
         .await;
     for want in [&pause, &stop2, &resume] {
         expect(&mut every_run, want, "replay of every run's control").await;
+    }
+    f.cleanup(&c.ns).await;
+}
+
+/// Per-hub results: durables of two hubs on `results.hubA` and `results.hubB` each receive
+/// only their own hub's results, a durable on `results` receives none of them (and they none
+/// of its), `results.*` sees every hub's but not `results`'s, and `results.hubA` is
+/// persisted: a durable keeps what was published before it existed and while nobody read it.
+pub async fn hub_results_reach_only_their_hub<F: BusFactory>(f: &F) {
+    let c = setup(f).await;
+    let hub_a = Subject::hub_results("hubA").expect("valid hub id");
+    let hub_b = Subject::hub_results("hubB").expect("valid hub id");
+    let shared = Subject::results();
+    let before = c.env(result("a-before"));
+    c.publish(&hub_a, &before).await;
+
+    let mut dur_a = c
+        .subscribe(&hub_a, SubscribeOpts::durable("hubA-results"))
+        .await;
+    let mut dur_b = c
+        .subscribe(&hub_b, SubscribeOpts::durable("hubB-results"))
+        .await;
+    let mut dur_shared = c
+        .subscribe(&shared, SubscribeOpts::durable("hub-results"))
+        .await;
+    let mut every_hub = c
+        .subscribe(&Subject::all_hub_results(), SubscribeOpts::live())
+        .await;
+
+    let a1 = c.env(result("a1"));
+    let b1 = c.env(result("b1"));
+    let s1 = c.env(result("s1"));
+    let a2 = c.env(result("a2"));
+    c.publish(&hub_a, &a1).await;
+    c.publish(&hub_b, &b1).await;
+    c.publish(&shared, &s1).await;
+    c.publish(&hub_a, &a2).await;
+    let fence_a = c.env(result("fence-a"));
+    let fence_b = c.env(result("fence-b"));
+    let fence_s = c.env(result("fence-s"));
+    c.publish(&hub_b, &fence_b).await;
+    c.publish(&shared, &fence_s).await;
+    c.publish(&hub_a, &fence_a).await;
+
+    for want in [&before, &a1, &a2, &fence_a] {
+        let d = expect(&mut dur_a, want, "durable of hubA").await;
+        assert_eq!(d.subject, hub_a, "durable of hubA: subject");
+        assert!(d.is_durable());
+        ack(d, "durable of hubA").await;
+    }
+    for want in [&b1, &fence_b] {
+        let d = expect(&mut dur_b, want, "durable of hubB").await;
+        assert_eq!(d.subject, hub_b, "durable of hubB: subject");
+        ack(d, "durable of hubB").await;
+    }
+    for want in [&s1, &fence_s] {
+        let d = expect(
+            &mut dur_shared,
+            want,
+            "durable on `results` (no hub's results)",
+        )
+        .await;
+        assert_eq!(d.subject, shared, "durable on `results`: subject");
+        ack(d, "durable on `results`").await;
+    }
+    for (want, subject) in [
+        (&a1, &hub_a),
+        (&b1, &hub_b),
+        (&a2, &hub_a),
+        (&fence_b, &hub_b),
+        (&fence_a, &hub_a),
+    ] {
+        let d = expect(&mut every_hub, want, "`results.*` subscriber").await;
+        assert_eq!(
+            d.subject, *subject,
+            "`results.*` subscriber: concrete subject"
+        );
+    }
+
+    // Persisted: what is published while hubA reads nothing waits for its durable.
+    drop(dur_a);
+    let while_away = c.env(result("a-while-away"));
+    c.publish(&hub_a, &while_away).await;
+    let fence_b2 = c.env(result("fence-b2"));
+    c.publish(&hub_b, &fence_b2).await;
+    let mut dur_a = c
+        .subscribe(&hub_a, SubscribeOpts::durable("hubA-results"))
+        .await;
+    let d = expect(
+        &mut dur_a,
+        &while_away,
+        "durable of hubA resumed after its last ack",
+    )
+    .await;
+    assert_eq!(d.delivered, 1);
+    ack(d, "durable of hubA").await;
+    ack(
+        expect(
+            &mut dur_b,
+            &fence_b2,
+            "durable of hubB, after hubA's absence",
+        )
+        .await,
+        "durable of hubB",
+    )
+    .await;
+
+    // A hub's durable stays bound to its subject; only results go there.
+    match c
+        .bus
+        .subscribe(&hub_b, SubscribeOpts::durable("hubA-results"))
+        .await
+    {
+        Err(BusError::DurableMismatch { .. }) => {}
+        other => panic!("hubA's durable on results.hubB: expected DurableMismatch, got {other:?}"),
+    }
+    match c.bus.publish(&hub_a, &c.env(heartbeat(1))).await {
+        Err(BusError::WrongSubject { .. }) => {}
+        other => panic!("a heartbeat on results.hubA: expected WrongSubject, got {other:?}"),
+    }
+    for bad in ["a.b", "*", ">", "a b", ""] {
+        assert!(
+            Subject::hub_results(bad).is_err(),
+            "hub id `{bad}` must be refused"
+        );
     }
     f.cleanup(&c.ns).await;
 }

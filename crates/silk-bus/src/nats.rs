@@ -4,7 +4,8 @@
 //! # JetStream layout (per namespace `ns`, default `silk`)
 //!
 //! - **One stream** named `NS` (the namespace upper-cased: `SILK`) over
-//!   `ns.agent.*.cmd`, `ns.results`, `ns.registrations`, `ns.run.*.control`, `ns.logs`:
+//!   `ns.agent.*.cmd`, `ns.results`, `ns.results.*`, `ns.registrations`, `ns.run.*.control`,
+//!   `ns.logs`:
 //!   retention **limits** (`max_age_ms`, default 24 h; `max_bytes`, default none; discard
 //!   old), file storage, `replicas` copies, `duplicate_window_ms` (2 min) on `Nats-Msg-Id`.
 //!   - Why limits, not interest or work-queue: *interest* retention drops a message that no
@@ -17,10 +18,14 @@
 //!   - Why one stream: one place to size and watch; consumers filter by subject. Streams
 //!     of different namespaces never overlap, so clusters and tests share a server safely.
 //!   - `Nats-Msg-Id` = envelope id: a publish retried after a lost ack is stored once.
-//!   - The subject list grows with the wire (`ns.logs` came with log batches): the stream is
-//!     updated to this build's list on first use. An older build that updates it back
-//!     leaves the newer subjects without a stream; a publish there then fails and is
-//!     retried, and the retry updates the stream again.
+//!   - Results: `ns.results.{hub}` carries the results of the downloads hub `{hub}` sent
+//!     (their `reply_to`), read by that hub's own durable; `ns.results` stays for downloads
+//!     without `reply_to` (agents and hubs of older builds, a single hub). A consumer
+//!     filtered on one of them never sees the other's messages.
+//!   - The subject list grows with the wire (`ns.logs` came with log batches, `ns.results.*`
+//!     with per-hub results): the stream is updated to this build's list on first use. An
+//!     older build that updates it back leaves the newer subjects without a stream; a
+//!     publish there then fails and is retried, and the retry updates the stream again.
 //! - **Durable subscriptions** are durable *pull* consumers on that stream, named by the
 //!   durable name, with `filter_subject` = the subscribed subject, explicit acks, `ack_wait`
 //!   from the options, unlimited redeliveries. Subscribers pull `SubscribeOpts::batch`
@@ -214,6 +219,7 @@ impl Inner {
             subjects: [
                 Subject::all_agent_commands(),
                 Subject::results(),
+                Subject::all_hub_results(),
                 Subject::registrations(),
                 Subject::all_run_controls(),
                 Subject::logs(),

@@ -8,14 +8,16 @@
 //! | subject (relative)     | full (namespace `silk`)   | kind carried | persisted | readers |
 //! |------------------------|---------------------------|--------------|-----------|---------|
 //! | `agent.{id}.cmd`       | `silk.agent.{id}.cmd`     | `command`    | yes       | the agent `{id}` (durable) |
-//! | `results`              | `silk.results`            | `result`     | yes       | hubs (one durable, work shared) |
+//! | `results.{hub}`        | `silk.results.{hub}`      | `result`     | yes       | the hub `{hub}` that sent the downloads (its own durable): the results of its runs |
+//! | `results`              | `silk.results`            | `result`     | yes       | hubs (one durable, work shared): results of downloads without `reply_to` (older hubs) |
 //! | `registrations`        | `silk.registrations`      | `register`   | yes       | hubs (one durable, work shared) |
 //! | `run.{id}.control`     | `silk.run.{id}.control`   | `control`    | yes       | the agents and programs of run `{id}` |
 //! | `heartbeats`           | `silk.heartbeats`         | `heartbeat`  | **no**    | every hub (fan-out, each runs its failure detector) |
 //! | `allocations`          | `silk.allocations`        | `allocated`  | **no**    | every hub (fan-out; a hub waiting for a run's allocation replies is subscribed while it waits) |
 //! | `logs`                 | `silk.logs`               | `log`        | yes       | hubs (one durable, `hub-logs`, work shared): every run's log lines, from every agent |
 //!
-//! Wildcards for readers: `agent.*.cmd` and `run.*.control`.
+//! Wildcards for readers: `agent.*.cmd`, `results.*` and `run.*.control` (`results.*`
+//! matches `results.{hub}`, not `results`).
 //!
 //! Design constraints:
 //! - **Ids are single tokens.** An agent or run id goes into a subject as one token, so it
@@ -32,6 +34,14 @@
 //!   waits for them, and it subscribes before it sends the `allocate` commands; a reply that
 //!   nobody waits for any more is worth nothing (the hub counts a missing reply as a failed
 //!   allocation), and a stored one would be stale by the time anyone read it.
+//! - **Results go back to the hub that asked.** Several hubs share one bus and each run is
+//!   owned by one hub, so a `download` names its hub (`reply_to`, see `wire`) and the agent
+//!   publishes that batch's results on `results.{hub}`, which only that hub reads (one
+//!   durable per hub; a hub's replicas, if any, share it). A hub id is a single token like
+//!   agent ids. `results` stays for downloads without `reply_to` (hubs of older builds, a
+//!   single hub), and a `download` whose `reply_to` is not a valid token also gets its
+//!   results there (the agent logs a warning). A durable on `results` does not see
+//!   `results.{hub}`, nor the other way round.
 //! - Log batches are persisted on one shared subject (not one per run): the hub stores every
 //!   run's lines, so it reads them all through one durable, and lines sent during a short
 //!   hub outage are kept for it (until their TTL, see `wire`).
@@ -107,10 +117,30 @@ impl Subject {
         }
     }
 
-    /// `results`.
+    /// `results`: results of downloads that name no hub (`reply_to` absent: hubs of older
+    /// builds, a single hub).
     pub fn results() -> Subject {
         Subject {
             text: "results".into(),
+            class: SubjectClass::Results,
+        }
+    }
+
+    /// `results.{hub}`: results of the downloads sent by hub `{hub}` (their `reply_to`).
+    /// The hub id must be a single token (`[A-Za-z0-9_-]{1,128}`), like agent ids.
+    pub fn hub_results(hub: &str) -> Result<Subject, BusError> {
+        check_token("hub id", hub)?;
+        Ok(Subject {
+            text: format!("results.{hub}"),
+            class: SubjectClass::Results,
+        })
+    }
+
+    /// `results.*`: the results of every hub's downloads (for tools and tests; a hub reads
+    /// its own). Does not match `results`.
+    pub fn all_hub_results() -> Subject {
+        Subject {
+            text: "results.*".into(),
             class: SubjectClass::Results,
         }
     }
@@ -195,6 +225,13 @@ impl Subject {
                 })
             }
             ["results"] => Ok(Subject::results()),
+            ["results", hub] => {
+                token_or_star("hub id", hub)?;
+                Ok(Subject {
+                    text: text.to_owned(),
+                    class: SubjectClass::Results,
+                })
+            }
             ["registrations"] => Ok(Subject::registrations()),
             ["heartbeats"] => Ok(Subject::heartbeats()),
             ["allocations"] => Ok(Subject::allocations()),
@@ -347,6 +384,8 @@ mod tests {
             Subject::agent_commands(&AgentId::new("a1")).unwrap(),
             Subject::all_agent_commands(),
             Subject::results(),
+            Subject::hub_results("hub-a_1").unwrap(),
+            Subject::all_hub_results(),
             Subject::registrations(),
             Subject::heartbeats(),
             Subject::allocations(),
@@ -361,7 +400,10 @@ mod tests {
             "",
             "agent.a.b.cmd",
             "agent.>.cmd",
-            "results.x",
+            "results.x.y",
+            "results.>",
+            "results.a b",
+            "results.",
             "logs.r1",
             "foo",
             "agent..cmd",
@@ -370,6 +412,33 @@ mod tests {
         }
         assert!(Subject::from_full("silk", "other.results").is_err());
         assert!(Subject::from_full("silk", "silkx.results").is_err());
+    }
+
+    #[test]
+    fn hub_results_subjects() {
+        let a = Subject::hub_results("hubA").unwrap();
+        let b = Subject::hub_results("hub-b").unwrap();
+        assert_eq!(a.as_str(), "results.hubA");
+        assert_eq!(a.full("silk"), "silk.results.hubA");
+        assert_eq!(a.class(), SubjectClass::Results);
+        assert_eq!(a.class().kind(), Kind::Result);
+        assert!(a.is_persisted() && !a.is_wildcard());
+        assert_eq!(Subject::parse("results.hubA").unwrap(), a);
+        let all = Subject::all_hub_results();
+        assert!(all.is_wildcard() && all.is_persisted());
+        assert!(all.matches(&a) && all.matches(&b));
+        assert!(!all.matches(&Subject::results()));
+        assert!(!Subject::results().matches(&a) && !a.matches(&Subject::results()));
+        assert!(!a.matches(&b));
+        for bad in ["a.b", "*", ">", "a b", "", "a\r\nPUB x", "é"] {
+            let err = Subject::hub_results(bad).unwrap_err();
+            assert!(
+                matches!(err, BusError::InvalidName { what: "hub id", .. }),
+                "{bad}: {err}"
+            );
+        }
+        assert!(Subject::hub_results(&"h".repeat(128)).is_ok());
+        assert!(Subject::hub_results(&"h".repeat(129)).is_err());
     }
 
     #[test]

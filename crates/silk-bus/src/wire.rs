@@ -27,8 +27,14 @@
 //! - `heartbeat` → [`Heartbeat`]: `agent`, `cpu_pct`, `memory_bytes`, `active_downloaders`,
 //!   `in_flight`, `qps`, `seq`.
 //! - `command` → [`Command`], tagged by `op`: `{"op":"allocate","run":"r1","config":{…}}`,
-//!   `{"op":"download","run":"r1","batch":[{"lease_id":"…","request":{…Request…}}]}`,
-//!   `{"op":"release","run":"r1"}`, `{"op":"shutdown"}`.
+//!   `{"op":"download","run":"r1","batch":[{"lease_id":"…","request":{…Request…}}],
+//!   "reply_to":"hub-a"}`, `{"op":"release","run":"r1"}`, `{"op":"shutdown"}`.
+//!   `reply_to` (added in wire version 1; absent when `None`) is the id of the hub that sent
+//!   the download: the agent publishes the batch's results on `results.{reply_to}`, or on
+//!   `results` when it is absent (hubs of older builds). A `reply_to` that is not a valid
+//!   subject token (`[A-Za-z0-9_-]{1,128}`) is not an error: its results go to `results`
+//!   and the agent logs a warning. An agent of an older build ignores the field and
+//!   publishes on `results`, which a hub that sets `reply_to` should therefore also read.
 //! - `result` → [`RunResult`]: `run`, `agent`, `lease_id`, `outcome` ([`FetchOutcome`]:
 //!   `status`, `error` ([`ResultError`]: `code`, `message`, `retryable`), `links`, `items`,
 //!   `timings` ([`Timings`]: `fetch_ms`, `parse_ms`, `total_ms`), `bytes`, and, when not
@@ -60,7 +66,7 @@
 //! | `register`  | `registrations`    | none (never expires)                 | stored; hubs read one durable |
 //! | `heartbeat` | `heartbeats`       | 3 × `heartbeat_interval_ms` (3 s)    | not stored (fan-out) |
 //! | `command`   | `agent.{id}.cmd`   | `allocate`, `shutdown`: `allocate_ttl_ms` (30 s); `download`: `download_ttl_ms` (60 s); `release`: none | stored; the agent reads its durable |
-//! | `result`    | `results`          | none                                 | stored; hubs read one durable |
+//! | `result`    | `results.{hub}` (the download's `reply_to`), else `results` | none | stored; each hub reads its own durable on `results.{hub}`; hubs share one on `results` |
 //! | `control`   | `run.{id}.control` | none                                 | stored |
 //! | `allocated` | `allocations`      | `allocate_ttl_ms` (30 s)             | not stored (fan-out) |
 //! | `log`       | `logs`             | `log_ttl_ms` (10 min)                | stored; hubs read one durable (`hub-logs`) |
@@ -250,6 +256,12 @@ pub enum Command {
         run: RunId,
         /// The requests, each with its lease.
         batch: Vec<LeasedRequest>,
+        /// The id of the hub that sent the download: the results of this batch go to
+        /// `results.{reply_to}` ([`Subject::hub_results`](crate::Subject::hub_results)), or to
+        /// `results` when absent (hubs of older builds) or not a valid subject token. Added
+        /// in wire version 1; not written when `None`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_to: Option<String>,
     },
     /// Drop the run's downloader.
     Release {
@@ -778,8 +790,18 @@ mod tests {
                 run: "r1".into(),
                 batch: vec![LeasedRequest {
                     lease_id: "l1".into(),
+                    request: req.clone(),
+                }],
+                reply_to: None,
+            }
+            .into(),
+            Command::Download {
+                run: "r1".into(),
+                batch: vec![LeasedRequest {
+                    lease_id: "l2".into(),
                     request: req,
                 }],
+                reply_to: Some("hub-a".into()),
             }
             .into(),
             Command::Release { run: "r1".into() }.into(),
@@ -873,6 +895,52 @@ mod tests {
             text,
             r#"{"v":1,"id":"m1","sent_ms":5,"kind":"command","body":{"op":"release","run":"r1"}}"#
         );
+    }
+
+    #[test]
+    fn download_reply_to_is_optional_both_ways() {
+        let download = |reply_to: Option<&str>| Envelope {
+            v: 1,
+            id: MessageId("m1".into()),
+            sent_ms: 5,
+            ttl_ms: Some(60_000),
+            body: Command::Download {
+                run: "r1".into(),
+                batch: vec![],
+                reply_to: reply_to.map(str::to_owned),
+            }
+            .into(),
+        };
+        let with = download(Some("hub-a"));
+        let text = String::from_utf8(with.encode().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":1,"id":"m1","sent_ms":5,"ttl_ms":60000,"kind":"command","body":{"op":"download","run":"r1","batch":[],"reply_to":"hub-a"}}"#
+        );
+        assert_eq!(Envelope::decode("s", text.as_bytes()).unwrap(), with);
+        let without = download(None);
+        let text = String::from_utf8(without.encode().unwrap().to_vec()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"v":1,"id":"m1","sent_ms":5,"ttl_ms":60000,"kind":"command","body":{"op":"download","run":"r1","batch":[]}}"#,
+            "an absent reply_to is not written (older agents read the same bytes as before)"
+        );
+        assert_eq!(Envelope::decode("s", text.as_bytes()).unwrap(), without);
+        // An older hub's download (no field) and an explicit null decode to None.
+        for old in [
+            br#"{"v":1,"id":"m1","sent_ms":5,"ttl_ms":60000,"kind":"command","body":{"op":"download","run":"r1","batch":[]}}"#.as_slice(),
+            br#"{"v":1,"id":"m1","sent_ms":5,"ttl_ms":60000,"kind":"command","body":{"op":"download","run":"r1","batch":[],"reply_to":null}}"#,
+        ] {
+            assert_eq!(Envelope::decode("s", old).unwrap(), without);
+        }
+        // A reply_to that is no subject token still decodes: the agent decides what to do.
+        let odd = br#"{"v":1,"id":"m1","sent_ms":5,"kind":"command","body":{"op":"download","run":"r1","batch":[],"reply_to":"a.b *"}}"#;
+        let Message::Command(Command::Download { reply_to, .. }) =
+            Envelope::decode("s", odd).unwrap().body
+        else {
+            panic!("not a download")
+        };
+        assert_eq!(reply_to.as_deref(), Some("a.b *"));
     }
 
     #[test]
@@ -1079,6 +1147,9 @@ mod tests {
             match m {
                 Message::Command(Command::Shutdown) | Message::Allocated(_) => {
                     assert_eq!(policy.ttl_ms(&m), Some(5_000), "{m:?}");
+                }
+                Message::Command(Command::Download { .. }) => {
+                    assert_eq!(policy.ttl_ms(&m), Some(7_000), "{m:?}");
                 }
                 Message::Log(_) => {
                     assert_eq!(policy.ttl_ms(&m), Some(9_000), "{m:?}");

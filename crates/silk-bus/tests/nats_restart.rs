@@ -39,6 +39,7 @@ fn download(lease: &str) -> Envelope {
             lease_id: lease.into(),
             request: Request::from_canonical(format!("https://example.com/{lease}")),
         }],
+        reply_to: None,
     };
     TtlPolicy::default().envelope(command, SystemClock.now_ms())
 }

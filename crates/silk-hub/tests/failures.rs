@@ -166,6 +166,7 @@ impl Backend {
         self.command(Command::Download {
             run: download.run.clone(),
             batch: vec![download.leased.clone()],
+            reply_to: None,
         })
         .await;
         within("the real agent's result", 20, rx)
@@ -272,7 +273,7 @@ impl FakeAgent {
                             .await
                             .expect("allocation reply");
                     }
-                    Command::Download { run, batch } => {
+                    Command::Download { run, batch, .. } => {
                         for leased in batch {
                             lock(&self.seen)
                                 .entry(leased.request.url.clone())

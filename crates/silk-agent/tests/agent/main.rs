@@ -8,6 +8,7 @@ mod logs;
 mod nats;
 mod persistence;
 mod proxies;
+mod reply_to;
 mod robots;
 mod support;
 mod trimming;

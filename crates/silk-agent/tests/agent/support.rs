@@ -148,8 +148,20 @@ impl Hub {
         .await;
     }
 
-    /// Sends a download of `urls` for `run`; returns the lease ids in order.
+    /// Sends a download of `urls` for `run` (without `reply_to`: results on `results`);
+    /// returns the lease ids in order.
     pub async fn download(&mut self, run: &str, urls: &[String]) -> Vec<String> {
+        self.download_replying_to(run, urls, None).await
+    }
+
+    /// Sends a download of `urls` for `run` whose results go to `results.{reply_to}` (or
+    /// `results` when `None`); returns the lease ids in order.
+    pub async fn download_replying_to(
+        &mut self,
+        run: &str,
+        urls: &[String],
+        reply_to: Option<&str>,
+    ) -> Vec<String> {
         let batch: Vec<LeasedRequest> = urls
             .iter()
             .map(|u| {
@@ -164,6 +176,7 @@ impl Hub {
         self.send(Command::Download {
             run: RunId::new(run),
             batch,
+            reply_to: reply_to.map(str::to_owned),
         })
         .await;
         leases
@@ -206,6 +219,35 @@ impl Hub {
         let leases = self.download(run, &[url.to_owned()]).await;
         self.results(&leases).await.remove(&leases[0]).unwrap()
     }
+}
+
+/// Results on `results.{hub}` (a hub's own durable `name`), from the start of the subject.
+pub async fn hub_results(bus: &dyn Bus, hub: &str, name: &str) -> Subscription {
+    bus.subscribe(
+        &Subject::hub_results(hub).expect("valid hub id"),
+        SubscribeOpts::durable(name),
+    )
+    .await
+    .expect("subscribe hub results")
+}
+
+/// The next delivery of `sub`, which must be a result: its subject and the result (acked).
+pub async fn next_result(sub: &mut Subscription) -> (Subject, RunResult) {
+    within("a result", async {
+        let d = sub
+            .next()
+            .await
+            .expect("results subscription open")
+            .expect("a readable result");
+        let subject = d.subject.clone();
+        let body = d.envelope.body.clone();
+        let _ = d.ack().await;
+        match body {
+            Message::Result(r) => (subject, r),
+            other => panic!("not a result: {other:?}"),
+        }
+    })
+    .await
 }
 
 /// Registrations, from the start of the subject.
