@@ -99,7 +99,9 @@ impl From<HubError> for ApiError {
         let status = match code {
             "bad_request" => StatusCode::BAD_REQUEST,
             "not_found" => StatusCode::NOT_FOUND,
-            "wrong_state" | "allocation_failed" | "conflict" => StatusCode::CONFLICT,
+            "wrong_state" | "allocation_failed" | "conflict" | "owned_elsewhere" => {
+                StatusCode::CONFLICT
+            }
             "bus" | "shutting_down" => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -771,6 +773,11 @@ async fn run_items(
     let view = hub.run(&id).await?;
     let limit = params.limit.unwrap_or(100).clamp(1, 1000) as usize;
     let cursor = params.cursor.unwrap_or(0);
+    if view.frontier == "redis" {
+        // A run of the cluster's shared mode keeps its items in the store (every hub that
+        // drove it wrote there); the cursor is the store's item sequence.
+        return Ok(Json(hub.stored_items(&id, cursor, limit).await?));
+    }
     let path = view.items_path.clone();
     let page = tokio::task::spawn_blocking(move || crate::sinks::read_items(&path, cursor, limit))
         .await

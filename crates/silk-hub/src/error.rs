@@ -107,6 +107,15 @@ pub enum HubError {
     /// No such API token.
     #[error("no token `{0}`")]
     NoSuchToken(String),
+    /// The run is driven by another hub of the cluster (hubs sharing one store): send the
+    /// action to that hub.
+    #[error("run `{run}` is driven by hub `{hub}`: send this to that hub")]
+    OwnedElsewhere {
+        /// The run.
+        run: RunId,
+        /// The hub that holds the run's lease.
+        hub: String,
+    },
 }
 
 impl HubError {
@@ -127,6 +136,7 @@ impl HubError {
             }
             HubError::Conflict(_) => "conflict",
             HubError::WrongState { .. } => "wrong_state",
+            HubError::OwnedElsewhere { .. } => "owned_elsewhere",
             HubError::Storage { .. } | HubError::RunStorage { .. } | HubError::Store(_) => {
                 "storage"
             }

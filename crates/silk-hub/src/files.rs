@@ -6,6 +6,7 @@
 //! DATA_DIR/runs/{id}/items.jsonl      the run's items (the truth the other sinks are fed from)
 //! DATA_DIR/runs/{id}/sink-*.json      a sink's delivery offset in items.jsonl
 //! DATA_DIR/admin.token                the admin token (mode 0600), written at first start
+//! DATA_DIR/hub.id                     this hub's id in the cluster, made at first start
 //! ```
 //!
 //! Every JSON file is replaced atomically (written to a temporary file, synced, renamed), so a
@@ -48,6 +49,29 @@ impl HubFiles {
         Ok(Self {
             dir: dir.to_path_buf(),
         })
+    }
+
+    /// This hub's id: the one kept in `hub.id`, or a new one (`hub-` and 12 hex digits)
+    /// written there, so that a restarted hub keeps its leases and durables.
+    pub(crate) fn hub_id(&self) -> Result<String, HubError> {
+        let path = self.dir.join("hub.id");
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(text.trim().to_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // The random tail of a v7 uuid (its head is the time).
+                let id = format!("hub-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
+                let tmp = path.with_extension(format!("id.{}.tmp", std::process::id()));
+                let write = || -> std::io::Result<()> {
+                    let mut file = std::fs::File::create(&tmp)?;
+                    file.write_all(format!("{id}\n").as_bytes())?;
+                    file.sync_all()?;
+                    std::fs::rename(&tmp, &path)
+                };
+                write().map_err(|e| io_error(&path, e))?;
+                Ok(id)
+            }
+            Err(e) => Err(io_error(&path, e)),
+        }
     }
 
     pub(crate) fn run_dir(&self, id: &RunId) -> PathBuf {

@@ -62,7 +62,7 @@ const RESULTS_BATCH: usize = 256;
 const LOGS_BATCH: usize = 64;
 
 /// The bus subscriptions of a ready hub.
-const SUBSCRIPTIONS: usize = 5;
+const SUBSCRIPTIONS: usize = 6;
 
 /// The hub's settings.
 #[derive(Debug, Clone)]
@@ -91,6 +91,21 @@ pub struct HubConfig {
     /// router's `silk.RunResultsInbound` (default false; `silk hub --router` sets it when
     /// the router config has such an inbound).
     pub record_outcomes: bool,
+    /// This hub's id in the cluster (a single token of at most 40 `[A-Za-z0-9_-]`
+    /// characters): the holder of its run leases, its results subject `results.{id}` and its
+    /// durable names. Default: the id kept in `DATA_DIR/hub.id`, made at first start.
+    pub hub_id: Option<String>,
+    /// The cluster's Redis (`redis://…`) for run frontiers: new runs keep their frontier
+    /// there (`RedisFrontier`, prefix `{frontier_prefix}:{run id}`), so another hub can
+    /// adopt them when this one dies; their items go to the store before each ack. `None`:
+    /// frontiers are embedded stores in the data dir.
+    pub frontier_url: Option<String>,
+    /// The first part of the Redis key prefix of run frontiers (default `silk`).
+    pub frontier_prefix: String,
+    /// How long a run's lease in the store lasts without renewal, ms (default 15 s): a hub
+    /// that dies loses its runs to the other hubs this long after its last renewal. Renewed
+    /// every third of it.
+    pub ownership_ttl_ms: u64,
 }
 
 impl HubConfig {
@@ -107,6 +122,10 @@ impl HubConfig {
             log_retention_ms: 30 * 24 * 3600 * 1000,
             schedule_tick_ms: 1000,
             record_outcomes: false,
+            hub_id: None,
+            frontier_url: None,
+            frontier_prefix: "silk".into(),
+            ownership_ttl_ms: 15_000,
         }
     }
 }
@@ -145,9 +164,15 @@ pub(crate) struct Shared {
     pub(crate) feed_lock: tokio::sync::Mutex<()>,
     /// Bumped whenever a run's driver starts (outcome readers look for new runs).
     pub(crate) runs_started: watch::Sender<u64>,
+    /// This hub's id in the cluster (`HubConfig::hub_id`).
+    pub(crate) hub_id: String,
+    /// Runs this hub is creating (not active yet): adoption leaves them alone.
+    pub(crate) starting: Mutex<std::collections::HashSet<RunId>>,
+    /// Runs seen open in the store that this hub cannot drive (logged once).
+    pub(crate) undrivable: Mutex<std::collections::HashSet<RunId>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -198,6 +223,16 @@ impl Hub {
             ));
         }
         let files = HubFiles::open(&config.data_dir)?;
+        let hub_id = match &config.hub_id {
+            Some(id) => id.clone(),
+            None => files.hub_id()?,
+        };
+        crate::ownership::check_hub_id(&hub_id)?;
+        if config.ownership_ttl_ms < 300 {
+            return Err(HubError::BadConfig(
+                "ownership_ttl_ms must be at least 300".into(),
+            ));
+        }
         let store_url = match &config.store_url {
             Some(url) => url.clone(),
             None => format!("sqlite://{}", config.data_dir.join("silk.db").display()),
@@ -240,18 +275,31 @@ impl Hub {
             drivers: Mutex::new(Vec::new()),
             feed_lock: tokio::sync::Mutex::new(()),
             runs_started: watch::channel(0).0,
+            hub_id,
+            starting: Mutex::new(std::collections::HashSet::new()),
+            undrivable: Mutex::new(std::collections::HashSet::new()),
         });
+        // Per-hub durables: every hub reads every registration, and the results of the
+        // downloads it sent (`results.{hub id}`).
+        let registrations = format!("hub-registrations-{}", shared.hub_id);
+        let own_results = format!("hub-results-{}", shared.hub_id);
         // Subscriptions first, so that replies and results are read before any run acts.
         tokio::spawn(subscription_loop(
             shared.clone(),
             Subject::registrations(),
-            SubscribeOpts::durable("hub-registrations"),
+            SubscribeOpts::durable(registrations),
         ));
         tokio::spawn(subscription_loop(
             shared.clone(),
             Subject::heartbeats(),
             SubscribeOpts::live(),
         ));
+        tokio::spawn(subscription_loop(
+            shared.clone(),
+            Subject::hub_results(&shared.hub_id).map_err(|e| HubError::BadConfig(e.to_string()))?,
+            SubscribeOpts::durable(own_results).batch(RESULTS_BATCH),
+        ));
+        // Results of agents of older builds, which publish them all on `results`.
         tokio::spawn(subscription_loop(
             shared.clone(),
             Subject::results(),
@@ -274,10 +322,11 @@ impl Hub {
             shared.config.log_retention_ms,
             shared.stop.subscribe(),
         ));
-        shared.recover().await?;
+        crate::ownership::adopt(&shared, true).await?;
+        tokio::spawn(crate::ownership::ownership_loop(shared.clone()));
         crate::sinks::resume_pending(&shared).await;
         tokio::spawn(crate::scheduler::scheduler(shared.clone(), ended_rx));
-        tracing::info!(data_dir = %shared.config.data_dir.display(), store = shared.store.backend(), "hub started");
+        tracing::info!(hub = %shared.hub_id, data_dir = %shared.config.data_dir.display(), store = shared.store.backend(), frontier = if shared.config.frontier_url.is_some() { "redis" } else { "embedded" }, "hub started");
         Ok(HubHandle { shared })
     }
 }
@@ -372,6 +421,9 @@ impl Shared {
         if record.state.is_terminal() {
             lock(&self.runs).remove(&run.id);
             let _ = self.ended.send(record);
+        } else if run.is_disowned() {
+            // Another hub drives it now.
+            lock(&self.runs).remove(&run.id);
         }
     }
 
@@ -403,7 +455,7 @@ impl Shared {
         lock(&self.runs).keys().cloned().collect()
     }
 
-    fn spawn_driver(self: &Arc<Self>, run: Arc<Run>) {
+    pub(crate) fn spawn_driver(self: &Arc<Self>, run: Arc<Run>) {
         lock(&self.runs).insert(run.id.clone(), run.clone());
         let handle = tokio::spawn(drive(self.clone(), run));
         {
@@ -415,7 +467,7 @@ impl Shared {
     }
 
     /// Stores a run as failed (it never ran, or could not resume) and tells the scheduler.
-    async fn fail_stored(&self, mut record: RunRecord, reason: String) -> RunRecord {
+    pub(crate) async fn fail_stored(&self, mut record: RunRecord, reason: String) -> RunRecord {
         record.state = RunState::Failed;
         record.reason = Some(reason.clone());
         record.finished_ms = Some(self.clock.now_ms());
@@ -424,65 +476,9 @@ impl Shared {
         }
         self.logs
             .hub(&record.id, Level::Error, format!("run failed: {reason}"));
+        self.release_run(&record.id).await;
         let _ = self.ended.send(record.clone());
         record
-    }
-
-    /// Reloads the stored runs that had not ended: running and paused ones resume, the
-    /// others are settled.
-    async fn recover(self: &Arc<Self>) -> Result<(), HubError> {
-        let filter = RunFilter {
-            job_id: None,
-            states: ["pending", "allocating", "running", "paused", "stopping"]
-                .map(String::from)
-                .to_vec(),
-            limit: None,
-            newest_first: false,
-        };
-        for row in self.store.list_runs(&filter).await? {
-            let id = row.id.clone();
-            let record = match record_of(row) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(run = %id, error = %e, "stored run skipped");
-                    continue;
-                }
-            };
-            match record.state {
-                RunState::Pending | RunState::Allocating => {
-                    self.fail_stored(
-                        record,
-                        "the hub stopped before the run's allocation completed".into(),
-                    )
-                    .await;
-                }
-                RunState::Running | RunState::Paused | RunState::Stopping => {
-                    // A run whose seeds never reached its frontier (a crash right after
-                    // the allocation) is seeded again: dedup makes that harmless.
-                    match Run::open(self, record.clone(), true).await {
-                        Ok(run) => {
-                            tracing::info!(run = %record.id, state = %record.state, "run resumed");
-                            self.logs.hub(
-                                &record.id,
-                                Level::Info,
-                                format!("hub restarted: run resumed ({})", record.state),
-                            );
-                            self.spawn_driver(run);
-                            if let Err(e) = crate::sinks::start(self, &record) {
-                                tracing::warn!(run = %record.id, error = %e, "item sinks not resumed");
-                            }
-                        }
-                        Err(e) => {
-                            tracing::error!(run = %record.id, error = %e, "run could not be resumed");
-                            self.fail_stored(record, format!("could not be resumed: {e}"))
-                                .await;
-                        }
-                    }
-                }
-                RunState::Succeeded | RunState::Failed | RunState::Cancelled => {}
-            }
-        }
-        Ok(())
     }
 
     async fn on_register(&self, delivery: &Delivery) {
@@ -577,6 +573,27 @@ impl Shared {
         let now = self.clock.now_ms();
         let id = RunId::new(uuid::Uuid::now_v7().simple().to_string());
         let (job_id, job_name) = new.job.unzip();
+        // Adoption leaves the run alone while it is being created; its lease is taken
+        // before it is stored, so no other hub takes it.
+        let _starting = crate::ownership::Starting::new(self, id.clone());
+        if !self.hold_run(&id).await? {
+            return Err(HubError::Store(format!(
+                "the lease of the new run `{id}` is held by another hub"
+            )));
+        }
+        // A takeover keeps the frontier where it is; a new frontier goes where this hub keeps
+        // them.
+        let shared_frontier = match &new.frontier_from {
+            Some(from) => match self.store.get_run(from.as_str()).await? {
+                Some(row) => record_of(row)?.shared_frontier,
+                None => None,
+            },
+            None => self
+                .config
+                .frontier_url
+                .as_ref()
+                .map(|_| format!("{}:{id}", self.config.frontier_prefix)),
+        };
         let mut record = RunRecord {
             id: id.clone(),
             spider: request.spider,
@@ -602,6 +619,8 @@ impl Shared {
             timeout_ms: new.timeout_ms,
             sinks: request.sinks.unwrap_or_default(),
             feed: new.feed,
+            shared_frontier,
+            hub: Some(self.hub_id.clone()),
         };
         self.save_run(&record).await?;
         let what = match (&record.job_name, &record.restart_of) {
@@ -638,7 +657,12 @@ impl Shared {
             tracing::warn!(run = %id, error = %e, "allocations not stored (the run record has them)");
         }
         if let Some(from) = &new.frontier_from {
-            let moved = self.files.take_frontier(from, &id);
+            // A frontier in Redis stays under its prefix (the record names it); an embedded
+            // one moves to the new run's directory.
+            let moved = match record.shared_frontier {
+                Some(_) => Ok(()),
+                None => self.files.take_frontier(from, &id),
+            };
             if let Err(e) = moved {
                 self.release_agents(&record).await;
                 self.fail_stored(
@@ -982,6 +1006,19 @@ impl HubHandle {
             return Ok(run);
         }
         let record = self.stored_record(id).await?;
+        if !record.state.is_terminal()
+            && let Some(lease) = self
+                .shared
+                .store
+                .get_lease(&crate::ownership::run_lease(id))
+                .await?
+            && lease.holder != self.shared.hub_id
+        {
+            return Err(HubError::OwnedElsewhere {
+                run: id.clone(),
+                hub: lease.holder,
+            });
+        }
         Err(HubError::WrongState {
             run: id.clone(),
             state: record.state.to_string(),
@@ -1020,6 +1057,9 @@ impl HubHandle {
         }
         let old = self.stored_record(id).await?;
         if !old.state.is_terminal() {
+            if let Err(e @ HubError::OwnedElsewhere { .. }) = self.active(id).await {
+                return Err(e);
+            }
             return Err(HubError::WrongState {
                 run: id.clone(),
                 state: old.state.to_string(),
@@ -1070,6 +1110,17 @@ impl HubHandle {
             run.finished().await;
         }
         self.run(id).await
+    }
+
+    /// Waits until run `id` is driven by this hub (started, resumed after a restart, or
+    /// adopted from another hub).
+    pub async fn wait_driving(&self, id: &RunId) {
+        let mut started = self.shared.runs_started.subscribe();
+        while self.shared.active_run(id).is_none() {
+            if started.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Waits until the scheduler has looked at the jobs `n` more times (after a change of
@@ -1127,6 +1178,36 @@ impl HubHandle {
         let _ = live.wait_for(|l| !l.contains(agent)).await;
     }
 
+    /// A page of a run's items from the store's items table (runs with a shared frontier):
+    /// at most `limit` after the item sequence `cursor`.
+    pub(crate) async fn stored_items(
+        &self,
+        id: &RunId,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<crate::sinks::ItemsPage, HubError> {
+        let after = i64::try_from(cursor).unwrap_or(i64::MAX);
+        let rows = self
+            .shared
+            .store
+            .list_items(id.as_str(), after, limit as u32)
+            .await?;
+        let done = rows.len() < limit;
+        let next_cursor = rows
+            .last()
+            .map_or(cursor, |r| u64::try_from(r.seq).unwrap_or(cursor));
+        Ok(crate::sinks::ItemsPage {
+            items: rows.into_iter().map(|r| r.data).collect(),
+            next_cursor,
+            done,
+        })
+    }
+
+    /// This hub's id in the cluster.
+    pub fn hub_id(&self) -> &str {
+        &self.shared.hub_id
+    }
+
     /// The data dir.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.shared.config.data_dir
@@ -1149,6 +1230,15 @@ impl HubHandle {
         let drivers: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.shared.drivers));
         for d in drivers {
             let _ = d.await;
+        }
+        // The runs' leases went back as their loops ended; the scheduler's goes now.
+        if let Err(e) = self
+            .shared
+            .store
+            .release_lease(crate::ownership::SCHEDULER_LEASE, &self.shared.hub_id)
+            .await
+        {
+            tracing::debug!(error = %e, "scheduler lease not released (it expires)");
         }
         self.shared.logs.close();
         let writer = lock(&self.shared.log_writer).take();

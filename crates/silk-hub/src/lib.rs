@@ -43,6 +43,7 @@ pub mod hub;
 pub mod jobs;
 mod logs;
 mod outcomes;
+mod ownership;
 pub mod phi;
 pub mod registry;
 pub mod run;

@@ -286,6 +286,14 @@ pub struct RunRecord {
     /// Set when the run is fed by the router (`silk.JobOutbound`) instead of seeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feed: Option<Feed>,
+    /// The key prefix of the run's frontier in the cluster's Redis (`silk hub --frontier
+    /// redis://…`): any hub of the cluster can drive the run. `None`: the frontier is the
+    /// embedded store in the data dir of the hub that started the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_frontier: Option<String>,
+    /// The hub that drives the run (the holder of its lease in the store, see `ownership`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<String>,
 }
 
 /// How a run fed by the router's `silk.JobOutbound` lives: it is not seeded with the
@@ -352,6 +360,11 @@ pub struct RunView {
     pub sinks: Sinks,
     /// Set when the router feeds the run (see [`Feed`]).
     pub feed: Option<Feed>,
+    /// The hub that drives (or last drove) the run.
+    pub hub: Option<String>,
+    /// Where the run's frontier is: `embedded` (the data dir of its hub) or `redis` (shared
+    /// by the cluster's hubs; its items are then kept in the store).
+    pub frontier: String,
 }
 
 impl RunView {
@@ -384,6 +397,12 @@ impl RunView {
             timeout_ms: record.timeout_ms,
             sinks: record.sinks.redacted(),
             feed: record.feed.clone(),
+            hub: record.hub.clone(),
+            frontier: if record.shared_frontier.is_some() {
+                "redis".into()
+            } else {
+                "embedded".into()
+            },
         }
     }
 }

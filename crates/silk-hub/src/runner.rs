@@ -22,6 +22,10 @@
 //! - **Crash safety**: items are written before the ack, and links enqueued atomically with
 //!   it, so a hub killed at any point re-dispatches what it had not acked; dedup and the
 //!   idempotent sink absorb the repeat.
+//! - **Shared frontier** (`RunRecord::shared_frontier`): the frontier is a `RedisFrontier`
+//!   and the items also go to the store's items table (idempotent on the key) before the
+//!   ack, so another hub that adopts the run (`ownership`) has both. A run whose lease was
+//!   taken over ends `Disowned`: nothing is written, no agent is released.
 
 use crate::allocation::{Allocation, Route, Strategy};
 use crate::error::HubError;
@@ -63,6 +67,9 @@ enum End {
     Cancelled,
     /// The hub is stopping: the run stays as it is and resumes at the next start.
     HubStopping,
+    /// Another hub holds the run's lease now: it drives the run, this hub lets go without
+    /// writing anything.
+    Disowned(String),
 }
 
 /// A request out at an agent.
@@ -146,6 +153,8 @@ pub(crate) struct Run {
     /// Held (read) while a result is applied; `finish` takes it (write) once `closing` is
     /// set, so that no result writes items or outcomes after the run has ended.
     applying: tokio::sync::RwLock<()>,
+    /// Set when another hub took the run's lease (`ownership`): the loop lets go.
+    disowned: Mutex<Option<String>>,
 }
 
 /// Why a run did not take fed requests.
@@ -174,13 +183,33 @@ impl Run {
         let frontier_config = silk_crawl::frontier_config(&spider);
         let lease_timeout_ms = frontier_config.lease_timeout_ms;
         let max_retries = frontier_config.max_retries;
-        let frontier = silk_frontier::EmbeddedFrontier::open(
-            hub.files.frontier_dir(&id),
-            frontier_config,
-            hub.clock.clone(),
-        )
-        .map_err(|e| storage(&e))?;
-        let frontier: Arc<dyn FrontierStore> = Arc::new(frontier);
+        let frontier: Arc<dyn FrontierStore> = match &record.shared_frontier {
+            None => Arc::new(
+                silk_frontier::EmbeddedFrontier::open(
+                    hub.files.frontier_dir(&id),
+                    frontier_config,
+                    hub.clock.clone(),
+                )
+                .map_err(|e| storage(&e))?,
+            ),
+            Some(prefix) => {
+                let Some(url) = &hub.config.frontier_url else {
+                    return Err(storage(&format!(
+                        "its frontier is in Redis (prefix `{prefix}`) and this hub has none (start it with --frontier redis://…)"
+                    )));
+                };
+                Arc::new(
+                    silk_frontier::RedisFrontier::open(
+                        url,
+                        prefix,
+                        frontier_config,
+                        hub.clock.clone(),
+                    )
+                    .await
+                    .map_err(|e| storage(&e))?,
+                )
+            }
+        };
         let items_path = hub.files.items_path(&id);
         let sink = JsonlSink::open(&items_path, &spider.spec.item_key).map_err(|e| storage(&e))?;
         let outcomes = if hub.config.record_outcomes {
@@ -239,6 +268,7 @@ impl Run {
             outcomes_written: Notify::new(),
             max_retries,
             applying: tokio::sync::RwLock::new(()),
+            disowned: Mutex::new(None),
         }))
     }
 
@@ -437,6 +467,20 @@ impl Run {
         RunView::new(&record, stats, self.items_path.clone())
     }
 
+    /// Another hub holds the run's lease now: the loop lets go (see [`End::Disowned`]).
+    pub(crate) fn disown(&self, reason: String) {
+        if self.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        lock(&self.disowned).get_or_insert(reason);
+        self.wake.notify_one();
+    }
+
+    /// Whether the run was let go to another hub.
+    pub(crate) fn is_disowned(&self) -> bool {
+        lock(&self.disowned).is_some()
+    }
+
     fn set_fatal(&self, reason: String) {
         lock(&self.fatal).get_or_insert(reason);
         self.wake.notify_one();
@@ -481,6 +525,19 @@ impl Run {
             // The items file failed: the lease stays out and expires; stop the run rather
             // than ack a page whose items were lost.
             self.set_fatal(reason);
+            return;
+        }
+        if let Err(e) = self.store_items(hub, &o.items).await {
+            // Not acked: the lease expires and the page is fetched again.
+            tracing::warn!(run = %self.id, url = %out.request.url, error = %e, "items not stored; the page will be fetched again");
+            hub.logs.hub(
+                &self.id,
+                Level::Warn,
+                format!(
+                    "items of {} not stored ({e}); the page will be fetched again",
+                    out.request.url
+                ),
+            );
             return;
         }
         if !o.items.is_empty() {
@@ -605,6 +662,31 @@ impl Run {
         if let Err(reason) = self.write_outcome(hub, &out.request, &out.agent, &o, false) {
             self.set_fatal(reason);
         }
+    }
+
+    /// A run with a shared frontier keeps its items in the store too (before the ack), so
+    /// that a hub that adopts it has them.
+    async fn store_items(
+        &self,
+        hub: &Shared,
+        items: &[serde_json::Value],
+    ) -> Result<(), silk_store::StoreError> {
+        if self.frontier_kind_shared() && !items.is_empty() {
+            let now = hub.clock.now_ms();
+            let key = &self.spider.spec.item_key;
+            let rows: Vec<(String, u64, serde_json::Value)> = items
+                .iter()
+                .filter(|i| i.get(key).is_some_and(|k| !k.is_null()))
+                .map(|i| (crate::sinks::item_key(i, key), now, i.clone()))
+                .collect();
+            hub.store.insert_items(self.id.as_str(), &rows).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether the run's frontier is shared (Redis) and its items are kept in the store.
+    pub(crate) fn frontier_kind_shared(&self) -> bool {
+        lock(&self.record).shared_frontier.is_some()
     }
 
     fn write_items(&self, items: &[serde_json::Value]) -> Result<(), String> {
@@ -783,6 +865,10 @@ impl Run {
         loop {
             if *hub.stop.borrow() {
                 return Ok(End::HubStopping);
+            }
+            let disowned = lock(&self.disowned).clone();
+            if let Some(reason) = disowned {
+                return Ok(End::Disowned(reason));
             }
             let fatal = lock(&self.fatal).take();
             if let Some(reason) = fatal {
@@ -1035,6 +1121,8 @@ impl Run {
                 let command = Command::Download {
                     run: self.id.clone(),
                     batch: chunk,
+                    // Its results come back on this hub's own subject, `results.{hub id}`.
+                    reply_to: Some(hub.hub_id.clone()),
                 };
                 if let Err(e) = hub.send_command(&agent, command).await {
                     // Give the leases back before failing: nothing accepted is lost.
@@ -1095,6 +1183,35 @@ impl Run {
     async fn finish(&self, hub: &Shared, end: End) {
         // No request is fed from here on (the frontier closes below).
         *self.gate.write().await = false;
+        // The final state is stored only by the holder of the run's lease: a hub that lost
+        // it (away longer than the lease; its frontier handle fenced) lets go instead.
+        let end = match end {
+            End::Succeeded | End::Failed(_) | End::Cancelled => {
+                match hub.hold_run(&self.id).await {
+                    Ok(true) => end,
+                    Ok(false) => End::Disowned("its lease is held by another hub".into()),
+                    Err(e) => End::Disowned(format!(
+                        "its lease could not be confirmed ({e}); it stays as stored, and the holder of its lease carries it on"
+                    )),
+                }
+            }
+            other => other,
+        };
+        if let End::Disowned(why) = &end {
+            self.closing.store(true, Ordering::SeqCst);
+            lock(&self.disowned).get_or_insert_with(|| why.clone());
+            drop(self.applying.write().await);
+            tracing::warn!(run = %self.id, reason = %why, "run let go to another hub");
+            hub.logs.hub(
+                &self.id,
+                Level::Warn,
+                format!("hub `{}` stops driving the run: {why}", hub.hub_id),
+            );
+            if let Err(e) = self.frontier.close().await {
+                tracing::debug!(run = %self.id, error = %e, "frontier close failed");
+            }
+            return;
+        }
         if !matches!(end, End::HubStopping) {
             self.closing.store(true, Ordering::SeqCst);
             // Results being applied finish first; later ones see `closing` and are late.
@@ -1120,7 +1237,7 @@ impl Run {
             End::Succeeded => (RunState::Succeeded, None),
             End::Failed(reason) => (RunState::Failed, Some(reason.clone())),
             End::Cancelled => (RunState::Cancelled, Some("cancelled by a user".into())),
-            End::HubStopping => (self.state(), None),
+            End::HubStopping | End::Disowned(_) => (self.state(), None),
         };
         if let Err(e) = self.frontier.sync().await {
             tracing::warn!(run = %self.id, error = %e, "frontier sync failed");
@@ -1134,7 +1251,14 @@ impl Run {
             tracing::warn!(run = %self.id, error = %e, "outcomes sync failed");
         }
         if state.is_terminal() {
-            let stats = self.stats(now).await;
+            let mut stats = self.stats(now).await;
+            if self.frontier_kind_shared() {
+                // Every hub that drove the run wrote its items to the store.
+                match hub.store.count_items(self.id.as_str()).await {
+                    Ok(n) => stats.items = n,
+                    Err(e) => tracing::warn!(run = %self.id, error = %e, "items not counted"),
+                }
+            }
             let agents: Vec<AgentId> = lock(&self.allocated_on).iter().cloned().collect();
             for agent in agents {
                 let release = Command::Release {
@@ -1180,6 +1304,8 @@ impl Run {
         if let Err(e) = self.frontier.close().await {
             tracing::warn!(run = %self.id, error = %e, "frontier close failed");
         }
+        // Ended, or the hub stops: another hub may take the run from now on.
+        hub.release_run(&self.id).await;
     }
 }
 

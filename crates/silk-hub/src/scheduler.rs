@@ -24,6 +24,11 @@ pub(crate) async fn scheduler(shared: Arc<Shared>, mut ended: mpsc::UnboundedRec
             _ = stop.changed() => return,
             Some(record) = ended.recv() => on_run_end(&shared, record).await,
             _ = tick.tick() => {
+                // One hub of a cluster fires the jobs: the holder of the scheduler lease.
+                if !shared.holds_scheduler().await {
+                    shared.schedule_ticks.send_modify(|n| *n += 1);
+                    continue;
+                }
                 if let Err(e) = tick_once(&shared).await {
                     tracing::warn!(error = %e, "scheduler tick failed; trying again at the next one");
                 }

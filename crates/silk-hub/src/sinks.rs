@@ -177,7 +177,7 @@ impl Target {
 }
 
 /// The item's key as a string (the sink writes only items that have one).
-fn item_key(item: &serde_json::Value, field: &str) -> String {
+pub(crate) fn item_key(item: &serde_json::Value, field: &str) -> String {
     match item.get(field) {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),

@@ -1,7 +1,8 @@
 //! The hub with real agents on the in-process bus, crawling the demo site over loopback:
 //! allocation (synchronous, with reasons), dispatch, results, every page exactly once,
-//! chained affinity, agent loss under both policies, pause/resume/cancel, the HTTP API, and
-//! a hub restart in the middle of a run.
+//! chained affinity, agent loss under both policies, pause/resume/cancel, the HTTP API, a
+//! hub restart in the middle of a run, and a run's lease in the store taken by another hub
+//! and given back.
 
 use serde_json::Value;
 use silk_core::AgentId;
@@ -400,4 +401,72 @@ impl Http {
             .expect("POST");
         Self::read(resp).await
     }
+}
+
+/// Run ownership (`ownership`): when another hub holds a run's lease (this hub was away
+/// longer than `ownership_ttl_ms`), the hub stops driving the run without writing anything,
+/// and control calls name the hub that drives it; once the lease is free again the hub
+/// adopts the run back and finishes it, every page once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hub_that_loses_a_runs_lease_lets_the_run_go_and_adopts_it_when_it_is_free() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(200, 20).await;
+    let mut config = hub_config(dir.path());
+    config.ownership_ttl_ms = 600;
+    let hub = silk_hub::Hub::start(
+        config,
+        std::sync::Arc::new(bus.clone()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .expect("hub starts");
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    let _b = start_agent(dir.path(), &bus, "a2").await;
+    within("two live agents", 10, hub.wait_for_live_agents(2)).await;
+    let mut slow = request(&site, Strategy::Fixed(2), OnAgentLost::Fail);
+    slow.max_pending = Some(4);
+    let run = hub.submit(slow).await.unwrap();
+    assert_eq!(run.hub.as_deref(), Some(hub.hub_id()));
+    assert_eq!(run.frontier, "embedded");
+    within("some pages", 30, site.wait_for_requests(30)).await;
+
+    // Another hub takes the lease, as if this one had been away longer than its TTL.
+    let store = hub.store().clone();
+    let lease = format!("run:{}", run.id);
+    assert!(store.release_lease(&lease, hub.hub_id()).await.unwrap());
+    assert!(
+        store
+            .acquire_lease(&lease, "hub-other", 60_000)
+            .await
+            .unwrap()
+    );
+    let let_go = within("the hub to let the run go", 10, hub.wait_run(&run.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        let_go.state,
+        RunState::Running,
+        "nothing written: {let_go:?}"
+    );
+    assert_eq!(let_go.hub.as_deref(), Some(hub.hub_id()));
+    match hub.pause(&run.id).await {
+        Err(HubError::OwnedElsewhere { hub: other, .. }) => assert_eq!(other, "hub-other"),
+        other => panic!("expected owned_elsewhere, got {other:?}"),
+    }
+
+    // The other hub gives it back (or its lease expires): this hub adopts the run again.
+    assert!(store.release_lease(&lease, "hub-other").await.unwrap());
+    within("the run to be adopted back", 10, hub.wait_driving(&run.id)).await;
+    let done = within("the adopted run", 60, hub.wait_run(&run.id))
+        .await
+        .unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_every_page_once(&done, &site);
+    assert_eq!(
+        store.get_lease(&lease).await.unwrap(),
+        None,
+        "an ended run's lease is given back"
+    );
+    hub.shutdown().await;
 }

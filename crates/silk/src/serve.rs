@@ -107,6 +107,19 @@ pub struct HubArgs {
     /// Phi threshold of the failure detector (suspect at half of it).
     #[arg(long, default_value_t = 8.0)]
     pub phi_threshold: f64,
+    /// This hub's id in the cluster (`[A-Za-z0-9_-]`, at most 40); default the id kept in
+    /// DATA_DIR/hub.id, made at first start.
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    /// Keep run frontiers in this Redis (`redis://HOST:PORT[/DB]`) instead of the data dir,
+    /// so that the other hubs sharing the store (`--store postgres://…`) carry a run on when
+    /// this hub dies. Key prefix: the namespace.
+    #[arg(long, value_name = "URL", env = "SILK_FRONTIER")]
+    pub frontier: Option<String>,
+    /// How long a run stays with this hub after its last lease renewal in the store: when
+    /// the hub dies, another hub of the cluster adopts its runs after this.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
+    pub ownership_ttl: std::time::Duration,
     #[command(flatten)]
     pub control: ControlArgs,
 }
@@ -372,6 +385,19 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
     let mut config = HubConfig::new(&args.data_dir);
     config.phi.dead_after_ms = args.dead_after.as_millis() as u64;
     config.phi.threshold = args.phi_threshold;
+    config.hub_id = args.id.clone();
+    config.ownership_ttl_ms = args.ownership_ttl.as_millis() as u64;
+    if let Some(url) = &args.frontier {
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            eprintln!(
+                "error: --frontier: expected redis://HOST:PORT[/DB] or rediss://…, not `{}`",
+                redact(url)
+            );
+            return Ok(ExitCode::from(2));
+        }
+        config.frontier_url = Some(url.clone());
+        config.frontier_prefix = args.namespace.clone();
+    }
     args.control.apply(&mut config, router.as_ref());
     let hub = match Hub::start(config, Arc::new(bus), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
@@ -381,10 +407,14 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
         }
     };
     println!(
-        "silk hub: API on http://{}, bus {} (namespace {})",
+        "silk hub: API on http://{}, bus {} (namespace {}), hub id `{}`, frontiers {}",
         args.listen,
         redact(&args.bus),
-        args.namespace
+        args.namespace,
+        hub.hub_id(),
+        args.frontier
+            .as_deref()
+            .map_or_else(|| "in the data dir".to_owned(), redact)
     );
     print_access(&hub, args.listen, args.control.no_auth).await?;
     let router = match start_router(router, &hub).await {

@@ -2,7 +2,9 @@
 //! agent`s over a test-owned `nats-server` (JetStream, file store, free port) on loopback,
 //! crawling the demo site. Each test is one row of design §4's matrix where the point is a
 //! process dying: an agent (SIGKILL), an agent of a chained run (both `on_agent_lost`
-//! policies), the nats-server (SIGKILL and restart), the hub (SIGKILL and restart).
+//! policies), the nats-server (SIGKILL and restart), the hub (SIGKILL and restart), one of
+//! two hubs sharing a PostgreSQL store and a Redis for frontiers (SIGKILL: the other adopts
+//! its run; it also needs `SILK_TEST_POSTGRES` and `SILK_TEST_REDIS`).
 //!
 //! `nats-server` must be on the PATH (`.ci/run` installs it); without it the tests print
 //! "skipped: …" and pass, except under CI (`CI` set), where they fail.
@@ -51,12 +53,23 @@ struct Fleet {
     agents: Vec<Proc>,
     site: DemoSite,
     http: reqwest::Client,
+    /// Extra arguments of every `silk hub` of the test.
+    hub_args: Vec<String>,
 }
 
 const DEAD_AFTER_S: u64 = 4;
 
 impl Fleet {
     async fn start(agents: usize, pages: u32, latency_ms: u64) -> Fleet {
+        Self::start_with(agents, pages, latency_ms, Vec::new()).await
+    }
+
+    async fn start_with(
+        agents: usize,
+        pages: u32,
+        latency_ms: u64,
+        hub_args: Vec<String>,
+    ) -> Fleet {
         let dir = TempDir::new().unwrap();
         let site = DemoSite::start(DemoConfig {
             hosts: 3,
@@ -75,6 +88,7 @@ impl Fleet {
             agents: Vec::new(),
             site,
             http: reqwest::Client::new(),
+            hub_args,
         };
         fleet.start_nats();
         fleet.start_hub();
@@ -118,6 +132,11 @@ impl Fleet {
     }
 
     fn start_hub(&mut self) {
+        self.hub = Some(self.spawn_hub("hub", self.hub_port));
+    }
+
+    /// Starts a `silk hub` named `name` (its data dir and log) on `port`.
+    fn spawn_hub(&self, name: &str, port: u16) -> Proc {
         let mut cmd = self.silk();
         cmd.arg("hub")
             .arg("--bus")
@@ -125,17 +144,18 @@ impl Fleet {
             .arg("--namespace")
             .arg("fleet")
             .arg("--data-dir")
-            .arg(self.path("hub"))
+            .arg(self.path(name))
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.hub_port))
+            .arg(format!("127.0.0.1:{port}"))
             .arg("--dead-after")
-            .arg(format!("{DEAD_AFTER_S}s"));
-        self.hub = Some(spawn_ready(
+            .arg(format!("{DEAD_AFTER_S}s"))
+            .args(&self.hub_args);
+        spawn_ready(
             cmd,
-            "hub",
+            name,
             "silk hub: API on",
-            &self.path("hub.log"),
-        ));
+            &self.path(&format!("{name}.log")),
+        )
     }
 
     fn start_agent(&mut self, id: &str) {
@@ -316,14 +336,41 @@ impl Fleet {
     fn assert_every_page_once(&self, run: &Value) {
         let path = run["items_path"].as_str().expect("items_path");
         let text = std::fs::read_to_string(path).expect("items file");
-        let urls: Vec<String> = text
+        let items: Vec<Value> = text
             .lines()
-            .map(|l| {
-                serde_json::from_str::<Value>(l).unwrap()["url"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned()
-            })
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect();
+        self.assert_items_are_every_page_once(&items);
+    }
+
+    /// A run's items as the hub's API pages them.
+    async fn api_items(&self, id: &str) -> Vec<Value> {
+        let mut items = Vec::new();
+        let mut cursor = 0;
+        loop {
+            let page = self
+                .get(&format!(
+                    "/api/v1/runs/{id}/items?cursor={cursor}&limit=1000"
+                ))
+                .await;
+            items.extend(
+                page["items"]
+                    .as_array()
+                    .expect("an items page")
+                    .iter()
+                    .cloned(),
+            );
+            cursor = page["next_cursor"].as_u64().expect("next_cursor");
+            if page["done"] == true {
+                return items;
+            }
+        }
+    }
+
+    fn assert_items_are_every_page_once(&self, items: &[Value]) {
+        let urls: Vec<String> = items
+            .iter()
+            .map(|item| item["url"].as_str().expect("an item url").to_owned())
             .collect();
         let unique: BTreeSet<String> = urls.iter().cloned().collect();
         assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
@@ -466,4 +513,81 @@ async fn a_hub_killed_and_restarted_resumes_the_run_and_processes_registrations(
     fleet.wait_agents_alive(3).await;
     let states = fleet.agent_states().await;
     assert!(states.iter().any(|(id, _)| id == "a3"), "{states:?}");
+}
+
+/// Design §4, "one of two hubs dies → the other carries on; no run is lost": two `silk hub`
+/// processes share one PostgreSQL store, one Redis (run frontiers) and the bus. The hub that
+/// drives a run is SIGKILLed mid-run; the other adopts the run once its lease expires and
+/// finishes it, with every page once in the run's items (kept in the store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_hubs_killed_mid_run_the_other_adopts_the_run_and_finishes_it() {
+    if !have_nats_server() {
+        return;
+    }
+    let Some(redis) = std::env::var("SILK_TEST_REDIS")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the two-hub test: set SILK_TEST_REDIS"
+        );
+        println!("skipped: SILK_TEST_REDIS not set");
+        return;
+    };
+    let Some(pg) = silk_store::testing::PgTestSchema::from_env() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the two-hub test: set SILK_TEST_POSTGRES"
+        );
+        return;
+    };
+    pg.create().await.expect("test schema");
+    let args = vec![
+        "--store".to_owned(),
+        pg.url.clone(),
+        "--frontier".to_owned(),
+        redis,
+        "--ownership-ttl".to_owned(),
+        "3s".to_owned(),
+        "--no-auth".to_owned(),
+    ];
+    let mut fleet = Fleet::start_with(
+        2,
+        150,
+        20,
+        [args.clone(), vec!["--id".into(), "hub-a".into()]].concat(),
+    )
+    .await;
+    let port_b = free_port();
+    fleet.hub_args = [args, vec!["--id".into(), "hub-b".into()]].concat();
+    let _hub_b = fleet.spawn_hub("hub-b", port_b);
+    let id = fleet.submit("random", "fail", 2);
+    let started = fleet.run(&id).await;
+    assert_eq!(started["hub"], "hub-a", "{started}");
+    assert_eq!(started["frontier"], "redis", "{started}");
+    fleet.site.wait_for_requests(120).await;
+    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    fleet.hub.as_mut().unwrap().kill();
+    // From now on the API of the surviving hub answers.
+    fleet.hub_port = port_b;
+    fleet
+        .until(
+            "hub-b to adopt the run",
+            &format!("/api/v1/runs/{id}"),
+            |v| v["hub"] == "hub-b",
+        )
+        .await;
+    let run = fleet.wait_run(&id).await;
+    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    let items = fleet.api_items(&id).await;
+    fleet.assert_items_are_every_page_once(&items);
+    assert_eq!(
+        run["stats"]["items"].as_u64(),
+        Some(items.len() as u64),
+        "{run}"
+    );
+    let log = std::fs::read_to_string(fleet.path("hub-b.log")).unwrap();
+    assert!(log.contains("adopted from hub `hub-a`"), "{}", fleet.logs());
+    pg.drop_schema().await;
 }

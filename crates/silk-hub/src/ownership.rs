@@ -1,0 +1,270 @@
+//! Run ownership among the hubs of a cluster: several `silk hub` processes sharing one store
+//! (PostgreSQL), one bus (NATS) and, for frontiers, one Redis.
+//!
+//! Each run that has not ended is driven by exactly one hub, the holder of its lease
+//! `run:{id}` in the store (`silk_store::MetaStore::acquire_lease`; the store's clock decides
+//! expiry, so hubs with skewed clocks agree):
+//! - a hub takes the lease of a run it creates before the run is stored as `running`, renews
+//!   all its leases every third of `ownership_ttl_ms`, and gives the lease back when the run
+//!   ends or the hub stops;
+//! - every renewal round, a hub also looks at the stored runs that have not ended and are
+//!   not active on it, and takes the lease of each one whose lease is free or has expired —
+//!   provided it can drive the run: the run's frontier is in the cluster's Redis
+//!   (`RunRecord::shared_frontier`) and this hub has one, or the run's embedded frontier is in
+//!   this hub's data dir. Such a run is *adopted*: it resumes here as after a restart (runs
+//!   caught before their allocation completed are failed, as after a restart). Opening the
+//!   Redis frontier fences the previous owner's handle, and every request it had out is
+//!   pending again;
+//! - a hub whose renewal no longer returns a run's lease (it was away longer than the TTL and
+//!   another hub took the run) stops driving that run at once without writing anything
+//!   ([`crate::runner`]'s `Disowned` end); a run that ends checks that it still holds its
+//!   lease before its final state is stored.
+//!
+//! So when one of two hubs dies, the other carries on with its runs within about
+//! `ownership_ttl_ms`: the requests the dead hub had out are fetched again (results travel to
+//! the hub that sent the download, `results.{hub id}`, so the dead hub's are never read), and
+//! items already written are kept once (the store's items table is idempotent on the item
+//! key, and written before each ack).
+//!
+//! The scheduler (cron fires, retries, timeouts) runs on one hub at a time, the holder of the
+//! lease `scheduler`.
+
+use crate::error::HubError;
+use crate::hub::{Shared, record_of};
+use crate::run::{RunRecord, RunState};
+use crate::runner::Run;
+use silk_core::RunId;
+use silk_store::{Level, RunFilter};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The lease of the hub that runs the scheduler.
+pub(crate) const SCHEDULER_LEASE: &str = "scheduler";
+
+/// The store's lease name of a run.
+pub(crate) fn run_lease(id: &RunId) -> String {
+    silk_store::run_lease_name(id.as_str())
+}
+
+/// The states of runs that have not ended: some hub must drive or settle them.
+const OPEN_STATES: [&str; 5] = ["pending", "allocating", "running", "paused", "stopping"];
+
+/// Checks a hub id: one bus token of at most 40 characters (it is also part of durable
+/// names).
+pub(crate) fn check_hub_id(id: &str) -> Result<(), HubError> {
+    let ok = !id.is_empty()
+        && id.len() <= 40
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(HubError::BadConfig(format!(
+            "hub id `{id}`: expected 1 to 40 characters of A-Z, a-z, 0-9, `-` and `_`"
+        )))
+    }
+}
+
+impl Shared {
+    /// Takes (or renews) the lease of run `id`; whether this hub holds it now.
+    pub(crate) async fn hold_run(&self, id: &RunId) -> Result<bool, HubError> {
+        Ok(self
+            .store
+            .acquire_lease(&run_lease(id), &self.hub_id, self.config.ownership_ttl_ms)
+            .await?)
+    }
+
+    /// Gives the lease of run `id` back (another hub may adopt the run at once).
+    pub(crate) async fn release_run(&self, id: &RunId) {
+        if let Err(e) = self.store.release_lease(&run_lease(id), &self.hub_id).await {
+            tracing::warn!(run = %id, error = %e, "run lease not released (it expires)");
+        }
+    }
+
+    /// Whether this hub can drive `record`: its frontier is in Redis and this hub has one, or
+    /// its embedded frontier is in this hub's data dir.
+    pub(crate) fn can_drive(&self, record: &RunRecord) -> bool {
+        match &record.shared_frontier {
+            Some(_) => self.config.frontier_url.is_some(),
+            None => {
+                record.hub.as_deref() == Some(self.hub_id.as_str())
+                    || self.files.frontier_dir(&record.id).exists()
+            }
+        }
+    }
+
+    /// Whether this hub may run the scheduler now (it holds the `scheduler` lease).
+    pub(crate) async fn holds_scheduler(&self) -> bool {
+        match self
+            .store
+            .acquire_lease(SCHEDULER_LEASE, &self.hub_id, self.config.ownership_ttl_ms)
+            .await
+        {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduler lease not checked; skipping this tick");
+                false
+            }
+        }
+    }
+}
+
+/// Marks a run that this hub is starting, so that adoption leaves it alone; unmarks it when
+/// dropped.
+pub(crate) struct Starting<'a> {
+    shared: &'a Shared,
+    id: RunId,
+}
+
+impl<'a> Starting<'a> {
+    pub(crate) fn new(shared: &'a Shared, id: RunId) -> Self {
+        crate::hub::lock(&shared.starting).insert(id.clone());
+        Self { shared, id }
+    }
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        crate::hub::lock(&self.shared.starting).remove(&self.id);
+    }
+}
+
+/// Takes over every stored run that has not ended, is not active here, and whose lease is
+/// free or expired, when this hub can drive it (see the module doc). At start (`startup`)
+/// this is the restart recovery: this hub's own runs come back.
+pub(crate) async fn adopt(shared: &Arc<Shared>, startup: bool) -> Result<(), HubError> {
+    let filter = RunFilter {
+        job_id: None,
+        states: OPEN_STATES.map(String::from).to_vec(),
+        limit: None,
+        newest_first: false,
+    };
+    for row in shared.store.list_runs(&filter).await? {
+        let id = RunId::new(row.id.clone());
+        if shared.active_run(&id).is_some() || crate::hub::lock(&shared.starting).contains(&id) {
+            continue;
+        }
+        let record = match record_of(row) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(run = %id, error = %e, "stored run skipped");
+                continue;
+            }
+        };
+        if !shared.can_drive(&record) {
+            let noted = crate::hub::lock(&shared.undrivable).insert(id.clone());
+            if noted {
+                tracing::info!(run = %id, hub = ?record.hub, "run left to its hub: its frontier is in that hub's data dir");
+            }
+            continue;
+        }
+        let previous = shared
+            .store
+            .get_lease(&run_lease(&id))
+            .await?
+            .map(|l| l.holder);
+        if !shared.hold_run(&id).await? {
+            continue;
+        }
+        // Read it again under the lease: its previous owner may have ended it meanwhile.
+        let record = match shared.store.get_run(id.as_str()).await? {
+            Some(row) => record_of(row)?,
+            None => {
+                shared.release_run(&id).await;
+                continue;
+            }
+        };
+        if record.state.is_terminal() {
+            shared.release_run(&id).await;
+            continue;
+        }
+        let from = previous.filter(|p| p != &shared.hub_id);
+        take(shared, record, from, startup).await;
+    }
+    Ok(())
+}
+
+/// Drives (or settles) a run whose lease this hub has just taken.
+async fn take(shared: &Arc<Shared>, mut record: RunRecord, from: Option<String>, startup: bool) {
+    let id = record.id.clone();
+    match record.state {
+        RunState::Pending | RunState::Allocating => {
+            shared
+                .fail_stored(
+                    record,
+                    "the hub stopped before the run's allocation completed".into(),
+                )
+                .await;
+        }
+        RunState::Running | RunState::Paused | RunState::Stopping => {
+            let how = match (&from, startup) {
+                (Some(hub), _) => format!("adopted from hub `{hub}` (its lease had expired)"),
+                (None, true) => "hub restarted: run resumed".to_owned(),
+                (None, false) => "run resumed (its lease was free)".to_owned(),
+            };
+            record.hub = Some(shared.hub_id.clone());
+            // A run whose seeds never reached its frontier (a crash right after the
+            // allocation) is seeded again: dedup makes that harmless.
+            match Run::open(shared, record.clone(), true).await {
+                Ok(run) => {
+                    if let Err(e) = shared.save_run(&record).await {
+                        tracing::warn!(run = %id, error = %e, "run's hub not stored");
+                    }
+                    tracing::info!(run = %id, state = %record.state, "{how}");
+                    shared
+                        .logs
+                        .hub(&id, Level::Info, format!("{how} ({})", record.state));
+                    shared.spawn_driver(run);
+                    if let Err(e) = crate::sinks::start(shared, &record) {
+                        tracing::warn!(run = %id, error = %e, "item sinks not resumed");
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(run = %id, error = %e, "run could not be resumed");
+                    shared
+                        .fail_stored(record, format!("could not be resumed: {e}"))
+                        .await;
+                }
+            }
+        }
+        RunState::Succeeded | RunState::Failed | RunState::Cancelled => {
+            shared.release_run(&id).await;
+        }
+    }
+}
+
+/// Renews this hub's leases, stops driving runs it lost, and adopts runs whose hub is gone,
+/// every third of `ownership_ttl_ms`, until the hub stops.
+pub(crate) async fn ownership_loop(shared: Arc<Shared>) {
+    let mut stop = shared.stop.subscribe();
+    let every = Duration::from_millis((shared.config.ownership_ttl_ms / 3).max(1));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        // The runs active before the renewal: a run started meanwhile took its lease after
+        // the renewal read them, and must not look lost.
+        let active: Vec<Arc<Run>> = crate::hub::lock(&shared.runs).values().cloned().collect();
+        match shared
+            .store
+            .renew_leases(&shared.hub_id, shared.config.ownership_ttl_ms)
+            .await
+        {
+            Ok(held) => {
+                let held: HashSet<String> = held.into_iter().collect();
+                for run in active {
+                    if !held.contains(&run_lease(&run.id)) {
+                        run.disown("its lease in the store is held by another hub now".into());
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "run leases not renewed; trying again"),
+        }
+        if let Err(e) = adopt(&shared, false).await {
+            tracing::warn!(error = %e, "looking for runs to adopt failed; trying again");
+        }
+    }
+}
