@@ -594,6 +594,14 @@ impl Shared {
                 .as_ref()
                 .map(|_| format!("{}:{id}", self.config.frontier_prefix)),
         };
+        if let (Some(from), Some(prefix)) = (&new.frontier_from, &shared_frontier) {
+            // A Redis frontier is not moved by a takeover: one open run at a time may use it.
+            if let Some(user) = self.open_run_on_frontier(prefix).await? {
+                return Err(HubError::Conflict(format!(
+                    "the frontier of run `{from}` is in use by run `{user}`, which has not ended"
+                )));
+            }
+        }
         let mut record = RunRecord {
             id: id.clone(),
             spider: request.spider,
@@ -715,6 +723,24 @@ impl Shared {
                 .hub(&id, Level::Error, format!("item sinks not started: {e}"));
         }
         Ok(view)
+    }
+
+    /// A run that has not ended and uses the Redis frontier `prefix`.
+    async fn open_run_on_frontier(&self, prefix: &str) -> Result<Option<RunId>, HubError> {
+        let filter = RunFilter {
+            job_id: None,
+            states: crate::ownership::OPEN_STATES.map(String::from).to_vec(),
+            limit: None,
+            newest_first: false,
+        };
+        for row in self.store.list_runs(&filter).await? {
+            if let Ok(record) = record_of(row)
+                && record.shared_frontier.as_deref() == Some(prefix)
+            {
+                return Ok(Some(record.id));
+            }
+        }
+        Ok(None)
     }
 
     async fn release_agents(&self, record: &RunRecord) {

@@ -26,8 +26,8 @@
 //! items already written are kept once (the store's items table is idempotent on the item
 //! key, and written before each ack).
 //!
-//! The scheduler (cron fires, retries, timeouts) runs on one hub at a time, the holder of the
-//! lease `scheduler`.
+//! The job scheduler (cron fires, retries, queued fires) runs on one hub at a time, the holder
+//! of the lease `scheduler`; each hub times out the runs it drives.
 
 use crate::error::HubError;
 use crate::hub::{Shared, record_of};
@@ -48,7 +48,8 @@ pub(crate) fn run_lease(id: &RunId) -> String {
 }
 
 /// The states of runs that have not ended: some hub must drive or settle them.
-const OPEN_STATES: [&str; 5] = ["pending", "allocating", "running", "paused", "stopping"];
+pub(crate) const OPEN_STATES: [&str; 5] =
+    ["pending", "allocating", "running", "paused", "stopping"];
 
 /// Checks a hub id: one bus token of at most 40 characters (it is also part of durable
 /// names).
@@ -83,13 +84,18 @@ impl Shared {
         }
     }
 
-    /// Whether this hub can drive `record`: its frontier is in Redis and this hub has one, or
-    /// its embedded frontier is in this hub's data dir.
+    /// Whether this hub can take `record` over: settle it (a run caught before its
+    /// allocation completed: any hub fails it), or drive it — its frontier is in Redis and
+    /// this hub has one, or its embedded frontier is this hub's (in its data dir, or the run
+    /// is recorded as this hub's, or as nobody's: a run stored before hubs had ids).
     pub(crate) fn can_drive(&self, record: &RunRecord) -> bool {
+        if matches!(record.state, RunState::Pending | RunState::Allocating) {
+            return true;
+        }
         match &record.shared_frontier {
             Some(_) => self.config.frontier_url.is_some(),
             None => {
-                record.hub.as_deref() == Some(self.hub_id.as_str())
+                record.hub.as_deref().is_none_or(|h| h == self.hub_id)
                     || self.files.frontier_dir(&record.id).exists()
             }
         }
@@ -142,6 +148,10 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, startup: bool) -> Result<(), Hub
         newest_first: false,
     };
     for row in shared.store.list_runs(&filter).await? {
+        if *shared.stop.borrow() {
+            // A run adopted now would not be waited for by the shutdown.
+            return Ok(());
+        }
         let id = RunId::new(row.id.clone());
         if shared.active_run(&id).is_some() || crate::hub::lock(&shared.starting).contains(&id) {
             continue;

@@ -338,7 +338,8 @@ pub struct RunView {
     pub started_ms: Option<u64>,
     /// Finished.
     pub finished_ms: Option<u64>,
-    /// The JSON Lines file of the run's items.
+    /// The JSON Lines file of the run's items on this hub (for a run with a Redis frontier,
+    /// only the items this hub wrote: all of them are in the store, see the items route).
     #[schema(value_type = String)]
     pub items_path: PathBuf,
     /// The counters.

@@ -24,7 +24,9 @@ pub(crate) async fn scheduler(shared: Arc<Shared>, mut ended: mpsc::UnboundedRec
             _ = stop.changed() => return,
             Some(record) = ended.recv() => on_run_end(&shared, record).await,
             _ = tick.tick() => {
-                // One hub of a cluster fires the jobs: the holder of the scheduler lease.
+                // Each hub times out the runs it drives; one hub of a cluster fires the
+                // jobs: the holder of the scheduler lease.
+                time_out_runs(&shared);
                 if !shared.holds_scheduler().await {
                     shared.schedule_ticks.send_modify(|n| *n += 1);
                     continue;
@@ -119,10 +121,9 @@ async fn start_for(shared: &Arc<Shared>, job: &mut Job, attempt: u32, why: &str)
     }
 }
 
-async fn tick_once(shared: &Arc<Shared>) -> Result<(), HubError> {
+/// Fails the runs this hub drives that are still active `timeout_ms` after they started.
+fn time_out_runs(shared: &Shared) {
     let run_now = shared.clock.now_ms();
-    let now = shared.schedule_clock.now_ms();
-    // Timeouts.
     let active: Vec<Arc<crate::runner::Run>> = {
         let runs = shared.runs.lock().unwrap_or_else(|p| p.into_inner());
         runs.values().cloned().collect()
@@ -137,7 +138,10 @@ async fn tick_once(shared: &Arc<Shared>) -> Result<(), HubError> {
             ));
         }
     }
-    // Jobs.
+}
+
+async fn tick_once(shared: &Arc<Shared>) -> Result<(), HubError> {
+    let now = shared.schedule_clock.now_ms();
     for row in shared.store.list_jobs().await? {
         let _guard = shared.jobs_lock.lock().await;
         // Read again under the lock: the API may have changed it.

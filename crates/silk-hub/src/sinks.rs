@@ -1,7 +1,9 @@
 //! Item sinks besides the run's JSON Lines file, and reading that file for the API.
 //!
 //! The JSON Lines file `runs/{id}/items.jsonl` is always written (idempotent on the item
-//! key, before the request is acked): it is the truth. The other sinks *tail* it: a task per
+//! key, before the request is acked): it is the truth — except for a run whose frontier is
+//! in the cluster's Redis, whose truth is the store's items table (written before the ack
+//! too, by every hub that drives the run); its file then holds this hub's share. The other sinks *tail* it: a task per
 //! sink and run reads the complete lines after its offset, delivers them, and then stores the
 //! new offset (`runs/{id}/sink-{name}.json`). So a sink that is slow or down never slows the
 //! run and loses nothing: delivery is at least once, in order, resumes after a hub restart

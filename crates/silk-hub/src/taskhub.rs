@@ -348,7 +348,8 @@ impl HubHandle {
                 }
             }
         }
-        // Start one (one at a time: two outbounds feeding one job get one run). A run found
+        // Start one (one at a time: two outbounds of this hub feeding one job get one run;
+        // routers in two hubs of a cluster each start their own). A run found
         // open may close before it takes the requests: then another is started.
         let _one_at_a_time = shared.feed_lock.lock().await;
         for _ in 0..3 {
@@ -442,8 +443,8 @@ async fn start_fed_run(
     Ok(shared.active_run(&view.id))
 }
 
-/// The job's latest fed run if it ended failed or cancelled and its frontier is still on
-/// disk (not taken over yet): the requests it had accepted and not finished go on in the
+/// The job's latest fed run if it ended failed or cancelled and its frontier is still there
+/// (on disk and not moved by a takeover yet, or in the cluster's Redis): the requests it had accepted and not finished go on in the
 /// next fed run.
 async fn stranded_fed_run(shared: &Shared, job_id: &str) -> Result<Option<RunId>, HubError> {
     let filter = silk_store::RunFilter {
@@ -463,7 +464,10 @@ async fn stranded_fed_run(shared: &Shared, job_id: &str) -> Result<Option<RunId>
             record.state,
             crate::run::RunState::Failed | crate::run::RunState::Cancelled
         ) && shared.active_run(&record.id).is_none()
-            && shared.files.frontier_dir(&record.id).exists();
+            && match &record.shared_frontier {
+                Some(_) => shared.config.frontier_url.is_some(),
+                None => shared.files.frontier_dir(&record.id).exists(),
+            };
         return Ok(stranded.then_some(record.id));
     }
     Ok(None)

@@ -8,7 +8,6 @@ use crate::support::*;
 use silk_agent::{Agent, DownloaderConfig};
 use silk_bus::{Bus, BusConfig, LogLevel, NatsBus};
 use silk_core::SystemClock;
-use silk_testkit::{DemoConfig, DemoSite};
 use std::sync::Arc;
 
 fn nats_url() -> Option<String> {
@@ -52,13 +51,7 @@ async fn allocate_and_download_over_nats() {
         .await
         .expect("connect to SILK_TEST_NATS");
     let bus: Arc<dyn Bus> = Arc::new(nats.clone());
-    let site = DemoSite::start(DemoConfig {
-        hosts: 1,
-        pages: 10,
-        ..DemoConfig::default()
-    })
-    .await
-    .unwrap();
+    let site = small_site().await;
     let dir = tempfile::tempdir().unwrap();
     let mut regs = registrations(bus.as_ref(), "hub-regs").await;
     let mut beats = heartbeats(bus.as_ref()).await;

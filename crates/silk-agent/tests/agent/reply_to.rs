@@ -5,18 +5,11 @@
 use crate::support::*;
 use silk_agent::DownloaderConfig;
 use silk_bus::Subject;
-use silk_testkit::{DemoConfig, DemoSite};
 use std::sync::Arc;
 
 #[tokio::test]
 async fn results_go_to_the_hub_named_by_reply_to() {
-    let site = DemoSite::start(DemoConfig {
-        hosts: 1,
-        pages: 10,
-        ..DemoConfig::default()
-    })
-    .await
-    .unwrap();
+    let site = small_site().await;
     let dir = tempfile::tempdir().unwrap();
     let bus = bus();
     let agent = start(agent_config(dir.path(), "a-reply"), &bus).await;

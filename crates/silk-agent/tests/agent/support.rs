@@ -390,3 +390,14 @@ pub async fn gated_site() -> (String, mpsc::UnboundedReceiver<()>, Arc<Notify>) 
     );
     (format!("http://{}", serve(app).await), arrived, release)
 }
+
+/// The demo site on one host with 10 pages.
+pub async fn small_site() -> silk_testkit::DemoSite {
+    silk_testkit::DemoSite::start(silk_testkit::DemoConfig {
+        hosts: 1,
+        pages: 10,
+        ..silk_testkit::DemoConfig::default()
+    })
+    .await
+    .expect("demo site")
+}

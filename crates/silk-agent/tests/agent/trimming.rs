@@ -5,7 +5,6 @@ use crate::support::*;
 use silk_agent::{DownloaderConfig, TrimConfig, TrimRule};
 use silk_bus::BodyEncoding;
 use silk_core::RunId;
-use silk_testkit::{DemoConfig, DemoSite};
 use std::sync::Arc;
 
 fn rule(css: Option<&str>, xpath: Option<&str>, regex: Option<&str>) -> TrimRule {
@@ -18,13 +17,7 @@ fn rule(css: Option<&str>, xpath: Option<&str>, regex: Option<&str>) -> TrimRule
 
 #[tokio::test]
 async fn trimming_saves_bytes_and_counts_them() {
-    let site = DemoSite::start(DemoConfig {
-        hosts: 1,
-        pages: 10,
-        ..DemoConfig::default()
-    })
-    .await
-    .unwrap();
+    let site = small_site().await;
     let dir = tempfile::tempdir().unwrap();
     let bus = bus();
     let agent = start(agent_config(dir.path(), "a-trim"), &bus).await;

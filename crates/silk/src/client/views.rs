@@ -34,6 +34,9 @@ pub struct RunView {
     pub items_path: Option<String>,
     /// The counters.
     pub stats: RunStats,
+    /// The hub that drives (or last drove) the run; absent from older hubs.
+    #[serde(default)]
+    pub hub: Option<String>,
 }
 
 impl RunView {
