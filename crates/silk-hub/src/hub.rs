@@ -398,10 +398,26 @@ impl Shared {
         lock(&self.registry).live_agents(now, &LabelFilter::any())
     }
 
-    /// Stores a run record (and its allocation).
+    /// Stores a run record (and its allocation), only while this hub holds the run's lease
+    /// (`ownership`): a hub that lost the run to another hub gets
+    /// [`HubError::OwnedElsewhere`] and writes nothing.
     pub(crate) async fn save_run(&self, record: &RunRecord) -> Result<(), HubError> {
-        self.store.put_run(&run_row(record)?).await?;
-        Ok(())
+        let lease = crate::ownership::run_lease(&record.id);
+        if self
+            .store
+            .put_run_held(&run_row(record)?, &lease, &self.hub_id)
+            .await?
+        {
+            return Ok(());
+        }
+        let holder = self.store.get_lease(&lease).await?.map_or_else(
+            || "none (the lease was given back)".to_owned(),
+            |l| l.holder,
+        );
+        Err(HubError::OwnedElsewhere {
+            run: record.id.clone(),
+            hub: holder,
+        })
     }
 
     /// Sends a command to one agent (the bus retries per its policy).

@@ -350,7 +350,12 @@ impl Run {
         if version <= *stored {
             return Ok(());
         }
-        hub.save_run(&record).await?;
+        if let Err(e) = hub.save_run(&record).await {
+            if let HubError::OwnedElsewhere { hub: holder, .. } = &e {
+                self.disown(format!("its lease is held by {holder}"));
+            }
+            return Err(e);
+        }
         *stored = version;
         Ok(())
     }

@@ -52,8 +52,8 @@ macro_rules! store_conformance_tests {
             logs_retention, logs_concurrent_appends_and_follow, logs_bad_batch_is_atomic,
             tokens_lifecycle, items_idempotent, items_paging, items_concurrent_inserts,
             leases_acquire_renew_release, leases_expire_and_are_taken_over,
-            leases_concurrent_acquire, leases_prefix_listing, reopen_keeps_data,
-            concurrent_open);
+            leases_concurrent_acquire, leases_prefix_listing, runs_written_under_a_lease,
+            reopen_keeps_data, concurrent_open);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -1077,6 +1077,52 @@ async fn wait_store_clock_past(s: &dyn MetaStore, ms: u64) {
 /// Leases: the store clock is close to the system clock; acquire (a second holder is refused
 /// while the lease is live, the holder re-acquires and keeps `acquired_ms`), renew returns
 /// exactly the holder's leases, release only by the holder; a huge ttl is BadData.
+/// A run is written under a lease only while the writer holds it (also once it expired, if
+/// nobody took it); a writer that lost it writes nothing.
+pub async fn runs_written_under_a_lease(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let name = crate::run_lease_name("r1");
+    let mut row = run("r1", None, "running", 10);
+    assert!(
+        !s.put_run_held(&row, &name, "hub-a").await.expect("put"),
+        "no lease, no write"
+    );
+    assert_eq!(s.get_run("r1").await.expect("get"), None);
+    assert!(s.acquire_lease(&name, "hub-a", 1).await.expect("acquire"));
+    assert!(s.put_run_held(&row, &name, "hub-a").await.expect("put"));
+    assert_eq!(
+        s.get_run("r1").await.expect("get").expect("stored").state,
+        "running"
+    );
+    // Expired but not taken: still hub-a's.
+    let expires = lease(&*s, &name).await.expires_ms;
+    wait_store_clock_past(&*s, expires).await;
+    row.state = "paused".into();
+    assert!(s.put_run_held(&row, &name, "hub-a").await.expect("put"));
+    assert_eq!(
+        s.get_run("r1").await.expect("get").expect("stored").state,
+        "paused"
+    );
+    // Taken over: hub-a's write is refused, hub-b's goes through.
+    assert!(
+        s.acquire_lease(&name, "hub-b", 60_000)
+            .await
+            .expect("take over")
+    );
+    row.state = "succeeded".into();
+    assert!(!s.put_run_held(&row, &name, "hub-a").await.expect("put"));
+    assert_eq!(
+        s.get_run("r1").await.expect("get").expect("stored").state,
+        "paused"
+    );
+    row.state = "cancelled".into();
+    assert!(s.put_run_held(&row, &name, "hub-b").await.expect("put"));
+    assert_eq!(
+        s.get_run("r1").await.expect("get").expect("stored").state,
+        "cancelled"
+    );
+}
+
 pub async fn leases_acquire_renew_release(f: &dyn StoreFactory) {
     let s = f.open().await;
     let system = crate::sql::now_ms().unsigned_abs();

@@ -736,6 +736,37 @@ macro_rules! impl_meta_store {
                 Ok(())
             }
 
+            async fn put_run_held(
+                &self,
+                run: &RunRow,
+                lease: &str,
+                holder: &str,
+            ) -> Result<bool, StoreError> {
+                let w = |col: &str| format!("run {:?} {col}", run.id);
+                let record = json_text(&run.record, || w("record"))?;
+                let created_ms = to_db(run.created_ms, || w("created_ms"))?;
+                let finished_ms = opt_to_db(run.finished_ms, || w("finished_ms"))?;
+                // `INSERT … SELECT … WHERE` (the WHERE also keeps SQLite from reading the
+                // ON CONFLICT as a join constraint).
+                let query = sqlx::query(
+                    "INSERT INTO runs (id, job_id, state, created_ms, finished_ms, record) \
+                     SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS \
+                     (SELECT 1 FROM leases WHERE name = $7 AND holder = $8) \
+                     ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, \
+                     state = excluded.state, created_ms = excluded.created_ms, \
+                     finished_ms = excluded.finished_ms, record = excluded.record",
+                )
+                .bind(&run.id)
+                .bind(run.job_id.as_deref())
+                .bind(&run.state)
+                .bind(created_ms)
+                .bind(finished_ms)
+                .bind(&record)
+                .bind(lease)
+                .bind(holder);
+                Ok(execute(&self.pool, query, "put_run_held").await? > 0)
+            }
+
             async fn get_run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
                 let sql = format!("SELECT {RUN_COLS} FROM runs WHERE id = $1");
                 let query = sqlx::query(&sql).bind(id);

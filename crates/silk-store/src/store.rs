@@ -54,6 +54,17 @@ pub trait MetaStore: Send + Sync + std::fmt::Debug {
     /// Inserts the run, or replaces the run with the same id.
     async fn put_run(&self, run: &RunRow) -> Result<(), StoreError>;
 
+    /// As [`MetaStore::put_run`], but only while `holder` holds the lease `lease` (expired or
+    /// not: a lease nobody took over is still its holder's), in one statement; returns whether
+    /// the run was written. A hub that lost a run to another hub cannot write over the new
+    /// owner's record.
+    async fn put_run_held(
+        &self,
+        run: &RunRow,
+        lease: &str,
+        holder: &str,
+    ) -> Result<bool, StoreError>;
+
     /// The run with this id.
     async fn get_run(&self, id: &str) -> Result<Option<RunRow>, StoreError>;
 
