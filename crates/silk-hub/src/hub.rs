@@ -1228,21 +1228,7 @@ impl HubHandle {
         cursor: u64,
         limit: usize,
     ) -> Result<crate::sinks::ItemsPage, HubError> {
-        let after = i64::try_from(cursor).unwrap_or(i64::MAX);
-        let rows = self
-            .shared
-            .store
-            .list_items(id.as_str(), after, limit as u32)
-            .await?;
-        let done = rows.len() < limit;
-        let next_cursor = rows
-            .last()
-            .map_or(cursor, |r| u64::try_from(r.seq).unwrap_or(cursor));
-        Ok(crate::sinks::ItemsPage {
-            items: rows.into_iter().map(|r| r.data).collect(),
-            next_cursor,
-            done,
-        })
+        crate::sinks::read_stored_items(self.shared.store.as_ref(), id, cursor, limit).await
     }
 
     /// This hub's id in the cluster.

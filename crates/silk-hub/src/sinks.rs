@@ -178,6 +178,28 @@ impl Target {
     }
 }
 
+/// A page of a run's items from the store's items table (a run with a shared frontier keeps
+/// them there): at most `limit` after the item sequence `cursor`.
+pub(crate) async fn read_stored_items(
+    store: &dyn silk_store::MetaStore,
+    run: &RunId,
+    cursor: u64,
+    limit: usize,
+) -> Result<ItemsPage, HubError> {
+    let after = i64::try_from(cursor).unwrap_or(i64::MAX);
+    let limit = limit.clamp(1, silk_store::MAX_PAGE as usize);
+    let rows = store.list_items(run.as_str(), after, limit as u32).await?;
+    let done = rows.len() < limit;
+    let next_cursor = rows
+        .last()
+        .map_or(cursor, |r| u64::try_from(r.seq).unwrap_or(cursor));
+    Ok(ItemsPage {
+        items: rows.into_iter().map(|r| r.data).collect(),
+        next_cursor,
+        done,
+    })
+}
+
 /// The item's key as a string (the sink writes only items that have one).
 pub(crate) fn item_key(item: &serde_json::Value, field: &str) -> String {
     match item.get(field) {
@@ -191,7 +213,9 @@ pub(crate) fn item_key(item: &serde_json::Value, field: &str) -> String {
 /// delivered). Each ends once the run is over and every item is delivered.
 pub(crate) fn start(shared: &Arc<Shared>, record: &RunRecord) -> Result<(), HubError> {
     let mut targets = Vec::new();
-    if record.sinks.sql {
+    // A run with a shared frontier writes its items to the store's table itself.
+    let in_store = record.shared_frontier.is_some();
+    if record.sinks.sql && !in_store {
         targets.push(Target::Sql);
     }
     if let Some(w) = &record.sinks.webhook {
@@ -216,6 +240,7 @@ pub(crate) fn start(shared: &Arc<Shared>, record: &RunRecord) -> Result<(), HubE
             key_field.clone(),
             target,
             remaining.clone(),
+            in_store,
         ));
     }
     Ok(())
@@ -246,6 +271,7 @@ async fn tail(
     key_field: String,
     target: Target,
     remaining: Arc<std::sync::atomic::AtomicUsize>,
+    in_store: bool,
 ) {
     let name = target.name();
     let state_file = format!("sink-{name}.json");
@@ -268,7 +294,17 @@ async fn tail(
         // end are then in what is read next.
         let active = shared.active_run(&run);
         let over = active.is_none();
-        let page = match read_items(&path, at.offset, target.batch()) {
+        // A run with a shared frontier is tailed in the store (every hub that drove it wrote
+        // there; the offset is then the item sequence, and a hub that adopts the run
+        // delivers from its own offset: at least once).
+        let page = if in_store {
+            read_stored_items(shared.store.as_ref(), &run, at.offset, target.batch())
+                .await
+                .map_err(|e| e.to_string())
+        } else {
+            read_items(&path, at.offset, target.batch())
+        };
+        let page = match page {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(run = %run, sink = name, error = %e, "items not readable for the sink");

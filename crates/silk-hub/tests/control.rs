@@ -423,10 +423,38 @@ async fn jobs_runs_logs_items_events_tokens_over_http() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sql_and_webhook_sinks_get_every_item_once() {
+    sinks_get_every_item_once(None).await;
+}
+
+/// A run whose frontier is in Redis (`HubConfig::frontier_url`, the cluster mode) keeps its
+/// items in the store before each ack: the SQL table has them without the SQL sink, the
+/// webhook sink tails the table, and the items route reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_with_a_redis_frontier_keeps_its_items_in_the_store_for_its_sinks() {
+    let Some(redis) = std::env::var("SILK_TEST_REDIS")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the Redis frontier test: set SILK_TEST_REDIS"
+        );
+        println!("skipped: SILK_TEST_REDIS not set");
+        return;
+    };
+    sinks_get_every_item_once(Some(redis)).await;
+}
+
+async fn sinks_get_every_item_once(frontier_url: Option<String>) {
     let dir = TempDir::new().unwrap();
     let bus = bus();
     let site = site(20, 0).await;
-    let hub = start_hub(dir.path(), &bus).await;
+    let mut config = hub_config(dir.path());
+    config.frontier_prefix = format!("hubtest-{}", std::process::id());
+    config.frontier_url = frontier_url.clone();
+    let hub = Hub::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
+        .await
+        .expect("hub starts");
     let _a = start_agent(dir.path(), &bus, "a1").await;
     within("a live agent", 10, hub.wait_for_live_agents(1)).await;
     // A webhook receiver that fails its first call (the sink retries) and records keys.
@@ -496,6 +524,28 @@ async fn sql_and_webhook_sinks_get_every_item_once() {
         "each once (the failed call delivered nothing)"
     );
     assert!(keys.1.iter().all(|h| h == "s3cr3t"), "headers sent");
+    let expected = if frontier_url.is_some() {
+        "redis"
+    } else {
+        "embedded"
+    };
+    assert_eq!(done.frontier, expected);
+    let api = Api::serve(&hub).await;
+    let (status, page) = api
+        .get(&format!("/api/v1/runs/{}/items?limit=1000", run.id))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let urls: BTreeSet<&str> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["url"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        urls.len() as u64,
+        items,
+        "the items route has every item once"
+    );
     hub.shutdown().await;
 }
 

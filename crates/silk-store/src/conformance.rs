@@ -1074,9 +1074,6 @@ async fn wait_store_clock_past(s: &dyn MetaStore, ms: u64) {
     }
 }
 
-/// Leases: the store clock is close to the system clock; acquire (a second holder is refused
-/// while the lease is live, the holder re-acquires and keeps `acquired_ms`), renew returns
-/// exactly the holder's leases, release only by the holder; a huge ttl is BadData.
 /// A run is written under a lease only while the writer holds it (also once it expired, if
 /// nobody took it); a writer that lost it writes nothing.
 pub async fn runs_written_under_a_lease(f: &dyn StoreFactory) {
@@ -1123,6 +1120,9 @@ pub async fn runs_written_under_a_lease(f: &dyn StoreFactory) {
     );
 }
 
+/// Leases: the store clock is close to the system clock; acquire (a second holder is refused
+/// while the lease is live, the holder re-acquires and keeps `acquired_ms`), renew returns
+/// exactly the holder's leases, release only by the holder; a huge ttl is BadData.
 pub async fn leases_acquire_renew_release(f: &dyn StoreFactory) {
     let s = f.open().await;
     let system = crate::sql::now_ms().unsigned_abs();
