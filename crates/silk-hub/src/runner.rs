@@ -380,20 +380,6 @@ impl Run {
             Desired::Run => "resume",
             Desired::Cancel => "cancel",
         };
-        // A hub that lost the run's lease (not noticed by its renewal yet) must not store
-        // the change over the new owner's record.
-        if !hub.hold_run(&self.id).await? {
-            let holder = hub
-                .store
-                .get_lease(&crate::ownership::run_lease(&self.id))
-                .await?
-                .map_or_else(|| "another hub".to_owned(), |l| l.holder);
-            self.disown(format!("its lease is held by hub `{holder}`"));
-            return Err(HubError::OwnedElsewhere {
-                run: self.id.clone(),
-                hub: holder,
-            });
-        }
         {
             let mut r = lock(&self.record);
             let state = r.state;

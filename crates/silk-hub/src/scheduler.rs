@@ -168,12 +168,19 @@ async fn tick_once(shared: &Arc<Shared>) -> Result<(), HubError> {
                     tracing::info!(job = %job.spec.name, missed = fire.missed, "fires missed while the hub was away or the job disabled: running once");
                 }
                 let active = shared.active_runs_of(&job.id);
-                match on_fire(job.spec.overlap, active.len(), job.queued) {
+                let elsewhere = runs_elsewhere(shared, &job.id).await?;
+                match on_fire(job.spec.overlap, active.len() + elsewhere.len(), job.queued) {
                     FireAction::Start => start_for(shared, &mut job, 0, "cron").await,
                     FireAction::Skip => {
                         tracing::info!(job = %job.spec.name, "cron fire skipped: a run of the job is still active (overlap)");
                     }
                     FireAction::Queue => job.queued += 1,
+                    FireAction::ReplaceThenStart if !elsewhere.is_empty() => {
+                        // Another hub of the cluster drives a run of the job: it cannot be
+                        // cancelled from here, so the fire waits for it instead.
+                        tracing::warn!(job = %job.spec.name, runs = ?elsewhere, "cron fire queued: a run of the job is driven by another hub (overlap: replace cancels only this hub's runs)");
+                        job.queued += 1;
+                    }
                     FireAction::ReplaceThenStart => {
                         for run in active {
                             shared.logs.hub(
@@ -200,7 +207,10 @@ async fn tick_once(shared: &Arc<Shared>) -> Result<(), HubError> {
             let why = format!("retry {} of failed run {}", retry.attempt, retry.of);
             start_for(shared, &mut job, retry.attempt, &why).await;
         }
-        if job.queued > 0 && shared.active_runs_of(&job.id).is_empty() {
+        if job.queued > 0
+            && shared.active_runs_of(&job.id).is_empty()
+            && runs_elsewhere(shared, &job.id).await?.is_empty()
+        {
             job.queued -= 1;
             start_for(shared, &mut job, 0, "queued cron fire").await;
         }
@@ -262,13 +272,42 @@ async fn on_run_end(shared: &Arc<Shared>, record: RunRecord) {
             None => {}
         }
     }
-    if job.queued > 0 && shared.active_runs_of(&job.id).is_empty() {
+    if job.queued > 0
+        && shared.active_runs_of(&job.id).is_empty()
+        && runs_elsewhere(shared, &job.id)
+            .await
+            .is_ok_and(|r| r.is_empty())
+    {
         job.queued -= 1;
         start_for(shared, &mut job, 0, "queued cron fire").await;
     }
     if let Err(e) = save(shared, &job).await {
         tracing::warn!(job = %job.spec.name, error = %e, "job not stored after its run ended");
     }
+}
+
+/// The job's runs that have not ended and are not active on this hub (another hub of the
+/// cluster drives them), the router's fed runs left out (overlap rules ignore those).
+async fn runs_elsewhere(shared: &Shared, job_id: &str) -> Result<Vec<RunId>, HubError> {
+    let filter = silk_store::RunFilter {
+        job_id: Some(job_id.to_owned()),
+        states: crate::ownership::OPEN_STATES.map(String::from).to_vec(),
+        limit: None,
+        newest_first: false,
+    };
+    let mut out = Vec::new();
+    for row in shared.store.list_runs(&filter).await? {
+        let id = RunId::new(row.id.clone());
+        if shared.active_run(&id).is_some() || crate::hub::lock(&shared.starting).contains(&id) {
+            continue;
+        }
+        if let Ok(record) = crate::hub::record_of(row)
+            && record.feed.is_none()
+        {
+            out.push(id);
+        }
+    }
+    Ok(out)
 }
 
 fn humanize(ms: u64) -> String {
