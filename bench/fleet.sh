@@ -5,13 +5,17 @@
 #   up1     `silk up --agents 1` (hub + 1 agent in one process, in-process bus)
 #   up2     `silk up --agents 2`
 #   nats2   nats-server + `silk hub --bus nats://…` + 2 `silk agent` processes
+#   shared2 as nats2, with the cluster mode's shared state: `--store postgres://…` (a fresh
+#           schema on SILK_TEST_POSTGRES) and `--frontier redis://…` (SILK_TEST_REDIS), so
+#           the run's frontier is in Redis and its items go to PostgreSQL before each ack
 # and print, per mode, unique content pages/s (run start to end, hub clock), and whether every
 # page was fetched exactly once (server-side hit counts) and written once (item file).
 #
 #   bench/fleet.sh                   # all modes
 #   MODES="crawl nats2" bench/fleet.sh
 #
-# Needs: cargo, python3, nats-server (Debian package `nats-server`).
+# Needs: cargo, python3, nats-server (Debian package `nats-server`); shared2 also psql and
+# the PostgreSQL and Redis of SILK_TEST_POSTGRES / SILK_TEST_REDIS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HOSTS=${HOSTS:-20}
@@ -96,16 +100,26 @@ for mode in $MODES; do
       submit "$D"
       kill -INT "$UP"; wait "$UP" 2>/dev/null || true
       ;;
-    nats2)
+    nats2|shared2)
+      SHARED=()
+      if [ "$mode" = shared2 ]; then
+        : "${SILK_TEST_POSTGRES:?shared2 needs SILK_TEST_POSTGRES}" "${SILK_TEST_REDIS:?shared2 needs SILK_TEST_REDIS}"
+        SCHEMA="bench_fleet_$$"
+        psql "$SILK_TEST_POSTGRES" -qc "CREATE SCHEMA $SCHEMA" >/dev/null
+        SEP='?'; case $SILK_TEST_POSTGRES in *\?*) SEP='&' ;; esac
+        SHARED=(--store "${SILK_TEST_POSTGRES}${SEP}options=-c%20search_path%3D$SCHEMA"
+                --frontier "$SILK_TEST_REDIS" --namespace "bench$$")
+      fi
       nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$D/nats" >"$D/nats.log" 2>&1 &
       NATS=$!; PIDS+=("$NATS")
       wait_for "$D/nats.log" "Server is ready"
       "$BIN" hub --bus "nats://127.0.0.1:$NATS_PORT" --data-dir "$D/hub" \
-        --listen "127.0.0.1:$API_PORT" >"$D/hub.log" 2>&1 &
+        --listen "127.0.0.1:$API_PORT" "${SHARED[@]}" >"$D/hub.log" 2>&1 &
       HUB=$!; PIDS+=("$HUB")
       wait_for "$D/hub.log" "silk hub: API on"
       for k in 1 2; do
         "$BIN" agent --bus "nats://127.0.0.1:$NATS_PORT" --id "bench-$k" --capacity "$CAPACITY" \
+          ${SHARED:+--namespace "bench$$"} \
           --data-dir "$D/agent-$k" >"$D/agent-$k.log" 2>&1 &
         PIDS+=("$!")
       done
@@ -113,6 +127,9 @@ for mode in $MODES; do
       submit "$D"
       kill -INT "$HUB" 2>/dev/null || true; wait "$HUB" 2>/dev/null || true
       for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+      if [ "$mode" = shared2 ]; then
+        psql "$SILK_TEST_POSTGRES" -qc "DROP SCHEMA $SCHEMA CASCADE" >/dev/null
+      fi
       ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
   esac

@@ -592,11 +592,6 @@ impl Shared {
         // Adoption leaves the run alone while it is being created; its lease is taken
         // before it is stored, so no other hub takes it.
         let _starting = crate::ownership::Starting::new(self, id.clone());
-        if !self.hold_run(&id).await? {
-            return Err(HubError::Store(format!(
-                "the lease of the new run `{id}` is held by another hub"
-            )));
-        }
         // A takeover keeps the frontier where it is; a new frontier goes where this hub keeps
         // them.
         let shared_frontier = match &new.frontier_from {
@@ -646,7 +641,15 @@ impl Shared {
             shared_frontier,
             hub: Some(self.hub_id.clone()),
         };
-        self.save_run(&record).await?;
+        if !self.hold_run(&id).await? {
+            return Err(HubError::Store(format!(
+                "the lease of the new run `{id}` is held by another hub"
+            )));
+        }
+        if let Err(e) = self.save_run(&record).await {
+            self.release_run(&id).await;
+            return Err(e);
+        }
         let what = match (&record.job_name, &record.restart_of) {
             (_, Some(of)) => format!("restart of run {of}"),
             (Some(job), None) if record.attempt > 0 => {
