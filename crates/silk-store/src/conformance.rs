@@ -1381,7 +1381,8 @@ pub async fn leases_concurrent_acquire(f: &dyn StoreFactory) {
                 let s = Arc::clone(&s);
                 let start = Arc::clone(&start);
                 tokio::spawn(async move {
-                    let holder = format!("hub-{i:02}");
+                    // Holders of their own per race: one hub winning both would hold both.
+                    let holder = format!("{name}-hub-{i:02}");
                     start.wait().await;
                     let won = s
                         .acquire_lease(name, &holder, 60_000)

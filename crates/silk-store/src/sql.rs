@@ -217,6 +217,45 @@ macro_rules! impl_meta_store {
         }
 
         /// Runs `query` and decodes the row it returns, if any.
+        /// Inserts or replaces a run; with `held = Some((lease, holder))` only while `holder`
+        /// holds `lease` (`INSERT … SELECT … WHERE EXISTS`, whose WHERE also keeps SQLite
+        /// from reading the ON CONFLICT as a join constraint). Returns the rows written.
+        async fn upsert_run(
+            pool: &sqlx::Pool<$db>,
+            run: &RunRow,
+            held: Option<(&str, &str)>,
+        ) -> Result<u64, StoreError> {
+            let w = |col: &str| format!("run {:?} {col}", run.id);
+            let record = json_text(&run.record, || w("record"))?;
+            let created_ms = to_db(run.created_ms, || w("created_ms"))?;
+            let finished_ms = opt_to_db(run.finished_ms, || w("finished_ms"))?;
+            let (source, op) = match held {
+                None => ("VALUES ($1, $2, $3, $4, $5, $6)", "put_run"),
+                Some(_) => (
+                    "SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS \
+                     (SELECT 1 FROM leases WHERE name = $7 AND holder = $8)",
+                    "put_run_held",
+                ),
+            };
+            let sql = format!(
+                "INSERT INTO runs (id, job_id, state, created_ms, finished_ms, record) {source} \
+                 ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, \
+                 state = excluded.state, created_ms = excluded.created_ms, \
+                 finished_ms = excluded.finished_ms, record = excluded.record"
+            );
+            let mut query = sqlx::query(&sql)
+                .bind(&run.id)
+                .bind(run.job_id.as_deref())
+                .bind(&run.state)
+                .bind(created_ms)
+                .bind(finished_ms)
+                .bind(&record);
+            if let Some((lease, holder)) = held {
+                query = query.bind(lease).bind(holder);
+            }
+            execute(pool, query, op).await
+        }
+
         async fn fetch_opt<T>(
             pool: &sqlx::Pool<$db>,
             query: Query<'_>,
@@ -715,25 +754,7 @@ macro_rules! impl_meta_store {
             // ---- runs -----------------------------------------------------------------
 
             async fn put_run(&self, run: &RunRow) -> Result<(), StoreError> {
-                let w = |col: &str| format!("run {:?} {col}", run.id);
-                let record = json_text(&run.record, || w("record"))?;
-                let created_ms = to_db(run.created_ms, || w("created_ms"))?;
-                let finished_ms = opt_to_db(run.finished_ms, || w("finished_ms"))?;
-                let query = sqlx::query(
-                    "INSERT INTO runs (id, job_id, state, created_ms, finished_ms, record) \
-                     VALUES ($1, $2, $3, $4, $5, $6) \
-                     ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, \
-                     state = excluded.state, created_ms = excluded.created_ms, \
-                     finished_ms = excluded.finished_ms, record = excluded.record",
-                )
-                .bind(&run.id)
-                .bind(run.job_id.as_deref())
-                .bind(&run.state)
-                .bind(created_ms)
-                .bind(finished_ms)
-                .bind(&record);
-                execute(&self.pool, query, "put_run").await?;
-                Ok(())
+                upsert_run(&self.pool, run, None).await.map(|_| ())
             }
 
             async fn put_run_held(
@@ -742,29 +763,7 @@ macro_rules! impl_meta_store {
                 lease: &str,
                 holder: &str,
             ) -> Result<bool, StoreError> {
-                let w = |col: &str| format!("run {:?} {col}", run.id);
-                let record = json_text(&run.record, || w("record"))?;
-                let created_ms = to_db(run.created_ms, || w("created_ms"))?;
-                let finished_ms = opt_to_db(run.finished_ms, || w("finished_ms"))?;
-                // `INSERT … SELECT … WHERE` (the WHERE also keeps SQLite from reading the
-                // ON CONFLICT as a join constraint).
-                let query = sqlx::query(
-                    "INSERT INTO runs (id, job_id, state, created_ms, finished_ms, record) \
-                     SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS \
-                     (SELECT 1 FROM leases WHERE name = $7 AND holder = $8) \
-                     ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, \
-                     state = excluded.state, created_ms = excluded.created_ms, \
-                     finished_ms = excluded.finished_ms, record = excluded.record",
-                )
-                .bind(&run.id)
-                .bind(run.job_id.as_deref())
-                .bind(&run.state)
-                .bind(created_ms)
-                .bind(finished_ms)
-                .bind(&record)
-                .bind(lease)
-                .bind(holder);
-                Ok(execute(&self.pool, query, "put_run_held").await? > 0)
+                Ok(upsert_run(&self.pool, run, Some((lease, holder))).await? > 0)
             }
 
             async fn get_run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
