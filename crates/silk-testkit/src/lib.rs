@@ -37,6 +37,26 @@ pub fn free_port() -> u16 {
         .expect("cannot bind 127.0.0.1:0 to find a free port")
 }
 
+/// The URL of a test service from the environment variable `var` (`SILK_TEST_REDIS`, …), or
+/// `None` after printing `skipped: VAR not set` when it is unset or empty.
+///
+/// # Panics
+///
+/// When the variable is unset under CI (`CI` set): CI must run every test.
+pub fn service_url(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run this test: set {var}"
+            );
+            println!("skipped: {var} not set");
+            None
+        }
+    }
+}
+
 /// Serves a demo site until Ctrl-C (or SIGTERM on Unix), for `silk demo-site`.
 ///
 /// `on_ready` is called once the site is listening, so that the caller can print its
