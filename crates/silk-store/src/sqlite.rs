@@ -50,12 +50,26 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .acquire_timeout(BUSY_TIMEOUT)
-            .connect_with(options)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
+        // Setting up a connection (`PRAGMA journal_mode = WAL`) can fail at once with
+        // SQLITE_BUSY while another process migrates the same file, without waiting for the
+        // busy timeout: try again for as long as that timeout.
+        let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
+        let mut wait = Duration::from_millis(10);
+        let pool = loop {
+            let connected = SqlitePoolOptions::new()
+                .max_connections(MAX_CONNECTIONS)
+                .acquire_timeout(BUSY_TIMEOUT)
+                .connect_with(options.clone())
+                .await;
+            match connected {
+                Ok(pool) => break pool,
+                Err(e) if is_busy(&e) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        };
         let store = Self { pool, location };
         store.migrate().await?;
         Ok(store)
@@ -75,3 +89,12 @@ crate::sql::impl_meta_store!(
     c = "",
     now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 );
+
+/// Whether `e` is SQLite's "database is locked" (SQLITE_BUSY, code 5, or one of its
+/// extended codes).
+fn is_busy(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|c| c & 0xff == 5)
+}
