@@ -14,6 +14,7 @@
 #   bench/fleet.sh                   # all modes
 #   MODES="crawl nats2" bench/fleet.sh
 #
+# The hubs serve their API without tokens (`--no-auth`, loopback only).
 # Needs: cargo, python3, nats-server (Debian package `nats-server`); shared2 also psql and
 # the PostgreSQL and Redis of SILK_TEST_POSTGRES / SILK_TEST_REDIS.
 set -euo pipefail
@@ -74,7 +75,7 @@ start_site() { # dir
   wait_for "$1/site.log" "start url"
 }
 
-stop_site() { kill -INT "$SITE"; wait "$SITE" 2>/dev/null || true; }
+stop_site() { kill -INT "$SITE" 2>/dev/null || true; wait "$SITE" 2>/dev/null || true; }
 
 submit() { # dir
   "$BIN" run "$1/spider.yaml" --server "http://127.0.0.1:$API_PORT" --max-pending "$MAX_PENDING" \
@@ -93,7 +94,7 @@ for mode in $MODES; do
       ;;
     up1|up2)
       n=${mode#up}
-      "$BIN" up --agents "$n" --capacity "$CAPACITY" --data-dir "$D/data" \
+      "$BIN" up --agents "$n" --capacity "$CAPACITY" --data-dir "$D/data" --no-auth \
         --listen "127.0.0.1:$API_PORT" >"$D/up.log" 2>&1 &
       UP=$!; PIDS+=("$UP")
       wait_for "$D/up.log" "silk is up"; wait_agents "$n"
@@ -114,7 +115,7 @@ for mode in $MODES; do
       NATS=$!; PIDS+=("$NATS")
       wait_for "$D/nats.log" "Server is ready"
       "$BIN" hub --bus "nats://127.0.0.1:$NATS_PORT" --data-dir "$D/hub" \
-        --listen "127.0.0.1:$API_PORT" "${SHARED[@]}" >"$D/hub.log" 2>&1 &
+        --listen "127.0.0.1:$API_PORT" --no-auth "${SHARED[@]}" >"$D/hub.log" 2>&1 &
       HUB=$!; PIDS+=("$HUB")
       wait_for "$D/hub.log" "silk hub: API on"
       for k in 1 2; do
