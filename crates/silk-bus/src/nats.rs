@@ -259,6 +259,12 @@ impl Inner {
                 Ok(())
             }
             Err(e) => Err(match e.kind() {
+                // A server-side failure (status 500, e.g. "error creating store for stream":
+                // nats-server 2.9 removes an account's directory with its last stream, and a
+                // stream created at that moment fails) is worth another try.
+                jetstream::context::CreateStreamErrorKind::JetStream(js) if js.code() >= 500 => {
+                    BusError::unavailable("create stream", self.stream_name.as_str(), js)
+                }
                 jetstream::context::CreateStreamErrorKind::JetStream(js) => BusError::Refused {
                     operation: "create stream",
                     subject: self.stream_name.clone(),
