@@ -776,7 +776,8 @@ async fn run_items(
     if view.frontier == "redis" {
         // A run of the cluster's shared mode keeps its items in the store (every hub that
         // drove it wrote there); the cursor is the store's item sequence.
-        return Ok(Json(hub.stored_items(&id, cursor, limit).await?));
+        let page = crate::sinks::read_stored_items(hub.store().as_ref(), &id, cursor, limit);
+        return Ok(Json(page.await?));
     }
     let path = view.items_path.clone();
     let page = tokio::task::spawn_blocking(move || crate::sinks::read_items(&path, cursor, limit))

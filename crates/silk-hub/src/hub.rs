@@ -746,13 +746,11 @@ impl Shared {
 
     /// A run that has not ended and uses the Redis frontier `prefix`.
     async fn open_run_on_frontier(&self, prefix: &str) -> Result<Option<RunId>, HubError> {
-        let filter = RunFilter {
-            job_id: None,
-            states: crate::ownership::OPEN_STATES.map(String::from).to_vec(),
-            limit: None,
-            newest_first: false,
-        };
-        for row in self.store.list_runs(&filter).await? {
+        for row in self
+            .store
+            .list_runs(&crate::ownership::open_runs(None))
+            .await?
+        {
             if let Ok(record) = record_of(row)
                 && record.shared_frontier.as_deref() == Some(prefix)
             {
@@ -1221,17 +1219,6 @@ impl HubHandle {
     pub async fn wait_for_dead(&self, agent: &AgentId) {
         let mut live = self.shared.live.subscribe();
         let _ = live.wait_for(|l| !l.contains(agent)).await;
-    }
-
-    /// A page of a run's items from the store's items table (runs with a shared frontier):
-    /// at most `limit` after the item sequence `cursor`.
-    pub(crate) async fn stored_items(
-        &self,
-        id: &RunId,
-        cursor: u64,
-        limit: usize,
-    ) -> Result<crate::sinks::ItemsPage, HubError> {
-        crate::sinks::read_stored_items(self.shared.store.as_ref(), id, cursor, limit).await
     }
 
     /// This hub's id in the cluster.

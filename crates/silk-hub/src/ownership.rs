@@ -35,7 +35,7 @@ use crate::run::{RunRecord, RunState};
 use crate::runner::Run;
 use silk_core::RunId;
 use silk_store::{Level, RunFilter};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,8 +48,17 @@ pub(crate) fn run_lease(id: &RunId) -> String {
 }
 
 /// The states of runs that have not ended: some hub must drive or settle them.
-pub(crate) const OPEN_STATES: [&str; 5] =
-    ["pending", "allocating", "running", "paused", "stopping"];
+const OPEN_STATES: [&str; 5] = ["pending", "allocating", "running", "paused", "stopping"];
+
+/// The stored runs that have not ended (of one job, or all), oldest first.
+pub(crate) fn open_runs(job_id: Option<String>) -> RunFilter {
+    RunFilter {
+        job_id,
+        states: OPEN_STATES.map(String::from).to_vec(),
+        limit: None,
+        newest_first: false,
+    }
+}
 
 /// Checks a hub id: one bus token of at most 40 characters (it is also part of durable
 /// names).
@@ -141,13 +150,15 @@ impl Drop for Starting<'_> {
 /// free or expired, when this hub can drive it (see the module doc). At start (`startup`)
 /// this is the restart recovery: this hub's own runs come back.
 pub(crate) async fn adopt(shared: &Arc<Shared>, startup: bool) -> Result<(), HubError> {
-    let filter = RunFilter {
-        job_id: None,
-        states: OPEN_STATES.map(String::from).to_vec(),
-        limit: None,
-        newest_first: false,
-    };
-    for row in shared.store.list_runs(&filter).await? {
+    // The holders as the round starts (for the log line of an adoption), in one read.
+    let holders: HashMap<String, String> = shared
+        .store
+        .list_leases("run:")
+        .await?
+        .into_iter()
+        .map(|l| (l.name, l.holder))
+        .collect();
+    for row in shared.store.list_runs(&open_runs(None)).await? {
         if *shared.stop.borrow() {
             // A run adopted now would not be waited for by the shutdown.
             return Ok(());
@@ -170,11 +181,7 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, startup: bool) -> Result<(), Hub
             }
             continue;
         }
-        let previous = shared
-            .store
-            .get_lease(&run_lease(&id))
-            .await?
-            .map(|l| l.holder);
+        let previous = holders.get(&run_lease(&id)).cloned();
         if !shared.hold_run(&id).await? {
             continue;
         }

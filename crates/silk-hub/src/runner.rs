@@ -155,6 +155,8 @@ pub(crate) struct Run {
     applying: tokio::sync::RwLock<()>,
     /// Set when another hub took the run's lease (`ownership`): the loop lets go.
     disowned: Mutex<Option<String>>,
+    /// The frontier is in Redis (`RunRecord::shared_frontier`): items also go to the store.
+    shared_frontier: bool,
 }
 
 /// Why a run did not take fed requests.
@@ -237,6 +239,7 @@ impl Run {
         let now = hub.clock.now_ms();
         let job_id = record.job_id.clone();
         let feed = record.feed.clone();
+        let shared_frontier = record.shared_frontier.is_some();
         Ok(Arc::new(Run {
             id,
             record: Mutex::new(record),
@@ -269,6 +272,7 @@ impl Run {
             max_retries,
             applying: tokio::sync::RwLock::new(()),
             disowned: Mutex::new(None),
+            shared_frontier,
         }))
     }
 
@@ -676,7 +680,7 @@ impl Run {
         hub: &Shared,
         items: &[serde_json::Value],
     ) -> Result<(), silk_store::StoreError> {
-        if self.frontier_kind_shared() && !items.is_empty() {
+        if self.shared_frontier && !items.is_empty() {
             let now = hub.clock.now_ms();
             let key = &self.spider.spec.item_key;
             let rows: Vec<(String, u64, serde_json::Value)> = items
@@ -687,11 +691,6 @@ impl Run {
             hub.store.insert_items(self.id.as_str(), &rows).await?;
         }
         Ok(())
-    }
-
-    /// Whether the run's frontier is shared (Redis) and its items are kept in the store.
-    pub(crate) fn frontier_kind_shared(&self) -> bool {
-        lock(&self.record).shared_frontier.is_some()
     }
 
     fn write_items(&self, items: &[serde_json::Value]) -> Result<(), String> {
@@ -1257,7 +1256,7 @@ impl Run {
         }
         if state.is_terminal() {
             let mut stats = self.stats(now).await;
-            if self.frontier_kind_shared() {
+            if self.shared_frontier {
                 // Every hub that drove the run wrote its items to the store.
                 match hub.store.count_items(self.id.as_str()).await {
                     Ok(n) => stats.items = n,

@@ -289,12 +289,7 @@ async fn on_run_end(shared: &Arc<Shared>, record: RunRecord) {
 /// The job's runs that have not ended and are not active on this hub (another hub of the
 /// cluster drives them), the router's fed runs left out (overlap rules ignore those).
 async fn runs_elsewhere(shared: &Shared, job_id: &str) -> Result<Vec<RunId>, HubError> {
-    let filter = silk_store::RunFilter {
-        job_id: Some(job_id.to_owned()),
-        states: crate::ownership::OPEN_STATES.map(String::from).to_vec(),
-        limit: None,
-        newest_first: false,
-    };
+    let filter = crate::ownership::open_runs(Some(job_id.to_owned()));
     let mut out = Vec::new();
     for row in shared.store.list_runs(&filter).await? {
         let id = RunId::new(row.id.clone());
