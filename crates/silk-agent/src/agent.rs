@@ -155,7 +155,12 @@ impl Agent {
                 heartbeat_interval_ms: config.heartbeat_interval_ms,
                 ..TtlPolicy::default()
             },
-            registry: Registry::new(&config.data_dir, clock.clone(), events.clone()),
+            registry: Registry::new(
+                &config.data_dir,
+                clock.clone(),
+                events.clone(),
+                config.command_policy(),
+            ),
             permits: Arc::new(Semaphore::new(config.capacity as usize)),
             counters: AgentCounters::default(),
             qps: QpsWindow::new(config.qps_window_ms, clock.now_ms()),
@@ -167,7 +172,15 @@ impl Agent {
             stop,
         });
         shared.registry.reload().await;
-        tracing::info!(agent = %shared.id, data_dir = %shared.config.data_dir.display(), downloaders = shared.registry.len(), "agent starting");
+        let commands: Vec<&str> = shared.config.commands.keys().map(String::as_str).collect();
+        tracing::info!(
+            agent = %shared.id,
+            data_dir = %shared.config.data_dir.display(),
+            downloaders = shared.registry.len(),
+            commands = %commands.join(","),
+            raw_commands = if shared.config.allow_raw_commands { "allowed" } else { "refused" },
+            "agent starting"
+        );
         let (done_tx, done) = watch::channel(false);
         tokio::spawn(supervise(shared.clone(), subject, done_tx));
         Ok(AgentHandle { shared, done })

@@ -9,6 +9,7 @@
 //! id is written to `{data_dir}/agent-id`), because the bus keeps the commands sent while the
 //! agent was away under that id, and the hub's allocations name it.
 
+use crate::command::{CommandDef, CommandPolicy};
 use crate::error::AgentError;
 use crate::store::write_atomic;
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,14 @@ pub struct AgentConfig {
     /// Run log lines below this level (`trace`, `debug`, `info`, `warn`, `error`) are not
     /// sent.
     pub log_level: LogLevel,
+    /// Commands this machine's admin defined, by name: a run refers to one as
+    /// `{"command": NAME}` (`silk agent --commands FILE`).
+    pub commands: BTreeMap<String, CommandDef>,
+    /// Whether a run may carry a raw command (a program or shell line of its own) for this
+    /// agent to run. Off by default: then only named commands run here, whatever the hub
+    /// sends (`silk agent --allow-raw-commands`; `silk up`'s local agents allow them, as
+    /// their hub, in the same process, refuses raw commands from non-admin tokens).
+    pub allow_raw_commands: bool,
 }
 
 impl Default for AgentConfig {
@@ -93,6 +102,8 @@ impl Default for AgentConfig {
             log_flush_ms: 250,
             log_line_max_bytes: 4_096,
             log_level: LogLevel::Debug,
+            commands: BTreeMap::new(),
+            allow_raw_commands: false,
         }
     }
 }
@@ -155,7 +166,18 @@ impl AgentConfig {
         {
             p.push(format!("id: {e}"));
         }
+        for (name, def) in &self.commands {
+            p.extend(def.problems(name));
+        }
         p
+    }
+
+    /// Which commands the agent runs.
+    pub fn command_policy(&self) -> CommandPolicy {
+        CommandPolicy {
+            defined: self.commands.clone(),
+            allow_raw: self.allow_raw_commands,
+        }
     }
 
     /// Checks the config: an error listing every problem.

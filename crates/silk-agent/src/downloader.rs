@@ -16,7 +16,9 @@
 //! `silk-fetch` (`timeout`, `connect`, `dns`, `proxy`, `truncated` retryable; `tls`,
 //! `body_too_large`, `protocol`, `invalid_url` permanent); `http_{status}` (retryable for the
 //! spider's `retry_statuses`); `proxy_banned` (retryable); `too_many_redirects`,
-//! `invalid_redirect`, `robots_disallowed` (permanent); `robots_unavailable` (retryable).
+//! `invalid_redirect`, `robots_disallowed` (permanent); `robots_unavailable` (retryable);
+//! `parse_budget` (permanent: the page is over the spider's `max_html_depth` or
+//! `max_html_elements`, checked before trimming or parsing builds anything).
 //!
 //! What happens to a run is written to its run log (`runlog`): proxy switches, redials,
 //! provider runs and refreshes, redirects dropped off the allowed domains, trimming rules
@@ -321,7 +323,7 @@ impl Downloader {
         }
         if let Some(redial) = &self.cfg.redial {
             self.counters.redials.fetch_add(1, Ordering::Relaxed);
-            let result = run_command(&self.run, "redial", &redial.command, redial.timeout_ms).await;
+            let result = run_command(&self.run, "redial", redial).await;
             let error = result.err().map(|e| e.to_string());
             match &error {
                 None => tracing::info!(run = %self.run, "redial done"),
@@ -443,9 +445,81 @@ impl Downloader {
             );
         }
         let parse_started = Instant::now();
-        self.parse(req, url, &resp, &mut out);
+        // On a blocking thread of its own, with a deadline: a page that takes longer fails
+        // and its thread is abandoned (it ends on its own; the parse budget bounds its work),
+        // so neither the runtime nor the run waits for it.
+        // Small pages cannot take long (see `INLINE_PARSE_MAX_BYTES`): parsed right here.
+        let job = self.page_job();
+        let timeout_ms = spider.spec.parse_timeout_ms;
+        if resp.body.len() <= silk_fetch::extract::budget::INLINE_PARSE_MAX_BYTES {
+            job.parse(req, url, &resp, &mut out);
+            out.timings.parse_ms = parse_started.elapsed().as_millis() as u64;
+            return out;
+        }
+        let before = out.clone();
+        let (job_req, job_url) = (req.clone(), url.clone());
+        let parsing = tokio::task::spawn_blocking(move || {
+            let mut out = out;
+            job.parse(&job_req, &job_url, &resp, &mut out);
+            out
+        });
+        let mut out = match tokio::time::timeout(Duration::from_millis(timeout_ms), parsing).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => {
+                let mut out = before;
+                out.error = Some(silk_bus::ResultError {
+                    code: "parse_failed".into(),
+                    message: format!("{}: parsing failed: {e}", req.url),
+                    retryable: false,
+                });
+                out
+            }
+            Err(_) => {
+                let mut out = before;
+                self.page_job().over_budget(
+                    req,
+                    &mut out,
+                    format!("parsing took longer than parse_timeout_ms ({timeout_ms} ms)"),
+                );
+                out
+            }
+        };
         out.timings.parse_ms = parse_started.elapsed().as_millis() as u64;
         out
+    }
+}
+
+/// What parsing one page needs, owned: it runs on a blocking thread of its own.
+struct PageJob {
+    run: RunId,
+    cfg: Arc<CompiledConfig>,
+    events: Events,
+    counters: Arc<RunCounters>,
+}
+
+impl Downloader {
+    fn page_job(&self) -> PageJob {
+        PageJob {
+            run: self.run.clone(),
+            cfg: self.cfg.clone(),
+            events: self.events.clone(),
+            counters: self.counters.clone(),
+        }
+    }
+}
+
+impl PageJob {
+    /// Fails a page over the parse budget (`parse_budget`, permanent: the same page would
+    /// fail again), keeping its status.
+    fn over_budget(&self, req: &Request, out: &mut FetchOutcome, why: String) {
+        let message = format!("{}: not parsed, over the parse budget: {why}", req.url);
+        self.events
+            .log(&self.run, LogLevel::Warn, || message.clone());
+        out.error = Some(silk_bus::ResultError {
+            code: "parse_budget".into(),
+            message,
+            retryable: false,
+        });
     }
 
     /// Trims, parses and fills links, items, `bytes_saved` and the returned body.
@@ -462,6 +536,11 @@ impl Downloader {
             .filter(|_| text_page && (cfg.return_body || cfg.parse_trimmed));
         if let Some(trimmer) = trim {
             let text = decode_html_cow(&resp.body, content_type);
+            // Trimming builds a tree too: the parse budget comes first.
+            if let Some(why) = cfg.extractor.over_budget(&text) {
+                self.over_budget(req, out, why);
+                return;
+            }
             let trimmed = trimmer.apply(&text);
             for problem in &trimmed.problems {
                 self.events.log(&self.run, LogLevel::Warn, || {
@@ -509,6 +588,10 @@ impl Downloader {
         let page = cfg
             .extractor
             .parse_with(url, &parse_body, parse_type.as_deref(), wants);
+        if let Some(why) = page.over_budget {
+            self.over_budget(req, out, why);
+            return;
+        }
         if wants.links {
             out.links = page
                 .links
@@ -531,7 +614,7 @@ async fn provider_fetcher(
     cfg: &CompiledConfig,
     events: &Events,
 ) -> Result<Fetcher, AgentError> {
-    let Some((spec, timeout_ms)) = &cfg.provider else {
+    let Some(command) = &cfg.provider else {
         return Fetcher::new(cfg.fetch.clone()).map_err(|e| AgentError::InvalidConfig {
             run: run.clone(),
             problems: vec![e.to_string()],
@@ -540,10 +623,10 @@ async fn provider_fetcher(
     let fail = |reason: String| AgentError::Command {
         run: run.clone(),
         what: "proxy provider",
-        command: spec.to_string(),
+        command: command.label().to_owned(),
         reason,
     };
-    let stdout = run_command(run, "proxy provider", spec, *timeout_ms).await?;
+    let stdout = run_command(run, "proxy provider", command).await?;
     let proxies = parse_proxy_lines(&stdout).map_err(fail)?;
     let count = proxies.len();
     let mut fetch = cfg.fetch.clone();

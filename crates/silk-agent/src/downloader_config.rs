@@ -15,13 +15,13 @@
 //!   "return_body": true,
 //!   "max_return_body_bytes": 524288,
 //!   "proxies": {"list": ["http://127.0.0.1:3128", "socks5://u:p@127.0.0.1:1080"],
-//!               "provider": ["/usr/local/bin/proxies", "--country", "cn"],
+//!               "provider": {"command": "proxies-cn"},
 //!               "provider_timeout_ms": 10000,
 //!               "switch_on_status": [403, 429],
 //!               "switch_on_regex": "captcha|verify you are human",
 //!               "switch_after_failures": 3,
 //!               "cooldown_ms": 60000},
-//!   "redial": {"command": "pppoe-stop && pppoe-start", "timeout_ms": 60000}
+//!   "redial": {"command": {"command": "redial-adsl"}, "timeout_ms": 60000}
 //! }
 //! ```
 //!
@@ -34,14 +34,14 @@
 //! | `return_body` | Send the page body back with the result (trimmed when there are rules): UTF-8 text for text pages, base64 otherwise. Default `false`. |
 //! | `max_return_body_bytes` | A returned body (as sent: text, or base64) is cut to this and marked `truncated`. Default 524288 (the bus's messages are at most 1 MiB). |
 //! | `proxies.list` | Proxy URLs (`http`, `https`, `socks5`, `socks5h`), used in turn; replaces the spider's `proxy`. |
-//! | `proxies.provider` | A command whose stdout lines are proxy URLs (blank lines and `#` comments skipped): a string runs with `sh -c`, a list is program and arguments. Run when the downloader is created, and again when every proxy is out of rotation. Not with `list`. |
+//! | `proxies.provider` | A command whose stdout lines are proxy URLs (blank lines and `#` comments skipped). `{"command": NAME}` names a command defined on the agent; a raw command — a list (program and arguments) or a string (run with `sh -c`) — runs only on an agent that allows raw commands (see `command`). Run when the downloader is created, and again when every proxy is out of rotation. Not with `list`. |
 //! | `proxies.provider_timeout_ms` | How long the provider may run. Default 10000. |
 //! | `proxies.switch_on_status` | Response statuses that mean "this proxy (or address) is banned". Default `[403, 429]`. |
 //! | `proxies.switch_on_regex` | A regex on the page text that means the same (a captcha marker). |
 //! | `proxies.switch_after_failures` | Consecutive proxy-level failures (refused, unreachable, tunnel or SOCKS errors) of one proxy that take it out of rotation; 0 = never. Default 3. |
 //! | `proxies.cooldown_ms` | How long a switched-away proxy stays out of rotation. Default 60000. |
-//! | `redial.command` | A command run after a ban is detected (ADSL re-dial), before the run's requests continue: requests wait while it runs. A string runs with `sh -c`, a list is program and arguments. |
-//! | `redial.timeout_ms` | How long it may run (then it is killed). Default 60000. |
+//! | `redial.command` | A command run after a ban is detected (ADSL re-dial), before the run's requests continue: requests wait while it runs. Same forms as `proxies.provider`. |
+//! | `redial.timeout_ms` | How long it may run (then it is killed). Default 60000. A named command's own `timeout_ms` wins. |
 //!
 //! Ban detection (`switch_on_*`) is active only when the run has proxies (a list or a
 //! provider) or a `redial` command; without either there is nothing to switch, and a 403 is
@@ -50,14 +50,14 @@
 //! once per ban (bans seen by requests that started before the last redial do not redial
 //! again).
 
+use crate::command::{CommandPolicy, ResolvedCommand};
 use crate::error::AgentError;
 use crate::trim::Trimmer;
 use regex::Regex;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use silk_core::spider::Spider;
-use silk_core::{RunId, SpiderSpec};
+use silk_core::{CommandSpec, RunId, SpiderSpec};
 use silk_fetch::{Extractor, FetchConfig, FetchError, Fetcher, ProxyPool};
-use std::fmt;
 
 /// The configuration of one run's downloader (see the module doc for the format).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -255,38 +255,6 @@ pub struct RedialConfig {
     pub timeout_ms: u64,
 }
 
-/// An external command: a shell line (run with `sh -c`) or a program and its arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum CommandSpec {
-    /// Run with `sh -c`.
-    Shell(String),
-    /// Program and arguments, run without a shell.
-    Argv(Vec<String>),
-}
-
-impl fmt::Display for CommandSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CommandSpec::Shell(line) => f.write_str(line),
-            CommandSpec::Argv(argv) => f.write_str(&argv.join(" ")),
-        }
-    }
-}
-
-impl CommandSpec {
-    /// Why the command cannot be run, if it cannot.
-    fn problem(&self) -> Option<&'static str> {
-        match self {
-            CommandSpec::Shell(line) if line.trim().is_empty() => Some("empty command"),
-            CommandSpec::Argv(argv) if argv.first().is_none_or(|p| p.trim().is_empty()) => {
-                Some("empty command (the list starts with the program)")
-            }
-            _ => None,
-        }
-    }
-}
-
 fn default_max_return_body_bytes() -> u64 {
     512 * 1024
 }
@@ -331,8 +299,8 @@ pub(crate) struct CompiledConfig {
     /// A fetcher built from `fetch` while checking it (used as is unless a provider gives
     /// the proxies).
     pub(crate) fetcher: Option<Fetcher>,
-    pub(crate) provider: Option<(CommandSpec, u64)>,
-    pub(crate) redial: Option<RedialConfig>,
+    pub(crate) provider: Option<ResolvedCommand>,
+    pub(crate) redial: Option<ResolvedCommand>,
 }
 
 impl std::fmt::Debug for CompiledConfig {
@@ -373,7 +341,13 @@ impl DownloaderConfig {
     }
 
     /// Checks every value and compiles the rules; all problems are reported at once.
-    pub(crate) fn compile(&self, run: &RunId) -> Result<CompiledConfig, AgentError> {
+    /// Commands are resolved against `commands`: a raw one the agent does not allow, or a
+    /// name it does not define, is a problem like any other (the allocation is refused).
+    pub(crate) fn compile(
+        &self,
+        run: &RunId,
+        commands: &CommandPolicy,
+    ) -> Result<CompiledConfig, AgentError> {
         let mut p: Vec<String> = Vec::new();
         let spec = match &self.spider {
             SpiderSource::Yaml(text) => match SpiderSpec::parse(text, "spider") {
@@ -422,9 +396,12 @@ impl DownloaderConfig {
         if proxies.provider.is_some() && !proxies.list.is_empty() {
             p.push("proxies: give either list or provider, not both".into());
         }
-        if let Some(problem) = proxies.provider.as_ref().and_then(CommandSpec::problem) {
-            p.push(format!("proxies.provider: {problem}"));
-        }
+        let provider = proxies.provider.as_ref().and_then(|c| {
+            commands
+                .resolve("proxies.provider", c, proxies.provider_timeout_ms)
+                .map_err(|e| p.push(e))
+                .ok()
+        });
         if proxies.provider_timeout_ms == 0 {
             p.push("proxies.provider_timeout_ms: must be at least 1".into());
         }
@@ -446,11 +423,13 @@ impl DownloaderConfig {
             }
             None => None,
         };
-        if let Some(redial) = &self.redial {
-            if let Some(problem) = redial.command.problem() {
-                p.push(format!("redial.command: {problem}"));
-            }
-            if redial.timeout_ms == 0 {
+        let mut redial = None;
+        if let Some(config) = &self.redial {
+            redial = commands
+                .resolve("redial.command", &config.command, config.timeout_ms)
+                .map_err(|e| p.push(e))
+                .ok();
+            if config.timeout_ms == 0 {
                 p.push("redial.timeout_ms: must be at least 1".into());
             }
         }
@@ -502,11 +481,8 @@ impl DownloaderConfig {
             },
             fetch,
             fetcher,
-            provider: proxies
-                .provider
-                .clone()
-                .map(|c| (c, proxies.provider_timeout_ms)),
-            redial: self.redial.clone(),
+            provider,
+            redial,
         })
     }
 }
@@ -544,10 +520,49 @@ mod tests {
     const YAML: &str = "name: t\nstart_urls: [\"http://127.0.0.1:1/\"]\n";
 
     fn compile(v: serde_json::Value) -> Result<CompiledConfig, String> {
+        let raw = CommandPolicy {
+            allow_raw: true,
+            ..CommandPolicy::default()
+        };
         let run = RunId::new("r1");
         DownloaderConfig::from_json(&run, v)
-            .and_then(|c| c.compile(&run))
+            .and_then(|c| c.compile(&run, &raw))
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn commands_follow_the_agents_policy() {
+        let run = RunId::new("r1");
+        let config = |v: serde_json::Value| DownloaderConfig::from_json(&run, v).unwrap();
+        let raw = config(
+            json!({"spider": YAML, "proxies": {"provider": "touch pwned"},
+            "redial": {"command": ["pppoe-start"]}}),
+        );
+        let err = raw
+            .compile(&run, &CommandPolicy::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("proxies.provider: raw commands are not allowed")
+                && err.contains("redial.command: raw commands are not allowed"),
+            "{err}"
+        );
+        let named = config(json!({"spider": YAML, "proxies": {"provider": {"command": "p"}}}));
+        let err = named
+            .compile(&run, &CommandPolicy::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no command `p` is defined"), "{err}");
+        let mut policy = CommandPolicy::default();
+        policy.defined.insert(
+            "p".into(),
+            crate::command::CommandDef {
+                argv: Some(vec!["echo".into()]),
+                ..Default::default()
+            },
+        );
+        let compiled = named.compile(&run, &policy).unwrap();
+        assert_eq!(compiled.provider.unwrap().timeout_ms, 10_000);
     }
 
     #[test]

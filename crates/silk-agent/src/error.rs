@@ -55,13 +55,13 @@ pub enum AgentError {
     },
     /// An external command of a run (proxy provider, redial) failed: it could not be
     /// started, timed out, exited with a failure, or printed nothing usable.
-    #[error("run `{run}`: {what} command `{command}`: {reason}")]
+    #[error("run `{run}`: {what} command {command}: {reason}")]
     Command {
         /// The run whose command it is.
         run: RunId,
         /// `proxy provider` or `redial`.
         what: &'static str,
-        /// The command as configured (program and arguments).
+        /// The command as logs may show it: its name, or its program (never its arguments).
         command: String,
         /// What went wrong.
         reason: String,

@@ -10,7 +10,8 @@
 //! - [`AgentConfig`] (`config`): the agent's own settings and how its id is chosen.
 //! - [`DownloaderConfig`] (`downloader_config`): what an `allocate` command carries, with its
 //!   JSON format; `downloader`: one run's downloader (fetch, ban detection, redirects,
-//!   trimming, parsing); `trim`: trimming rules; `command`: provider and redial commands.
+//!   trimming, parsing); `trim`: trimming rules; [`command`]: provider and redial
+//!   commands — which ones the agent runs (named ones, raw ones only when allowed) and how.
 //! - `registry` and `store`: the allocations in memory and in `{data_dir}/allocations.json`.
 //! - `system`: CPU, memory, host name (`sysinfo`); [`stats`]: counters, QPS, events.
 //! - `runlog`: each run's log lines (events, failed requests, trimming problems), queued
@@ -21,7 +22,7 @@
 //! (a bad config, a hostile page, a failing command) stops the agent or touches another run.
 
 mod agent;
-mod command;
+pub mod command;
 pub mod config;
 mod downloader;
 pub mod downloader_config;
@@ -34,10 +35,12 @@ mod system;
 mod trim;
 
 pub use agent::{Agent, AgentHandle};
+pub use command::{CommandDef, CommandPolicy};
 pub use config::{AGENT_ID_FILE, AgentConfig};
 pub use downloader_config::{
-    CommandSpec, DownloaderConfig, ProxyConfig, RedialConfig, SpiderSource, TrimConfig, TrimRule,
+    DownloaderConfig, ProxyConfig, RedialConfig, SpiderSource, TrimConfig, TrimRule,
 };
 pub use error::AgentError;
+pub use silk_core::CommandSpec;
 pub use stats::{AgentEvent, AgentStats, ReleaseReason, RunStats};
 pub use store::ALLOCATIONS_FILE;

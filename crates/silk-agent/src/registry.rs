@@ -10,6 +10,7 @@
 //! from lookup to result, and the idle sweep releases only allocations nobody uses.
 //! This module must not touch the bus.
 
+use crate::command::CommandPolicy;
 use crate::downloader::Downloader;
 use crate::downloader_config::{CompiledConfig, DownloaderConfig};
 use crate::error::AgentError;
@@ -134,19 +135,32 @@ pub(crate) struct Registry {
     store: AllocationStore,
     clock: Arc<dyn Clock>,
     events: Events,
+    /// Which commands runs may use (also checked when stored allocations are reloaded: an
+    /// agent restarted without a command drops the runs that need it).
+    commands: CommandPolicy,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn compile(run: &RunId, raw: &serde_json::Value) -> Result<CompiledConfig, AgentError> {
-    DownloaderConfig::from_json(run, raw.clone()).and_then(|c| c.compile(run))
+fn compile(
+    run: &RunId,
+    raw: &serde_json::Value,
+    commands: &CommandPolicy,
+) -> Result<CompiledConfig, AgentError> {
+    DownloaderConfig::from_json(run, raw.clone()).and_then(|c| c.compile(run, commands))
 }
 
 impl Registry {
-    pub(crate) fn new(data_dir: &Path, clock: Arc<dyn Clock>, events: Events) -> Self {
+    pub(crate) fn new(
+        data_dir: &Path,
+        clock: Arc<dyn Clock>,
+        events: Events,
+        commands: CommandPolicy,
+    ) -> Self {
         Self {
+            commands,
             runs: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             store: AllocationStore::new(data_dir),
@@ -169,7 +183,7 @@ impl Registry {
         let now = self.clock.now_ms();
         let mut dropped = false;
         for (run, entry) in stored {
-            match compile(&run, &entry.config) {
+            match compile(&run, &entry.config, &self.commands) {
                 Ok(compiled) => {
                     let alloc = Allocation::new(
                         run.clone(),
@@ -243,7 +257,7 @@ impl Registry {
             });
             return Allocated::Existing(alloc);
         }
-        match compile(run, &config) {
+        match compile(run, &config, &self.commands) {
             Err(e) => {
                 let reason = e.to_string();
                 tracing::error!(run = %run, error = %reason, "allocation refused");

@@ -275,7 +275,8 @@ pub enum Command {
 /// A structured failure of one request, as seen by the agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultError {
-    /// A short machine-readable code (`timeout`, `dns`, `tls`, `too_large`, `agent_lost`, …).
+    /// A short machine-readable code (`timeout`, `dns`, `tls`, `body_too_large`, `parse_budget`,
+    /// `agent_lost`, …; the agent's downloader module lists them).
     pub code: String,
     /// For people.
     #[serde(default)]

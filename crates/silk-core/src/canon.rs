@@ -220,7 +220,9 @@ fn hex_val(b: u8) -> Option<u8> {
     }
 }
 
-/// Decodes escapes of unreserved characters and upper-cases the hex of the others.
+/// Decodes escapes of unreserved characters, upper-cases the hex of the others, and escapes
+/// a `%` that starts no escape (`%25`): left bare, it could form an escape with the
+/// characters after it once those are decoded, and a second pass would give another URL.
 fn normalize_percent_into(s: &str, out: &mut String) {
     let bytes = s.as_bytes();
     let mut i = 0;
@@ -238,6 +240,11 @@ fn normalize_percent_into(s: &str, out: &mut String) {
                 out.push(char::from(b"0123456789ABCDEF"[(b & 15) as usize]));
             }
             i += 3;
+            continue;
+        }
+        if bytes[i] == b'%' {
+            out.push_str("%25");
+            i += 1;
             continue;
         }
         // `i` is always at a char boundary: escapes are ASCII and we step whole chars.
@@ -394,6 +401,15 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(c(input), want, "input {input}");
         }
+    }
+
+    /// Found by the `canon_url` fuzz target: a bare `%` before an escape of an unreserved
+    /// character used to stay bare, and form a new escape once that one was decoded.
+    #[test]
+    fn a_bare_percent_is_escaped_so_that_canonical_urls_stay_canonical() {
+        let once = c("http://example.com/a/o%%33%333x?q=%%41&r=100%");
+        assert_eq!(once, "http://example.com/a/o%25333x?q=%25A&r=100%25");
+        assert_eq!(c(&once), once);
     }
 
     #[test]

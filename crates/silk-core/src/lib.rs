@@ -7,6 +7,7 @@
 
 pub mod canon;
 pub mod clock;
+pub mod command;
 pub mod error;
 pub mod ids;
 pub mod request;
@@ -14,6 +15,7 @@ pub mod spider;
 
 pub use canon::{CanonRules, Fingerprint, canonicalize, fingerprint, fingerprint_salted};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use command::CommandSpec;
 pub use error::CoreError;
 pub use ids::{AgentId, JobId, RunId, TenantId};
 pub use request::{Method, Request};

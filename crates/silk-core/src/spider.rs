@@ -95,6 +95,17 @@ pub struct SpiderSpec {
     /// Redirects followed from one start of a chain; then the request fails.
     #[serde(default = "default_max_redirects")]
     pub max_redirects: u32,
+    /// The parse budget: an HTML page whose elements nest deeper than this is not parsed
+    /// (the request fails with `parse_budget`).
+    #[serde(default = "default_max_html_depth")]
+    pub max_html_depth: u32,
+    /// The parse budget: an HTML page with more elements than this is not parsed.
+    #[serde(default = "default_max_html_elements")]
+    pub max_html_elements: u64,
+    /// The parse budget: a page whose parsing and extraction take longer than this fails
+    /// (`parse_budget`); the thread that parses it is abandoned, the crawl goes on.
+    #[serde(default = "default_parse_timeout_ms")]
+    pub parse_timeout_ms: u64,
     /// Proxy URL (http, https, socks5) or a list of them used in turn.
     #[serde(default, deserialize_with = "one_or_many")]
     pub proxy: Vec<String>,
@@ -221,6 +232,15 @@ fn default_max_body_bytes() -> u64 {
 fn default_max_redirects() -> u32 {
     10
 }
+fn default_max_html_depth() -> u32 {
+    1_024
+}
+fn default_max_html_elements() -> u64 {
+    1_000_000
+}
+fn default_parse_timeout_ms() -> u64 {
+    10_000
+}
 fn default_segment() -> String {
     "1d".into()
 }
@@ -310,6 +330,15 @@ impl SpiderSpec {
         }
         if self.start_urls.is_empty() {
             p.push("start_urls: at least one URL is needed".into());
+        }
+        if self.max_html_depth == 0 {
+            p.push("max_html_depth: must be at least 1".into());
+        }
+        if self.max_html_elements == 0 {
+            p.push("max_html_elements: must be at least 1".into());
+        }
+        if self.parse_timeout_ms == 0 {
+            p.push("parse_timeout_ms: must be at least 1".into());
         }
         let rules = CanonRules::new(&self.ignore_params, &self.canonical_rewrites);
         match &rules {

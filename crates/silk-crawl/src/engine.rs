@@ -94,7 +94,7 @@ struct Shared {
     clock: Arc<dyn Clock>,
     frontier: Arc<dyn FrontierStore>,
     fetcher: Fetcher,
-    extractor: Extractor,
+    extractor: Arc<Extractor>,
     robots: Option<RobotsCache>,
     sink: JsonlSink,
     wake: Notify,
@@ -244,7 +244,7 @@ impl Crawl {
         // What the spider asks for is compiled first: a bad rule is reported before anything
         // is written (see `CrawlError::is_bad_spider`).
         let spec = &spider.spec;
-        let extractor = Extractor::compile(&spider)?;
+        let extractor = Arc::new(Extractor::compile(&spider)?);
         let fetcher = Fetcher::new(FetchConfig::from_spider(spec))?;
         std::fs::create_dir_all(&opts.data_dir).map_err(|e| CrawlError::DataDir {
             path: opts.data_dir.clone(),
@@ -567,9 +567,47 @@ impl Shared {
                 reason: format!("http_{status}"),
             });
         }
-        let page = self
-            .extractor
-            .parse(&url, &resp.body, resp.content_type.as_deref());
+        // On a blocking thread of its own, with a deadline: a page that takes longer than
+        // `parse_timeout_ms` fails and its thread is abandoned (the parse budget bounds its
+        // work), so neither the runtime nor a stop waits for it.
+        // Small pages cannot take long (see `INLINE_PARSE_MAX_BYTES`): parsed right here.
+        let extractor = self.extractor.clone();
+        let (page_url, body, content_type) = (url.clone(), resp.body.clone(), resp.content_type);
+        let page = if body.len() <= silk_fetch::extract::budget::INLINE_PARSE_MAX_BYTES {
+            Ok(Ok(extractor.parse(
+                &page_url,
+                &body,
+                content_type.as_deref(),
+            )))
+        } else {
+            let parsing = tokio::task::spawn_blocking(move || {
+                extractor.parse(&page_url, &body, content_type.as_deref())
+            });
+            let timeout = Duration::from_millis(spec.parse_timeout_ms);
+            tokio::time::timeout(timeout, parsing).await
+        };
+        let page = match page {
+            Ok(Ok(page)) => page,
+            Ok(Err(e)) => {
+                tracing::error!(url = %req.url, error = %e, "parsing failed");
+                return done(Outcome::Failed {
+                    reason: "parse_failed".into(),
+                });
+            }
+            Err(_) => silk_fetch::Page {
+                over_budget: Some(format!(
+                    "parsing took longer than parse_timeout_ms ({} ms)",
+                    spec.parse_timeout_ms
+                )),
+                ..silk_fetch::Page::default()
+            },
+        };
+        if let Some(why) = &page.over_budget {
+            tracing::warn!(url = %req.url, reason = %why, "page over the parse budget; not parsed");
+            return done(Outcome::Failed {
+                reason: "parse_budget".into(),
+            });
+        }
         if self.spider.wants_item(&req.url) {
             let mut item = page.fields;
             item.insert("url".into(), serde_json::Value::String(req.url.clone()));

@@ -365,3 +365,59 @@ async fn hostile_servers_end_as_failed_requests() {
     assert!(titles.contains(&LATIN1_TITLE), "{titles:?}");
     assert!(items.iter().all(|i| i["url"].is_string()));
 }
+
+/// Crawls the deep-nesting page at `deep_path` and one ordinary page, with an XPath field
+/// and the spider keys of `extra`; asserts that the deep page failed, the other one gave its
+/// item, and the crawl completed (without waiting for an abandoned parse).
+async fn crawl_a_deep_page_and_an_ordinary_one(deep_path: &str, extra: &str) {
+    use silk_testkit::hostile::{HostileKind, HostileServer};
+    let deep = HostileServer::start(HostileKind::DeepNesting)
+        .await
+        .unwrap();
+    let site = DemoSite::start(DemoConfig {
+        hosts: 1,
+        pages: 3,
+        ..DemoConfig::default()
+    })
+    .await
+    .unwrap();
+    let yaml = format!(
+        "name: deep\nstart_urls: ['{}', '{}']\nrobots: false\nmax_retries: 0\nper_host_delay_ms: 0\n\
+         follow: []\nextract: {{title: {{xpath: '//h1'}}}}\n{extra}",
+        deep.url(deep_path),
+        site.page_url(1, 0),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let summary = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        crawl(spider(&yaml), dir.path()),
+    )
+    .await
+    .expect("the crawl ends without parsing the deep page to its end");
+    assert_eq!(summary.finish, Finish::Complete);
+    let f = &summary.progress.frontier;
+    assert_eq!((f.success, f.failed, f.left), (1, 1, 0), "{f:?}");
+    let items = items(dir.path());
+    assert_eq!(items.len(), 1, "{items:?}");
+    assert_eq!(items[0]["url"], site.page_url(1, 0));
+}
+
+/// The parse budget: a page of 1,000,000 nested `<div>`s with an XPath field (the page that
+/// kept a core busy for over an hour) fails at once as `parse_budget`, and the rest of the
+/// crawl goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_over_the_parse_budget_fails_and_the_crawl_goes_on() {
+    crawl_a_deep_page_and_an_ordinary_one("/", "").await;
+}
+
+/// The parse budget's time limit: a page inside the depth and element limits (raised here)
+/// whose parsing takes seconds fails after `parse_timeout_ms` as `parse_budget`; its thread
+/// is abandoned and the crawl goes on and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_parses_too_long_fails_after_parse_timeout_ms() {
+    crawl_a_deep_page_and_an_ordinary_one(
+        "/levels/25000",
+        "max_html_depth: 100000000\nmax_html_elements: 100000000\nparse_timeout_ms: 300\n",
+    )
+    .await;
+}

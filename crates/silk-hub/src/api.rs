@@ -26,7 +26,9 @@
 //!
 //! Errors are `{"code": "...", "message": "..."}`: `400 bad_request`, `401 unauthorized`,
 //! `403 forbidden`, `404 not_found`, `409 conflict` / `wrong_state` / `allocation_failed`,
-//! `503 bus` / `shutting_down` / `not_ready`, `500` otherwise.
+//! `413 too_large` (bodies over [`MAX_BODY_BYTES`]), `503 bus` / `shutting_down` /
+//! `not_ready`, `500` otherwise (its message names an incident id, never the detail: that
+//! goes to the hub's log).
 //!
 //! Auth: every `/api/v1` route but the OpenAPI document needs `Authorization: Bearer
 //! TOKEN` unless the API is built with [`ApiOptions::auth`] false (`--no-auth`, loopback
@@ -105,8 +107,23 @@ impl From<HubError> for ApiError {
             "bus" | "shutting_down" => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            return internal_error(code, &e);
+        }
         ApiError::new(status, code, e.to_string())
     }
+}
+
+/// A `500`: the detail (a store error, a path in the data dir) goes to the hub's log under
+/// an incident id, and the answer says only the code and that id.
+fn internal_error(code: &str, detail: &dyn std::fmt::Display) -> ApiError {
+    let incident = uuid::Uuid::now_v7().simple().to_string();
+    tracing::error!(incident = %incident, code, error = %detail, "request failed inside the hub");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        code,
+        format!("internal error in the hub ({code}); the hub's log has it as incident {incident}"),
+    )
 }
 
 impl IntoResponse for ApiError {
@@ -179,10 +196,12 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 pub(crate) fn router(hub: HubHandle, options: ApiOptions) -> Router {
     let (api, doc) = api_routes();
     let doc_json = doc.to_pretty_json().unwrap_or_else(|_| "{}".into());
-    let api = api.layer(axum::middleware::from_fn_with_state(
-        (hub.clone(), options),
-        authenticate,
-    ));
+    let api = api
+        .layer(axum::middleware::from_fn_with_state(
+            (hub.clone(), options),
+            authenticate,
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -209,6 +228,13 @@ async fn authenticate(
     next: Next,
 ) -> Response {
     if !options.auth {
+        // Without tokens, any page a browser on this machine opens could send requests
+        // here: state-changing ones are taken only from this hub's own pages (or from
+        // clients that are not browsers, which send no `Origin`).
+        if let Some(why) = cross_site(&request) {
+            tracing::warn!(method = %request.method(), path = %request.uri().path(), "{why}");
+            return ApiError::new(StatusCode::FORBIDDEN, "forbidden", why).into_response();
+        }
         request.extensions_mut().insert(Principal {
             token_id: "none".into(),
             admin: true,
@@ -242,6 +268,37 @@ async fn authenticate(
     }
 }
 
+/// Why a state-changing request is refused as cross-site: its `Origin` is not this hub's
+/// (the `Host` it was sent to), or the browser says `Sec-Fetch-Site: cross-site`.
+fn cross_site(request: &Request) -> Option<String> {
+    use axum::http::Method;
+    if matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    ) {
+        return None;
+    }
+    let headers = request.headers();
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if text("sec-fetch-site") == Some("cross-site") {
+        return Some("cross-site request refused (Sec-Fetch-Site: cross-site)".into());
+    }
+    let origin = text("origin")?;
+    let host = text("host").unwrap_or("");
+    let origin_host = origin
+        .parse::<axum::http::Uri>()
+        .ok()
+        .and_then(|u| u.authority().map(|a| a.as_str().to_ascii_lowercase()));
+    if !host.is_empty() && origin_host.as_deref() == Some(host.to_ascii_lowercase().as_str()) {
+        None
+    } else {
+        Some(format!(
+            "cross-site request refused: Origin `{origin}` is not this hub (`{host}`); without \
+             tokens (--no-auth) only the hub's own pages may change anything"
+        ))
+    }
+}
+
 fn require_admin(principal: &Principal) -> ApiResult<()> {
     if principal.admin {
         Ok(())
@@ -254,11 +311,74 @@ fn require_admin(principal: &Principal) -> ApiResult<()> {
     }
 }
 
+/// Refuses a raw command in a downloader config (`downloader.proxies.provider`,
+/// `downloader.redial.command`; see `silk_core::command`) from a token that is not an
+/// admin's: nothing a token holder sends may run code on a machine unless an admin defined
+/// it. Non-admin tokens name commands the agents' admins defined (`{"command": NAME}`). An
+/// admin's raw command is let through and logged, without the command (it may hold
+/// secrets); the agents still run it only if they allow raw commands.
+fn check_commands(
+    principal: &Principal,
+    downloader: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> ApiResult<()> {
+    let Some(downloader) = downloader else {
+        return Ok(());
+    };
+    let fields: Vec<String> = silk_core::command::raw_command_fields(downloader)
+        .into_iter()
+        .map(|f| format!("downloader.{f}"))
+        .collect();
+    if fields.is_empty() {
+        return Ok(());
+    }
+    if !principal.admin {
+        tracing::warn!(token = %principal.token_id, fields = %fields.join(", "), "raw command refused: not an admin token");
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "{}: only an admin token may send a raw command; name a command defined on \
+                 the agents instead: {{\"command\": NAME}}",
+                fields.join(", ")
+            ),
+        ));
+    }
+    tracing::warn!(token = %principal.token_id, fields = %fields.join(", "), "raw command accepted from an admin token");
+    Ok(())
+}
+
 async fn readyz(State(hub): State<HubHandle>) -> Response {
     match hub.ready().await {
         Ok(()) => "ready".into_response(),
         Err(reason) => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", reason).into_response()
+        }
+    }
+}
+
+/// The largest request body the API reads; a larger one is `413 too_large`.
+pub const MAX_BODY_BYTES: usize = 2 << 20;
+
+/// A request body, read up to [`MAX_BODY_BYTES`]; a larger one, or one that cannot be read,
+/// is refused with a JSON error (`413 too_large`, `400 bad_request`).
+struct Body(Bytes);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        match Bytes::from_request(request, state).await {
+            Ok(bytes) => Ok(Body(bytes)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+            )),
+            Err(e) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("the request body could not be read: {}", e.body_text()),
+            )),
         }
     }
 }
@@ -322,9 +442,14 @@ async fn list_jobs(State(hub): State<HubHandle>) -> ApiResult<Json<Vec<Job>>> {
 
 /// Creates a job.
 #[utoipa::path(post, path = "/api/v1/jobs", request_body = JobSpec,
-    responses((status = 201, body = Job), (status = 400, body = ApiError), (status = 409, body = ApiError)))]
-async fn create_job(State(hub): State<HubHandle>, body: Bytes) -> ApiResult<Response> {
+    responses((status = 201, body = Job), (status = 400, body = ApiError), (status = 403, body = ApiError), (status = 409, body = ApiError)))]
+async fn create_job(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Body(body): Body,
+) -> ApiResult<Response> {
     let spec: JobSpec = parse_body(&body)?;
+    check_commands(&principal, spec.downloader.as_ref())?;
     let job = hub.create_job(spec).await?;
     Ok((StatusCode::CREATED, Json(job)).into_response())
 }
@@ -339,13 +464,20 @@ async fn get_job(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiRes
 /// Changes a job: a JSON merge patch of `JobSpec` fields (`null` resets one).
 #[utoipa::path(patch, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
     request_body = Object,
-    responses((status = 200, body = Job), (status = 400, body = ApiError), (status = 404, body = ApiError)))]
+    responses((status = 200, body = Job), (status = 400, body = ApiError), (status = 403, body = ApiError), (status = 404, body = ApiError)))]
 async fn patch_job(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Json<Job>> {
     let patch: serde_json::Value = parse_body(&body)?;
+    check_commands(
+        &principal,
+        patch
+            .get("downloader")
+            .and_then(serde_json::Value::as_object),
+    )?;
     Ok(Json(hub.update_job(&id, &patch).await?))
 }
 
@@ -405,7 +537,7 @@ async fn job_runs(
 async fn trigger_job(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Response> {
     let trigger: TriggerRequest = parse_optional_body(&body)?;
     let view = hub.trigger(&id, trigger).await?;
@@ -432,9 +564,14 @@ async fn list_runs(
 
 /// Starts an ad-hoc run (no job): allocated synchronously.
 #[utoipa::path(post, path = "/api/v1/runs", request_body = RunRequest,
-    responses((status = 201, body = RunView), (status = 400, body = ApiError), (status = 409, body = ApiError)))]
-async fn submit_run(State(hub): State<HubHandle>, body: Bytes) -> ApiResult<Response> {
+    responses((status = 201, body = RunView), (status = 400, body = ApiError), (status = 403, body = ApiError), (status = 409, body = ApiError)))]
+async fn submit_run(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Body(body): Body,
+) -> ApiResult<Response> {
     let request: RunRequest = parse_body(&body)?;
+    check_commands(&principal, request.downloader.as_ref())?;
     let view = hub.submit(request).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
@@ -493,7 +630,7 @@ struct RestartRequest {
 async fn restart_run(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Response> {
     let request: RestartRequest = parse_optional_body(&body)?;
     let view = hub.restart(&run_id(&id)?, request.keep_frontier).await?;
@@ -782,8 +919,8 @@ async fn run_items(
     let path = view.items_path.clone();
     let page = tokio::task::spawn_blocking(move || crate::sinks::read_items(&path, cursor, limit))
         .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage", e))?;
+        .map_err(|e| internal_error("internal", &e))?
+        .map_err(|e| internal_error("storage", &e))?;
     Ok(Json(page))
 }
 
@@ -814,7 +951,7 @@ struct TokenRequest {
 async fn create_token(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Response> {
     require_admin(&principal)?;
     let request: TokenRequest = parse_body(&body)?;

@@ -106,6 +106,12 @@ pub struct HubConfig {
     /// that dies loses its runs to the other hubs this long after its last renewal. Renewed
     /// every third of it.
     pub ownership_ttl_ms: u64,
+    /// A request whose agent is lost while fetching it this many times is given up as
+    /// poison (failed, reason `poison`) instead of being sent to another agent again: a
+    /// page that crashes its agent would otherwise take the fleet down one agent at a time,
+    /// forever. Default 3. (A request whose lease expires uses up a retry each time, so
+    /// `max_retries` bounds that case.)
+    pub poison_after_losses: u32,
 }
 
 impl HubConfig {
@@ -126,6 +132,7 @@ impl HubConfig {
             frontier_url: None,
             frontier_prefix: "silk".into(),
             ownership_ttl_ms: 15_000,
+            poison_after_losses: 3,
         }
     }
 }
@@ -368,6 +375,12 @@ pub(crate) fn check_request(request: &RunRequest) -> Result<Spider, HubError> {
     }
     if let Some(sinks) = &request.sinks {
         sinks.validate().map_err(HubError::BadRun)?;
+    }
+    if let Some(fail_if) = &request.fail_if {
+        let problems = fail_if.problems();
+        if !problems.is_empty() {
+            return Err(HubError::BadRun(problems.join("; ")));
+        }
     }
     Ok(spider)
 }
@@ -640,6 +653,7 @@ impl Shared {
             feed: new.feed,
             shared_frontier,
             hub: Some(self.hub_id.clone()),
+            fail_if: request.fail_if,
         };
         if !self.hold_run(&id).await? {
             return Err(HubError::Store(format!(
@@ -1117,6 +1131,7 @@ impl HubHandle {
             stall_timeout_ms: Some(old.stall_timeout_ms),
             downloader: Some(old.downloader.clone()),
             sinks: Some(old.sinks.clone()),
+            fail_if: old.fail_if.clone(),
         };
         let job = old.job_id.clone().zip(old.job_name.clone());
         let view = self

@@ -90,6 +90,10 @@ pub struct JobSpec {
     /// Item sinks of its runs besides the JSON Lines file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sinks: Option<Sinks>,
+    /// When its runs, once they reached their end, count as failed (defaults: see
+    /// `FailIf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_if: Option<crate::health::FailIf>,
     /// Whether the schedule fires (manual triggers always work); default true.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -260,6 +264,7 @@ impl JobSpec {
             stall_timeout_ms: self.stall_timeout_ms,
             downloader: self.downloader.clone(),
             sinks: self.sinks.clone(),
+            fail_if: self.fail_if.clone(),
         })
     }
 

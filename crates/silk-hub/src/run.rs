@@ -12,6 +12,7 @@
 //! `cancelled`. Terminal states never change.
 
 use crate::allocation::{Allocation, OnAgentLost, Strategy};
+use crate::health::FailIf;
 use serde::{Deserialize, Serialize};
 use silk_core::{AgentId, RunId};
 use std::collections::BTreeMap;
@@ -107,6 +108,10 @@ pub struct RunRequest {
     /// Item sinks besides the run's JSON Lines file.
     #[serde(default)]
     pub sinks: Option<Sinks>,
+    /// When the run, once it reached its end, counts as failed (default: every request
+    /// failed, more than half failed, more than half the pages blocked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_if: Option<FailIf>,
 }
 
 /// Where a run's items go besides its JSON Lines file (`runs/{id}/items.jsonl`, always
@@ -216,6 +221,12 @@ pub struct RunStats {
     pub affinity_broken: u64,
     /// `chained` + `reassign`: bound requests moved to another agent because theirs was lost.
     pub reassigned: u64,
+    /// Results whose page was blocked (`proxy_banned`: a ban status or the ban regex), this
+    /// hub session.
+    pub blocked: u64,
+    /// Requests given up as poison: their agent was lost while fetching them too often
+    /// (`HubConfig::poison_after_losses`); counted in `failed` too.
+    pub poisoned: u64,
     /// Results matched per agent (this hub session).
     pub by_agent: std::collections::BTreeMap<String, u64>,
 }
@@ -294,6 +305,9 @@ pub struct RunRecord {
     /// The hub that drives the run (the holder of its lease in the store, see `ownership`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hub: Option<String>,
+    /// When the run counts as failed at its end (`None`: the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_if: Option<FailIf>,
 }
 
 /// How a run fed by the router's `silk.JobOutbound` lives: it is not seeded with the
@@ -366,6 +380,8 @@ pub struct RunView {
     /// Where the run's frontier is: `embedded` (the data dir of its hub) or `redis` (shared
     /// by the cluster's hubs; its items are then kept in the store).
     pub frontier: String,
+    /// When the run counts as failed at its end (the thresholds in force, defaults filled).
+    pub fail_if: FailIf,
 }
 
 impl RunView {
@@ -404,6 +420,7 @@ impl RunView {
             } else {
                 "embedded".into()
             },
+            fail_if: record.fail_if.clone().unwrap_or_default(),
         }
     }
 }

@@ -92,6 +92,10 @@ struct Counters {
     affinity_kept: AtomicU64,
     affinity_broken: AtomicU64,
     reassigned: AtomicU64,
+    /// Results whose page was blocked (`proxy_banned`).
+    blocked: AtomicU64,
+    /// Requests given up as poison.
+    poisoned: AtomicU64,
     by_agent: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -157,6 +161,9 @@ pub(crate) struct Run {
     disowned: Mutex<Option<String>>,
     /// The frontier is in Redis (`RunRecord::shared_frontier`): items also go to the store.
     shared_frontier: bool,
+    /// How often each request's agent was lost while fetching it (this hub session), by
+    /// URL and dedup salt: the poison count.
+    losses: Mutex<HashMap<String, u32>>,
 }
 
 /// Why a run did not take fed requests.
@@ -271,6 +278,7 @@ impl Run {
             outcomes_written: Notify::new(),
             max_retries,
             applying: tokio::sync::RwLock::new(()),
+            losses: Mutex::new(HashMap::new()),
             disowned: Mutex::new(None),
             shared_frontier,
         }))
@@ -463,6 +471,8 @@ impl Run {
             affinity_kept: c.affinity_kept.load(Ordering::Relaxed),
             affinity_broken: c.affinity_broken.load(Ordering::Relaxed),
             reassigned: c.reassigned.load(Ordering::Relaxed),
+            blocked: c.blocked.load(Ordering::Relaxed),
+            poisoned: c.poisoned.load(Ordering::Relaxed),
             by_agent: lock(&c.by_agent).clone(),
         }
     }
@@ -526,6 +536,9 @@ impl Run {
         self.last_progress_ms
             .store(hub.clock.now_ms(), Ordering::Relaxed);
         let o = &result.outcome;
+        if o.error.as_ref().is_some_and(|e| e.code == "proxy_banned") {
+            self.counters.blocked.fetch_add(1, Ordering::Relaxed);
+        }
         self.counters.bytes.fetch_add(o.bytes, Ordering::Relaxed);
         self.counters
             .bytes_saved
@@ -729,13 +742,49 @@ impl Run {
                 .is_some_and(|a| a.agents().contains(agent));
             (r.strategy, r.on_agent_lost, allocated)
         };
+        // A request whose agent keeps dying while fetching it is poison (it may be what
+        // kills them): after `poison_after_losses` losses it fails instead of going back.
+        let bound = hub.config.poison_after_losses.max(1);
+        let poisoned: Mutex<Vec<String>> = Mutex::default();
         let lost = self.take_out(
             |o| &o.agent == agent,
-            || Outcome::Release {
-                reason: "agent_lost".into(),
+            |o| {
+                let key = format!(
+                    "{}#{}",
+                    o.request.url,
+                    o.request.dedup_salt.as_deref().unwrap_or("")
+                );
+                let losses = {
+                    let mut counts = lock(&self.losses);
+                    let n = counts.entry(key).or_insert(0);
+                    *n += 1;
+                    *n
+                };
+                if losses >= bound {
+                    self.counters.poisoned.fetch_add(1, Ordering::Relaxed);
+                    self.write_lost_outcome(hub, o, "poison", false);
+                    lock(&poisoned).push(o.request.url.clone());
+                    Outcome::Failed {
+                        reason: "poison".into(),
+                    }
+                } else {
+                    Outcome::Release {
+                        reason: "agent_lost".into(),
+                    }
+                }
             },
             |_| {},
         );
+        for url in poisoned.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            tracing::warn!(run = %self.id, url = %url, losses = bound, "poison request given up: its agent was lost while fetching it every time");
+            hub.logs.hub(
+                &self.id,
+                Level::Error,
+                format!(
+                    "{url} failed as poison: its agent was lost while fetching it {bound} times (poison_after_losses)"
+                ),
+            );
+        }
         if !lost.is_empty() {
             tracing::info!(run = %self.id, agent = %agent, requests = lost.len(), "agent dead: its requests go back to the frontier");
             hub.logs.hub(
@@ -770,7 +819,7 @@ impl Run {
     fn take_out(
         &self,
         which: impl Fn(&Out) -> bool,
-        outcome: impl Fn() -> Outcome,
+        outcome: impl Fn(&Out) -> Outcome,
         mut each: impl FnMut(&Out),
     ) -> Vec<(LeaseId, Outcome)> {
         let mut out = lock(&self.out);
@@ -783,7 +832,7 @@ impl Run {
             .filter_map(|id| out.remove(&id).map(|o| (id, o)))
             .map(|(id, o)| {
                 each(&o);
-                (LeaseId(id), outcome())
+                (LeaseId(id), outcome(&o))
             })
             .collect()
     }
@@ -797,7 +846,7 @@ impl Run {
         let margin = self.expiry_margin_ms();
         let expired = self.take_out(
             |o| o.deadline_ms.saturating_sub(margin) <= now_ms,
-            || Outcome::Retry {
+            |_| Outcome::Retry {
                 reason: "lease_timeout".into(),
             },
             // Its last attempt: the run's outcome for it is this.
@@ -1183,6 +1232,38 @@ impl Run {
         Ok(())
     }
 
+    /// Why a run that reached its end counts as failed (its `fail_if`, see `health`), if it
+    /// does. A fed run is not judged: it ends when the router stops feeding it, and each of
+    /// its requests' outcomes goes back to the router.
+    async fn unhealthy(&self, hub: &Shared) -> Option<String> {
+        if self.feed.is_some() {
+            return None;
+        }
+        let fail_if = lock(&self.record).fail_if.clone().unwrap_or_default();
+        let stats = self.final_stats(hub, hub.clock.now_ms()).await;
+        let figures = crate::health::Figures {
+            success: stats.success,
+            failed: stats.failed,
+            items: stats.items,
+            returned: stats.returned,
+            blocked: stats.blocked,
+        };
+        fail_if.verdict(&figures)
+    }
+
+    /// The counters of a run that ends: its items counted in the store when every hub that
+    /// drove it wrote them there (a shared frontier).
+    async fn final_stats(&self, hub: &Shared, now_ms: u64) -> RunStats {
+        let mut stats = self.stats(now_ms).await;
+        if self.shared_frontier {
+            match hub.store.count_items(self.id.as_str()).await {
+                Ok(n) => stats.items = n,
+                Err(e) => tracing::warn!(run = %self.id, error = %e, "items not counted"),
+            }
+        }
+        stats
+    }
+
     /// Records the end, tells the agents to release the downloader, syncs and closes.
     async fn finish(&self, hub: &Shared, end: End) {
         // No request is fed from here on (the frontier closes below).
@@ -1225,7 +1306,7 @@ impl Run {
             // show nothing in flight.
             let out = self.take_out(
                 |_| true,
-                || Outcome::Release {
+                |_| Outcome::Release {
                     reason: "run_ended".into(),
                 },
                 |_| {},
@@ -1255,14 +1336,7 @@ impl Run {
             tracing::warn!(run = %self.id, error = %e, "outcomes sync failed");
         }
         if state.is_terminal() {
-            let mut stats = self.stats(now).await;
-            if self.shared_frontier {
-                // Every hub that drove the run wrote its items to the store.
-                match hub.store.count_items(self.id.as_str()).await {
-                    Ok(n) => stats.items = n,
-                    Err(e) => tracing::warn!(run = %self.id, error = %e, "items not counted"),
-                }
-            }
+            let stats = self.final_stats(hub, now).await;
             let agents: Vec<AgentId> = lock(&self.allocated_on).iter().cloned().collect();
             for agent in agents {
                 let release = Command::Release {
@@ -1385,6 +1459,13 @@ pub(crate) async fn drive(hub: Arc<Shared>, run: Arc<Run>) {
         Ok(Ok(end)) => end,
         Ok(Err(reason)) => End::Failed(reason),
         Err(e) => End::Failed(format!("internal error in the run's dispatch loop: {e}")),
+    };
+    let end = match end {
+        End::Succeeded => match run.unhealthy(&hub).await {
+            Some(reason) => End::Failed(reason),
+            None => End::Succeeded,
+        },
+        other => other,
     };
     run.finish(&hub, end).await;
     hub.run_finished(&run);

@@ -57,6 +57,7 @@ fn asset(body: &'static str, content_type: &'static str) -> impl IntoResponse {
             (HeaderName::from_static("content-security-policy"), CSP),
             (HeaderName::from_static("x-content-type-options"), "nosniff"),
             (HeaderName::from_static("referrer-policy"), "no-referrer"),
+            (HeaderName::from_static("x-frame-options"), "DENY"),
         ],
         body,
     )
@@ -87,6 +88,8 @@ mod tests {
             let headers = resp.headers().clone();
             assert_eq!(headers["content-type"], ty, "{path}");
             assert_eq!(headers["cache-control"], "no-cache", "{path}");
+            assert_eq!(headers["x-frame-options"], "DENY", "{path}");
+            assert_eq!(headers["referrer-policy"], "no-referrer", "{path}");
             assert!(
                 headers["content-security-policy"]
                     .to_str()

@@ -421,6 +421,372 @@ async fn jobs_runs_logs_items_events_tokens_over_http() {
     hub.shutdown().await;
 }
 
+/// Nothing a non-admin token sends runs a command: a raw proxy provider or redial command
+/// in an ad-hoc run, a new job or a job patch is refused with `403` naming the field, and
+/// nothing runs; a command the agent's admin defined may be named by any token; an admin's
+/// raw command still runs (on an agent that allows raw commands, as `silk up`'s do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn raw_commands_need_an_admin_token() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let hub = start_hub(dir.path(), &bus).await;
+    let named = dir.path().join("named-ran");
+    let config = silk_agent::AgentConfig {
+        commands: [(
+            "one-proxy".to_owned(),
+            silk_agent::CommandDef {
+                shell: Some(format!(
+                    "touch '{}'; echo http://127.0.0.1:9",
+                    named.display()
+                )),
+                ..Default::default()
+            },
+        )]
+        .into(),
+        allow_raw_commands: true,
+        ..agent_config(dir.path(), "a1")
+    };
+    let _a = start_agent_with(config, &bus).await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let admin = Api::serve(&hub).await;
+    let (status, made) = admin.post("/api/v1/tokens", json!({"name": "team"})).await;
+    assert_eq!(status, 201, "{made}");
+    let member = admin.with_token(made["token"].as_str().map(str::to_owned));
+
+    let pwned = dir.path().join("pwned");
+    let spider = "name: x\nstart_urls: ['http://127.0.0.1:9/']\nmax_retries: 0\n";
+    let raw_provider = json!({"proxies": {"provider":
+        format!("touch '{}'; echo http://127.0.0.1:9", pwned.display())}});
+    let refused = |(status, body): (u16, Value), field: &str| {
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (403, Some("forbidden")),
+            "{body}"
+        );
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains(field), "{field} not named in {message}");
+        assert!(
+            !message.contains("touch"),
+            "the command is echoed back: {message}"
+        );
+    };
+    // The issue's reproduction, as an ad-hoc run.
+    refused(
+        member
+            .post(
+                "/api/v1/runs",
+                json!({"spider": spider, "downloader": raw_provider}),
+            )
+            .await,
+        "downloader.proxies.provider",
+    );
+    // A job with a raw redial (a program and its arguments: no shell, still raw).
+    refused(
+        member
+            .post(
+                "/api/v1/jobs",
+                json!({"name": "j", "spider": spider,
+                    "downloader": {"redial": {"command": ["touch", pwned.display().to_string()]}}}),
+            )
+            .await,
+        "downloader.redial.command",
+    );
+    assert_eq!(member.get("/api/v1/jobs/j").await.0, 404, "no job was made");
+    // A job without commands, then a patch that adds one.
+    let (status, job) = member
+        .post("/api/v1/jobs", json!({"name": "j", "spider": spider}))
+        .await;
+    assert_eq!(status, 201, "{job}");
+    refused(
+        member
+            .call(
+                reqwest::Method::PATCH,
+                "/api/v1/jobs/j",
+                Some(json!({"downloader": raw_provider})),
+            )
+            .await,
+        "downloader.proxies.provider",
+    );
+    let (_, job) = member.get("/api/v1/jobs/j").await;
+    assert!(job.get("downloader").is_none_or(Value::is_null), "{job}");
+    assert!(!pwned.exists(), "a refused command ran");
+
+    // A named command: any token may use it; the agent runs its own definition.
+    let (status, view) = member
+        .post(
+            "/api/v1/runs",
+            json!({"spider": spider, "downloader": {"proxies": {"provider": {"command": "one-proxy"}}}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{view}");
+    assert!(
+        named.exists(),
+        "the named provider ran before the allocation was confirmed"
+    );
+
+    // The admin's raw command runs.
+    let (status, view) = admin
+        .post(
+            "/api/v1/runs",
+            json!({"spider": spider, "downloader": raw_provider}),
+        )
+        .await;
+    assert_eq!(status, 201, "{view}");
+    assert!(pwned.exists(), "the admin's raw provider ran");
+    hub.shutdown().await;
+}
+
+/// Honest outcomes: a run whose every request failed ends `failed`, and the reason names the
+/// threshold and the figures; `fail_if` changes the thresholds (here: off, then a minimum
+/// of items), and a bad one is refused naming its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_fails_when_its_health_says_so() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let api = Api::serve(&hub).await;
+    // Two unreachable start URLs (nothing listens on port 9), no retries.
+    let unreachable = "name: down\nstart_urls: ['http://127.0.0.1:9/a', 'http://127.0.0.1:9/b']\n\
+        max_retries: 0\nper_host_delay_ms: 0\n";
+    let (api, hub) = (&api, &hub);
+    let run = |body: Value| async move {
+        let (status, view) = api.post("/api/v1/runs", body).await;
+        assert_eq!(status, 201, "{view}");
+        let id = view["id"].as_str().unwrap().to_owned();
+        within(
+            "the run to end",
+            30,
+            hub.wait_run(&silk_core::RunId::new(&id)),
+        )
+        .await
+        .unwrap()
+    };
+    let done = run(json!({"spider": unreachable})).await;
+    assert_eq!(done.state, RunState::Failed, "{:?}", done.reason);
+    assert_eq!(
+        done.reason.as_deref(),
+        Some("fail_if.all_failed: every request failed (2 of 2)")
+    );
+    assert_eq!((done.stats.failed, done.stats.success), (2, 0));
+    let (_, view) = api.get(&format!("/api/v1/runs/{}", done.id)).await;
+    assert_eq!(view["fail_if"]["all_failed"], true, "{view}");
+
+    let done = run(json!({"spider": unreachable, "fail_if": {"all_failed": false}})).await;
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+
+    // A healthy site, but fewer items than asked for.
+    let site = site(5, 0).await;
+    let spider = format!(
+        "name: few\nstart_urls: ['{}']\nallowed_domains: [{}]\nmax_pages: 3\nper_host_delay_ms: 0\n\
+         item_when: '/p/\\d+$'\nextract: {{title: {{css: 'h1.title'}}}}\n",
+        site.start_url(),
+        site.host_ips()[0]
+    );
+    let done = run(json!({"spider": spider, "fail_if": {"min_items": 1000}})).await;
+    assert_eq!(done.state, RunState::Failed, "{:?}", done.reason);
+    let reason = done.reason.unwrap();
+    assert!(
+        reason.starts_with("fail_if.min_items: ") && reason.ends_with(" items, fewer than 1000"),
+        "{reason}"
+    );
+
+    let (status, bad) = api
+        .post(
+            "/api/v1/runs",
+            json!({"spider": unreachable, "fail_if": {"failed_ratio": 2}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap()
+            .contains("fail_if.failed_ratio"),
+        "{bad}"
+    );
+    let (status, bad) = api
+        .post(
+            "/api/v1/runs",
+            json!({"spider": unreachable, "fail_if": {"min_itemz": 2}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("min_itemz"),
+        "{bad}"
+    );
+    hub.shutdown().await;
+}
+
+/// Browser-side safety: the API sends no CORS headers (a page elsewhere cannot read it), and
+/// without tokens (`--no-auth`) a state-changing request from another site's page (its
+/// `Origin`, or `Sec-Fetch-Site: cross-site`) is refused; the hub's own pages, reads and
+/// non-browser clients still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_tokens_other_sites_cannot_change_anything() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let hub = start_hub(dir.path(), &bus).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let router = hub.router_with(silk_hub::ApiOptions { auth: false });
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let http = reqwest::Client::new();
+    let job = json!({"name": "j", "spider": "name: j\nstart_urls: ['http://127.0.0.1:9/']\n"});
+    let post = |origin: Option<&str>, site: Option<&str>| {
+        let mut req = http
+            .post(format!("http://{host}/api/v1/jobs"))
+            .header("content-type", "text/plain")
+            .body(job.to_string());
+        if let Some(o) = origin {
+            req = req.header("origin", o);
+        }
+        if let Some(s) = site {
+            req = req.header("sec-fetch-site", s);
+        }
+        req.send()
+    };
+    for (origin, site) in [
+        (Some("http://evil.example"), None),
+        (Some("http://127.0.0.1:1"), None),
+        (Some("null"), None),
+        (None, Some("cross-site")),
+    ] {
+        let resp = post(origin, site).await.unwrap();
+        assert_eq!(resp.status(), 403, "{origin:?} {site:?}");
+        assert!(resp.headers().get("access-control-allow-origin").is_none());
+        let body: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("cross-site request refused"),
+            "{body}"
+        );
+    }
+    assert!(
+        hub.jobs().await.unwrap().is_empty(),
+        "a refused request made a job"
+    );
+    // A read from anywhere is answered (without CORS headers, a browser keeps it from the page).
+    let resp = http
+        .get(format!("http://{host}/api/v1/jobs"))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers().get("access-control-allow-origin").is_none());
+    // The hub's own page, and a client that is not a browser.
+    let own = format!("http://{host}");
+    assert_eq!(
+        post(Some(&own), Some("same-origin"))
+            .await
+            .unwrap()
+            .status(),
+        201
+    );
+    let resp = http
+        .delete(format!("http://{host}/api/v1/jobs/j"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 204);
+    hub.shutdown().await;
+}
+
+/// Bad input never hurts: an oversized body is `413 too_large`, a deeply nested, malformed
+/// or mistyped one `400` naming what is wrong, a YAML alias bomb in a spider `400`, a bad id
+/// `404`; every answer is JSON, and the hub goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_bodies_get_clear_4xx_answers_and_the_hub_stays_up() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let hub = start_hub(dir.path(), &bus).await;
+    let api = Api::serve(&hub).await;
+    let raw = |method: reqwest::Method, path: &str, body: Vec<u8>| {
+        let mut req = api
+            .http
+            .request(method, format!("{}{path}", api.base))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(t) = &api.token {
+            req = req.bearer_auth(t);
+        }
+        async move {
+            let resp = req.send().await.expect("request");
+            let status = resp.status().as_u16();
+            let body: Value =
+                serde_json::from_slice(&resp.bytes().await.unwrap()).expect("every answer is JSON");
+            (status, body)
+        }
+    };
+    let huge = format!("{{\"name\": \"{}\"}}", "x".repeat(3 << 20)).into_bytes();
+    let (status, body) = raw(reqwest::Method::POST, "/api/v1/jobs", huge).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (413, Some("too_large")),
+        "{body}"
+    );
+    let deep = format!(
+        "{{\"spider\": \"x\", \"downloader\": {{\"a\": {}{}}}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    )
+    .into_bytes();
+    let (status, body) = raw(reqwest::Method::POST, "/api/v1/runs", deep).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("recursion limit"),
+        "{body}"
+    );
+    let (status, body) = raw(
+        reqwest::Method::POST,
+        "/api/v1/jobs",
+        b"{\"name\": ".to_vec(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = raw(
+        reqwest::Method::POST,
+        "/api/v1/jobs",
+        br#"{"name": "j", "spider": 3}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("`spider`"),
+        "{body}"
+    );
+    let bomb = "name: bomb\nstart_urls: ['http://127.0.0.1:9/']\n\
+        a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n\
+        c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n\
+        e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n\
+        g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: [*g, *g, *g, *g, *g, *g, *g, *g, *g, *g]\n";
+    let (status, body) = raw(
+        reqwest::Method::POST,
+        "/api/v1/runs",
+        json!({"spider": bomb}).to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    for path in [
+        "/api/v1/runs/..%2F..%2Fetc",
+        "/api/v1/runs/a%00b",
+        "/api/v1/jobs/nope",
+    ] {
+        let (status, body) = raw(reqwest::Method::GET, path, Vec::new()).await;
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    assert_eq!(api.get("/api/v1/jobs").await.0, 200, "the hub still serves");
+    hub.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sql_and_webhook_sinks_get_every_item_once() {
     sinks_get_every_item_once(None).await;

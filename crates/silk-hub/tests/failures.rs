@@ -13,9 +13,9 @@
 use serde_json::Value;
 use silk_agent::AgentHandle;
 use silk_bus::{
-    AllocationReply, Bus, BusConfig, BusError, Command, Envelope, Heartbeat, InProcessBus,
-    LeasedRequest, Message, Register, RetryPolicy, RunResult, Subject, SubjectClass, SubscribeOpts,
-    Subscription, TtlPolicy,
+    AllocationReply, Bus, BusConfig, BusError, Command, Envelope, FetchOutcome, Heartbeat,
+    InProcessBus, LeasedRequest, Message, Register, RetryPolicy, RunResult, Subject, SubjectClass,
+    SubscribeOpts, Subscription, TtlPolicy,
 };
 use silk_core::{AgentId, Clock, RunId, SystemClock};
 use silk_hub::{Hub, HubHandle, OnAgentLost, RunRequest, RunState, Strategy};
@@ -427,6 +427,7 @@ fn request(spider: String, max_pending: u64) -> RunRequest {
         stall_timeout_ms: Some(20_000),
         downloader: None,
         sinks: None,
+        fail_if: None,
     }
 }
 
@@ -461,7 +462,7 @@ async fn hub_with_fake(
 /// Failure matrix: "no result for a request after `lease_timeout` → re-dispatch, up to
 /// `max_retries`; then failed". The hub acks a silent request `Retry` (`lease_timeout`) just
 /// before its lease deadline, so each silent dispatch uses up a retry; a run whose requests
-/// all failed has nothing left and ends `succeeded` (failed pages do not fail a run).
+/// all failed has nothing left and ends `failed` by its health (`fail_if.all_failed`).
 async fn silent_requests_are_retried_then_failed(lease_ms: u64) {
     let dir = TempDir::new().unwrap();
     let bus = bus();
@@ -489,9 +490,13 @@ async fn silent_requests_are_retried_then_failed(lease_ms: u64) {
         "every request is dispatched max_retries + 1 times, no more"
     );
     let done = done.expect("the run ends").unwrap();
-    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
-    let s = &done.stats;
     let n = starts.len() as u64;
+    assert_eq!(done.state, RunState::Failed, "{:?}", done.reason);
+    assert_eq!(
+        done.reason.as_deref(),
+        Some(format!("fail_if.all_failed: every request failed ({n} of {n})").as_str())
+    );
+    let s = &done.stats;
     assert_eq!(
         (s.total, s.failed, s.success, s.left),
         (n, n, 0, 0),
@@ -527,6 +532,184 @@ async fn silent_requests_are_retried_then_failed_whatever_the_lease_timeout() {
 /// agent answers every download twice, and holds the result of the first product page it is
 /// sent until that page's lease has expired and the page was sent again; then it publishes
 /// the stale result (twice) before answering the new dispatch.
+/// "A request that keeps coming back is given up": a page whose agent dies while fetching
+/// it (as if the page crashed it) goes back to the frontier after each death without using
+/// a retry, and after `poison_after_losses` (3) deaths it fails as poison instead of being
+/// sent again; the run, with nothing else to fetch, then fails by its health.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_page_that_kills_its_agent_every_time_is_given_up_as_poison() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(10, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let poison = site.page_url(1, 0);
+    let (_fake, mut downloads, mut tasks) = FakeAgent::start(&bus, "f1", None).await;
+    within("the fake agent live", 10, hub.wait_for_live_agents(1)).await;
+    let mut request = request(spider(&site, std::slice::from_ref(&poison), 60_000), 8);
+    request.strategy = Some(Strategy::Random);
+    let run = hub.submit(request).await.expect("run starts");
+    for death in 1..=3 {
+        let d = within("the page dispatched", 20, downloads.recv())
+            .await
+            .expect("a download");
+        assert_eq!(d.url(), poison, "death {death}");
+        // The agent dies with the page; the hub finds it dead, then it restarts.
+        drop(tasks);
+        within(
+            "the agent seen dead",
+            20,
+            hub.wait_for_dead(&AgentId::new("f1")),
+        )
+        .await;
+        (_, downloads, tasks) = FakeAgent::start(&bus, "f1", None).await;
+        within("the agent live again", 10, hub.wait_for_live_agents(1)).await;
+    }
+    let done = within("the run ends", 30, hub.wait_run(&run.id))
+        .await
+        .expect("the run's view");
+    assert_eq!(done.state, RunState::Failed, "{:?}", done.reason);
+    assert_eq!(
+        done.reason.as_deref(),
+        Some("fail_if.all_failed: every request failed (1 of 1)")
+    );
+    let s = &done.stats;
+    assert_eq!(
+        (s.poisoned, s.failed, s.success, s.left),
+        (1, 1, 0, 0),
+        "{s:?}"
+    );
+    assert!(
+        downloads.try_recv().is_err(),
+        "the poison page was sent again after its last loss"
+    );
+    drop(tasks);
+    hub.shutdown().await;
+}
+
+/// `n` content pages of the demo site's first host.
+fn pages(site: &DemoSite, n: u32) -> Vec<String> {
+    (0..n).map(|i| site.page_url(1, i)).collect()
+}
+
+/// Asserts that no download arrives for a while (there is no event for "nothing happened":
+/// the window is long against the dispatch loop's 100 ms wait at `max_pending`).
+async fn no_more_downloads(downloads: &mut mpsc::UnboundedReceiver<Download>) {
+    let more = tokio::time::timeout(Duration::from_millis(600), downloads.recv()).await;
+    assert!(
+        more.is_err(),
+        "a download went out: {:?}",
+        more.ok().flatten().map(|d| d.url().to_owned())
+    );
+}
+
+/// Back-pressure: at most `max_pending` requests are out at once; each result that comes
+/// back lets exactly one more go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_more_than_max_pending_requests_are_out() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(20, 0).await;
+    let (hub, fake, mut downloads, _tasks) = hub_with_fake(dir.path(), &bus, false).await;
+    let run = hub
+        .submit(request(spider(&site, &pages(&site, 12), 60_000), 3))
+        .await
+        .expect("run starts");
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        out.push(within("a download", 10, downloads.recv()).await.unwrap());
+    }
+    no_more_downloads(&mut downloads).await;
+    let view = hub.run(&run.id).await.unwrap();
+    assert_eq!(
+        (view.stats.sent, view.stats.in_flight),
+        (3, 3),
+        "{:?}",
+        view.stats
+    );
+    // One result: one more goes out, and no other.
+    let first = out.remove(0);
+    fake.answer(&RunResult {
+        run: first.run.clone(),
+        agent: AgentId::new("f1"),
+        lease_id: first.leased.lease_id.clone(),
+        outcome: FetchOutcome {
+            status: Some(200),
+            ..FetchOutcome::default()
+        },
+    })
+    .await;
+    within("one more download", 10, downloads.recv())
+        .await
+        .unwrap();
+    no_more_downloads(&mut downloads).await;
+    let view = hub.run(&run.id).await.unwrap();
+    let s = &view.stats;
+    assert_eq!(
+        (s.sent, s.returned, s.in_flight, s.success),
+        (4, 1, 3, 1),
+        "{s:?}"
+    );
+    hub.cancel(&run.id).await.unwrap();
+    hub.shutdown().await;
+}
+
+/// Stall: a run with requests left and no live agent fails once nothing has moved for
+/// `stall_timeout_ms` (never less than the lease timeout + 1 s), naming the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_left_without_live_agents_fails_after_its_stall_timeout() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(20, 0).await;
+    let (hub, _fake, mut downloads, tasks) = hub_with_fake(dir.path(), &bus, false).await;
+    let mut request = request(spider(&site, &pages(&site, 12), 1_000), 2);
+    request.stall_timeout_ms = Some(1_000);
+    let run = hub.submit(request).await.expect("run starts");
+    within("a download", 10, downloads.recv()).await.unwrap();
+    // The only agent goes away with requests still to fetch.
+    drop(tasks);
+    let done = within("the run to stall", 20, hub.wait_run(&run.id))
+        .await
+        .unwrap();
+    assert_eq!(done.state, RunState::Failed, "{:?}", done.reason);
+    assert_eq!(
+        done.reason.as_deref(),
+        Some("stalled: no live agent for 2 s (stall_timeout)")
+    );
+    assert!(done.stats.left > 0, "{:?}", done.stats);
+    hub.shutdown().await;
+}
+
+/// A job's `timeout_ms`: its run still active that long after it started is failed,
+/// naming the timeout (the fake agent never answers, and leases last a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_run_past_its_timeout_is_failed() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(20, 0).await;
+    let (hub, _fake, _downloads, _tasks) = hub_with_fake(dir.path(), &bus, false).await;
+    let spec = serde_json::from_value(serde_json::json!({
+        "name": "slow",
+        "spider": spider(&site, &pages(&site, 4), 60_000),
+        "timeout_ms": 1_000,
+    }))
+    .unwrap();
+    hub.create_job(spec).await.expect("job");
+    let view = hub
+        .trigger("slow", silk_hub::TriggerRequest::default())
+        .await
+        .expect("run starts");
+    let done = within("the run to time out", 20, hub.wait_run(&view.id))
+        .await
+        .unwrap();
+    assert_eq!(done.state, RunState::Failed, "{:?}", done.reason);
+    let reason = done.reason.unwrap_or_default();
+    assert!(
+        reason.starts_with("timed out: still active") && reason.ends_with("(timeout_ms 1000)"),
+        "{reason}"
+    );
+    hub.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn late_and_duplicate_results_are_processed_once() {
     let dir = TempDir::new().unwrap();

@@ -35,6 +35,7 @@ fn request(site: &DemoSite, strategy: Strategy, policy: OnAgentLost) -> RunReque
         stall_timeout_ms: Some(20_000),
         downloader: None,
         sinks: None,
+        fail_if: None,
     }
 }
 

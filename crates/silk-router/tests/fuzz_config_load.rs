@@ -11,6 +11,8 @@
 #[path = "../fuzz/body/config_load.rs"]
 mod body;
 
+// xorshift64* (the testkit's): deterministic, so a failure names a case that can be run again.
+use silk_testkit::mutate::Rng;
 use std::path::{Path, PathBuf};
 
 fn manifest_dir() -> &'static Path {
@@ -129,23 +131,6 @@ fn the_example_seeds_load_so_mutations_start_from_valid_configs() {
     }
 }
 
-/// xorshift64*: deterministic, so a failure names a case that can be run again.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A number in `0..n` (`n` > 0).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 const BYTES: &[u8] = b"{}[]:-,'\"&*!#|>%@`\n\t \\0x\x1e\xff\xc3";
 
 const TOKENS: &[&str] = &[
@@ -250,7 +235,7 @@ fn the_fuzz_body_never_panics_on_mutations_of_the_seeds() {
     const MUTATIONS: usize = 4000;
     let inputs = inputs();
     let per_input = MUTATIONS.div_ceil(inputs.len());
-    let mut rng = Rng(SEED);
+    let mut rng = Rng::new(SEED);
     for (name, data) in &inputs {
         for k in 0..per_input {
             let mutated = mutate(&mut rng, data);

@@ -68,11 +68,35 @@ pub enum HostileKind {
     /// `/status/{code}` answers with that status (200..=599, else 400) and a small HTML body
     /// (none for 204 and 304); 429 and 503 carry `Retry-After: 1`; `/` lists a few codes.
     Status,
+    /// `200 text/html`: [`DEEP_NESTING_LEVELS`] nested `<div>` elements (about 5 MB; built
+    /// once per process and shared), the page that makes an HTML tree builder quadratic;
+    /// `/levels/{n}` nests `n` (at most as many).
+    DeepNesting,
+}
+
+/// How deep [`HostileKind::DeepNesting`] nests its `<div>` elements.
+pub const DEEP_NESTING_LEVELS: usize = 1_000_000;
+
+fn deep_nesting_page(levels: usize) -> Bytes {
+    let build = |levels: usize| {
+        let mut page = String::with_capacity(levels * 11 + 64);
+        page.push_str("<html><body>");
+        page.push_str(&"<div>".repeat(levels));
+        page.push_str("<h1 class=\"title\">deep</h1>");
+        page.push_str(&"</div>".repeat(levels));
+        page.push_str("</body></html>\n");
+        Bytes::from(page)
+    };
+    if levels >= DEEP_NESTING_LEVELS {
+        static PAGE: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+        return PAGE.get_or_init(|| build(DEEP_NESTING_LEVELS)).clone();
+    }
+    build(levels)
 }
 
 impl HostileKind {
     /// Every kind, in declaration order.
-    pub const ALL: [HostileKind; 9] = [
+    pub const ALL: [HostileKind; 10] = [
         HostileKind::Garbage,
         HostileKind::Truncated,
         HostileKind::EndlessRedirect,
@@ -82,6 +106,7 @@ impl HostileKind {
         HostileKind::Hang,
         HostileKind::SlowDrip,
         HostileKind::Status,
+        HostileKind::DeepNesting,
     ];
 
     /// A short snake_case name, e.g. `huge_body`.
@@ -96,6 +121,7 @@ impl HostileKind {
             HostileKind::Hang => "hang",
             HostileKind::SlowDrip => "slow_drip",
             HostileKind::Status => "status",
+            HostileKind::DeepNesting => "deep_nesting",
         }
     }
 }
@@ -241,7 +267,8 @@ async fn serve(kind: HostileKind, stream: TcpStream, counters: Arc<Counters>) {
         HostileKind::EndlessRedirect
         | HostileKind::InvalidUtf8
         | HostileKind::Latin1
-        | HostileKind::Status => {
+        | HostileKind::Status
+        | HostileKind::DeepNesting => {
             serve_http(kind, stream, counters).await;
             Ok(())
         }
@@ -403,6 +430,16 @@ fn answer(kind: HostileKind, path: &str) -> Response<Full<Bytes>> {
         },
         HostileKind::InvalidUtf8 => response(200, HTML, Bytes::from_static(INVALID_UTF8_PAGE)),
         HostileKind::Latin1 => response(200, "text/html", Bytes::from_static(LATIN1_PAGE)),
+        HostileKind::DeepNesting => {
+            let levels = match path.strip_prefix("/levels/") {
+                Some(n) => match n.parse::<usize>() {
+                    Ok(n) => n.min(DEEP_NESTING_LEVELS),
+                    Err(_) => return not_found(),
+                },
+                None => DEEP_NESTING_LEVELS,
+            };
+            response(200, HTML, deep_nesting_page(levels))
+        }
         HostileKind::Status => {
             if path == "/" {
                 return response(

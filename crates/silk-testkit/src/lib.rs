@@ -15,6 +15,7 @@
 pub mod demo;
 mod error;
 pub mod hostile;
+pub mod mutate;
 mod rng;
 mod server;
 

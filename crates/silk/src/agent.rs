@@ -6,7 +6,7 @@
 //! namespace stops the start (exit 2).
 
 use clap::Args;
-use silk_agent::{Agent, AgentConfig};
+use silk_agent::{Agent, AgentConfig, CommandDef};
 use silk_bus::{BusConfig, BusError, NatsBus};
 use silk_core::{AgentId, SystemClock};
 use std::collections::BTreeMap;
@@ -39,6 +39,52 @@ pub struct AgentArgs {
     /// Where the agent keeps its id and its allocations (created if missing).
     #[arg(long, default_value = ".silk/agent")]
     pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub commands: CommandArgs,
+    /// Also run raw commands that a run's config carries (a proxy provider or redial
+    /// program of its own). Off by default: only the commands of `--commands` run here,
+    /// whatever the hub sends (hubs send raw commands from admin tokens only).
+    #[arg(long)]
+    pub allow_raw_commands: bool,
+}
+
+/// The commands an admin defines for agents.
+#[derive(Debug, Args)]
+pub struct CommandArgs {
+    /// A TOML file of named commands that runs may use (`{"command": NAME}` as a proxy
+    /// provider or redial): one table per name with `argv = [program, args…]` (no shell) or
+    /// `shell = "line"`, and optionally `timeout_ms` and `env = {KEY = "value"}`. Nothing
+    /// else runs on the agent unless raw commands are allowed.
+    #[arg(long, value_name = "FILE")]
+    pub commands: Option<PathBuf>,
+}
+
+impl CommandArgs {
+    /// The named commands of the file (none without one); the error names the file and
+    /// every problem.
+    pub(crate) fn load(&self) -> Result<BTreeMap<String, CommandDef>, String> {
+        let Some(path) = &self.commands else {
+            return Ok(BTreeMap::new());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--commands {}: {e}", path.display()))?;
+        parse_commands(&text).map_err(|e| format!("--commands {}: {e}", path.display()))
+    }
+}
+
+/// Parses a commands file: every problem at once.
+fn parse_commands(text: &str) -> Result<BTreeMap<String, CommandDef>, String> {
+    let commands: BTreeMap<String, CommandDef> =
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_owned())?;
+    let problems: Vec<String> = commands
+        .iter()
+        .flat_map(|(name, def)| def.problems(name))
+        .collect();
+    if problems.is_empty() {
+        Ok(commands)
+    } else {
+        Err(problems.join("; "))
+    }
 }
 
 /// Accepts `nats://HOST[:PORT]` only.
@@ -112,9 +158,18 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: --id: {e}");
         return Ok(ExitCode::from(2));
     }
+    let commands = match args.commands.load() {
+        Ok(commands) => commands,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let mut config = AgentConfig::new(&args.data_dir);
     config.id = id;
     config.labels = labels;
+    config.commands = commands;
+    config.allow_raw_commands = args.allow_raw_commands;
     if let Some(capacity) = args.capacity {
         config.capacity = capacity;
     }
@@ -223,6 +278,25 @@ mod tests {
         );
         assert_eq!(redact("nats://tok3n@host:4222"), "nats://***@host:4222");
         assert_eq!(redact("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+    }
+
+    #[test]
+    fn commands_files_are_checked_whole() {
+        let ok = parse_commands(
+            "[proxies-cn]\nargv = [\"/usr/local/bin/proxies\", \"--country\", \"cn\"]\n\
+             env = { KEY = \"v\" }\n\n[redial]\nshell = \"pppoe-stop && pppoe-start\"\ntimeout_ms = 90000\n",
+        )
+        .unwrap();
+        assert_eq!(ok.keys().collect::<Vec<_>>(), ["proxies-cn", "redial"]);
+        assert_eq!(ok["redial"].timeout_ms, Some(90_000));
+        let err =
+            parse_commands("[a]\nargv = []\n[b]\nshell = \"x\"\nargv = [\"y\"]\n").unwrap_err();
+        assert!(
+            err.contains("commands.a.argv: empty") && err.contains("commands.b: give either"),
+            "{err}"
+        );
+        let err = parse_commands("[a]\nprogram = \"x\"\n").unwrap_err();
+        assert!(err.contains("program") && err.contains("line 2"), "{err}");
     }
 
     #[test]

@@ -72,6 +72,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if matches!(
+        cli.command,
+        Command::Crawl(_)
+            | Command::DemoSite(_)
+            | Command::Router(_)
+            | Command::Up(_)
+            | Command::Hub(_)
+            | Command::Agent(_)
+    ) {
+        watch_stop_signals();
+    }
     let result = runtime.block_on(async {
         match cli.command {
             Command::Crawl(args) => crawl::run(args).await,
@@ -89,6 +100,9 @@ fn main() -> ExitCode {
             Command::Tokens(args) => client::tokens(args).await,
         }
     });
+    // Threads still parsing a page past its `parse_timeout_ms` were abandoned: the process
+    // does not wait for them.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -110,6 +124,51 @@ pub(crate) fn init_logging(default: &str) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
+}
+
+/// How long the process may take to stop after the first Ctrl-C or SIGTERM
+/// (`SILK_STOP_GRACE`, a duration such as `10s`; default 10 s).
+fn stop_grace() -> std::time::Duration {
+    const DEFAULT: std::time::Duration = std::time::Duration::from_secs(10);
+    match std::env::var("SILK_STOP_GRACE") {
+        Ok(text) => humantime::parse_duration(text.trim()).unwrap_or_else(|e| {
+            eprintln!("warning: SILK_STOP_GRACE `{text}` is not a duration ({e}); using 10s");
+            DEFAULT
+        }),
+        Err(_) => DEFAULT,
+    }
+}
+
+/// Gives the process a deadline once it is asked to stop: a thread with a runtime of its own
+/// waits for the first Ctrl-C or SIGTERM, then, [`stop_grace`] later, exits (130) whatever
+/// the process is doing — a page being parsed, a task that does not yield — and the work it
+/// had in flight is left to its leases (the frontier hands it out again). Its own thread
+/// and runtime, so that a main runtime whose workers are all busy cannot delay it. The
+/// commands' own handlers get the signal too and start their graceful stop, which usually
+/// ends well before.
+fn watch_stop_signals() {
+    let spawned = std::thread::Builder::new()
+        .name("stop-deadline".into())
+        .spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            let rt = match runtime {
+                Ok(rt) => rt,
+                Err(e) => return eprintln!("warning: no stop deadline ({e})"),
+            };
+            rt.block_on(wait_for_stop_signal());
+            let grace = stop_grace();
+            std::thread::sleep(grace);
+            eprintln!(
+                "did not stop within {} of the stop signal: exiting now (work in flight is left to its leases)",
+                humantime::format_duration(grace)
+            );
+            std::process::exit(130);
+        });
+    if let Err(e) = spawned {
+        eprintln!("warning: no stop deadline ({e})");
+    }
 }
 
 /// Waits for Ctrl-C or SIGTERM.

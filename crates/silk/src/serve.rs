@@ -82,6 +82,10 @@ pub struct UpArgs {
     /// it (watch it in the web UI).
     #[arg(long)]
     pub demo: bool,
+    /// Named commands of the local agents (they also run admins' raw commands: their hub,
+    /// in this process, refuses raw commands from other tokens).
+    #[command(flatten)]
+    pub commands: crate::agent::CommandArgs,
     #[command(flatten)]
     pub control: ControlArgs,
 }
@@ -217,6 +221,13 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
     }
+    let commands = match args.commands.load() {
+        Ok(commands) => commands,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let bus = InProcessBus::new(BusConfig::default()).context("in-process bus")?;
     let bus: Arc<dyn Bus> = Arc::new(bus);
     let listener = bind(args.listen).await?;
@@ -237,6 +248,8 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     for k in 1..=args.agents {
         let mut config = AgentConfig::new(args.data_dir.join("agents").join(format!("local-{k}")));
         config.id = Some(AgentId::new(format!("local-{k}")));
+        config.commands = commands.clone();
+        config.allow_raw_commands = true;
         if let Some(c) = args.capacity {
             config.capacity = c;
         }

@@ -234,3 +234,86 @@ fn bad_spider_files_are_reported_clearly() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/spider.yaml"));
 }
+
+/// CPU time (user + system, clock ticks) process `pid` has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which ends with the last `)`: utime and stime are the
+    // 12th and 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+/// A stop has a deadline: SIGTERM while a page is being parsed (a page of 1,000,000 nested
+/// `<div>`s, the parse budget raised past it, so the parse would take hours) ends
+/// `silk crawl` once `SILK_STOP_GRACE` has passed, whatever the parse is doing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_crawl_within_the_grace_period_during_a_parse() {
+    use silk_testkit::hostile::{HostileKind, HostileServer};
+    let deep = HostileServer::start(HostileKind::DeepNesting)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let spider = dir.path().join("spider.yaml");
+    std::fs::write(
+        &spider,
+        format!(
+            "name: deep\nstart_urls: ['{}']\nrobots: false\nmax_retries: 0\n\
+             max_html_depth: 100000000\nmax_html_elements: 100000000\nextract: {{title: {{xpath: '//h1'}}}}\n",
+            deep.url("/")
+        ),
+    )
+    .unwrap();
+    let mut child = crawl_cmd(dir.path(), &spider)
+        .env("SILK_STOP_GRACE", "2s")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The page was served, and the crawler has spent a second of CPU on it: it is parsing.
+    while deep.requests() == 0 || cpu_ticks(child.id()) < 100 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "silk crawl ended early"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let sent = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    // The deadline is 2 s; allow for a loaded machine, far below the parse's hours.
+    let waited = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some((status, child));
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    })
+    .await
+    .unwrap();
+    let (status, child) = waited.expect("silk crawl did not end within 60 s of SIGTERM");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.code(), Some(130), "stderr: {stderr}");
+    assert!(
+        stderr.contains("did not stop within 2s of the stop signal"),
+        "the deadline did not end it: {stderr}"
+    );
+}

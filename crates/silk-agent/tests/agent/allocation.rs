@@ -1,13 +1,37 @@
 //! Allocation replies: every `allocate` is answered on `allocations` — ok once the
 //! downloader is built (also for a repeated `allocate`), or not ok with the reason (an
-//! invalid config, a failing proxy provider); a reply that cannot be published is dropped
-//! after its retries.
+//! invalid config, a raw command the agent does not allow, a failing proxy provider); a
+//! reply that cannot be published is dropped after its retries.
 
 use crate::support::*;
-use silk_agent::{AgentEvent, CommandSpec, DownloaderConfig, ProxyConfig};
+use silk_agent::{AgentConfig, AgentEvent, CommandDef, CommandSpec, DownloaderConfig, ProxyConfig};
 use silk_bus::{AllocationReply, Bus, Command};
 use silk_core::{AgentId, RunId};
+use std::path::Path;
 use std::sync::Arc;
+
+/// `config` with the named commands the allocation scenario uses (raw commands stay
+/// refused, as by default).
+pub fn with_scenario_commands(config: AgentConfig) -> AgentConfig {
+    let shell = |line: &str| CommandDef {
+        shell: Some(line.into()),
+        ..CommandDef::default()
+    };
+    AgentConfig {
+        commands: [
+            ("broken".to_owned(), shell("echo broken >&2; exit 7")),
+            (
+                "one-proxy".to_owned(),
+                CommandDef {
+                    argv: Some(vec!["echo".into(), "http://127.0.0.1:9".into()]),
+                    ..CommandDef::default()
+                },
+            ),
+        ]
+        .into(),
+        ..config
+    }
+}
 
 fn valid() -> DownloaderConfig {
     DownloaderConfig::for_spider_yaml(spider_yaml(
@@ -27,8 +51,9 @@ fn with_provider(command: CommandSpec) -> DownloaderConfig {
 }
 
 /// What the hub sees on `allocations` for good, repeated and bad allocations of the agent
-/// `agent` (already started on `bus`, reading commands).
-pub async fn replies_say_whether_allocation_succeeded(bus: Arc<dyn Bus>, agent: &str) {
+/// `agent` (already started on `bus`, reading commands, with [`with_scenario_commands`]);
+/// `dir` is a scratch directory.
+pub async fn replies_say_whether_allocation_succeeded(bus: Arc<dyn Bus>, agent: &str, dir: &Path) {
     let mut replies = allocation_replies(bus.as_ref()).await;
     let hub = Hub::new(bus.clone(), agent).await;
     let reply = |run: &str, ok: bool, error: Option<String>| AllocationReply {
@@ -84,10 +109,39 @@ pub async fn replies_say_whether_allocation_succeeded(bus: Arc<dyn Bus>, agent: 
         "{r:?}"
     );
 
+    // A raw command sent straight on the bus (the hub's token check is bypassed): the
+    // agent was not configured to allow raw commands, so it refuses, naming the field, and
+    // runs nothing.
+    let pwned = dir.join("pwned");
+    let raw = format!("touch '{}'; echo http://127.0.0.1:9", pwned.display());
+    hub.allocate("r-raw", &with_provider(CommandSpec::Shell(raw)))
+        .await;
+    let r = next_allocation_reply(&mut replies).await;
+    assert_eq!((r.run.as_str(), r.ok), ("r-raw", false));
+    let why = r.error.expect("a refusal says why");
+    assert!(
+        why.contains("proxies.provider: raw commands are not allowed on this agent"),
+        "{why}"
+    );
+    assert!(!pwned.exists(), "the raw command ran");
+    // A name the agent does not define.
+    hub.allocate(
+        "r-unknown",
+        &with_provider(CommandSpec::Named("nope".into())),
+    )
+    .await;
+    let r = next_allocation_reply(&mut replies).await;
+    assert_eq!((r.run.as_str(), r.ok), ("r-unknown", false));
+    let why = r.error.expect("a refusal says why");
+    assert!(
+        why.contains("no command `nope` is defined on this agent (defined: broken, one-proxy)"),
+        "{why}"
+    );
+
     // A valid config whose downloader cannot be built (its proxy provider fails).
     hub.allocate(
         "r-provider",
-        &with_provider(CommandSpec::Shell("echo broken >&2; exit 7".into())),
+        &with_provider(CommandSpec::Named("broken".into())),
     )
     .await;
     let r = next_allocation_reply(&mut replies).await;
@@ -103,10 +157,7 @@ pub async fn replies_say_whether_allocation_succeeded(bus: Arc<dyn Bus>, agent: 
     // A provider that works: ok comes after it ran.
     hub.allocate(
         "r-proxied",
-        &with_provider(CommandSpec::Argv(vec![
-            "echo".into(),
-            "http://127.0.0.1:9".into(),
-        ])),
+        &with_provider(CommandSpec::Named("one-proxy".into())),
     )
     .await;
     assert_eq!(
@@ -119,12 +170,16 @@ pub async fn replies_say_whether_allocation_succeeded(bus: Arc<dyn Bus>, agent: 
 async fn allocations_are_answered_ok_or_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let bus = bus();
-    let agent = start(agent_config(dir.path(), "a-alloc"), &bus).await;
+    let agent = start(
+        with_scenario_commands(agent_config(dir.path(), "a-alloc")),
+        &bus,
+    )
+    .await;
     let mut events = agent.events();
-    replies_say_whether_allocation_succeeded(Arc::new(bus.clone()), "a-alloc").await;
+    replies_say_whether_allocation_succeeded(Arc::new(bus.clone()), "a-alloc", dir.path()).await;
     // One event per reply sent (the tasks that send them may finish in any order).
     let mut seen = Vec::new();
-    while seen.len() < 6 {
+    while seen.len() < 8 {
         seen.push(
             event(&mut events, "allocation replied", |e| match e {
                 AgentEvent::AllocationReplied { run, ok } => Some((run.to_string(), *ok)),
@@ -141,6 +196,8 @@ async fn allocations_are_answered_ok_or_with_the_reason() {
         ("r1", true),
         ("bad", false),
         ("worse", false),
+        ("r-raw", false),
+        ("r-unknown", false),
         ("r-provider", false),
         ("r-proxied", true),
     ];
@@ -169,6 +226,7 @@ async fn a_reply_that_cannot_be_published_is_dropped_after_its_retries() {
     let bus = bus();
     let config = silk_agent::AgentConfig {
         result_publish_retries: 2,
+        allow_raw_commands: true,
         ..agent_config(dir.path(), "a-drop")
     };
     let agent = start(config, &bus).await;

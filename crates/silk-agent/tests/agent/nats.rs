@@ -30,13 +30,14 @@ async fn allocation_replies_over_nats() {
     let bus: Arc<dyn Bus> = Arc::new(nats.clone());
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(
-        agent_config(dir.path(), "a-nats-alloc"),
+        crate::allocation::with_scenario_commands(agent_config(dir.path(), "a-nats-alloc")),
         bus.clone(),
         Arc::new(SystemClock),
     )
     .await
     .unwrap();
-    crate::allocation::replies_say_whether_allocation_succeeded(bus, "a-nats-alloc").await;
+    crate::allocation::replies_say_whether_allocation_succeeded(bus, "a-nats-alloc", dir.path())
+        .await;
     agent.shutdown().await;
     nats.delete_stream()
         .await

@@ -64,13 +64,25 @@ async fn bans_switch_proxies_and_redial() {
             ..ProxyConfig::default()
         },
         redial: Some(RedialConfig {
-            command: CommandSpec::Shell(format!("echo redial >> '{}'", redials.display())),
+            command: CommandSpec::Named("redial".into()),
             timeout_ms: 5_000,
         }),
         ..spider()
     };
     let bus = bus();
-    let agent = start(agent_config(dir.path(), "a-proxy"), &bus).await;
+    // The redial is a command the agent's admin defined; the run names it.
+    let agent_config = silk_agent::AgentConfig {
+        commands: [(
+            "redial".to_owned(),
+            silk_agent::CommandDef {
+                shell: Some(format!("echo redial >> '{}'", redials.display())),
+                ..Default::default()
+            },
+        )]
+        .into(),
+        ..agent_config(dir.path(), "a-proxy")
+    };
+    let agent = start(agent_config, &bus).await;
     let mut events = agent.events();
     let mut hub = Hub::new(Arc::new(bus.clone()), "a-proxy").await;
     hub.allocate("r1", &config).await;
@@ -151,7 +163,12 @@ async fn a_provider_gives_the_proxies_and_its_failure_is_retryable() {
     let good = RecordingProxy::start(200, OK_PAGE).await;
     let dir = tempfile::tempdir().unwrap();
     let bus = bus();
-    let agent = start(agent_config(dir.path(), "a-provider"), &bus).await;
+    // Raw commands in the run's config: the agent allows them.
+    let config = silk_agent::AgentConfig {
+        allow_raw_commands: true,
+        ..agent_config(dir.path(), "a-provider")
+    };
+    let agent = start(config, &bus).await;
     let mut events = agent.events();
     let mut hub = Hub::new(Arc::new(bus.clone()), "a-provider").await;
     let with_provider = |command: CommandSpec| DownloaderConfig {

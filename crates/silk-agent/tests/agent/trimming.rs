@@ -108,3 +108,87 @@ async fn trimming_saves_bytes_and_counts_them() {
     assert_eq!(agent.stats().runs[&RunId::new("nothing")].trim_misses, 1);
     agent.shutdown().await;
 }
+
+/// The parse budget holds on the agent, before trimming or parsing builds a tree: the page
+/// of 1,000,000 nested `<div>`s fails at once as `parse_budget` (permanent, status kept), with
+/// an XPath field and with an XPath trimming rule, and the next page of the run is fine.
+#[tokio::test]
+async fn a_page_over_the_parse_budget_fails_before_trimming_or_parsing() {
+    use silk_testkit::hostile::{HostileKind, HostileServer};
+    let deep = HostileServer::start(HostileKind::DeepNesting)
+        .await
+        .unwrap();
+    let site = small_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let bus = bus();
+    let agent = start(agent_config(dir.path(), "a-deep"), &bus).await;
+    let mut hub = Hub::new(Arc::new(bus.clone()), "a-deep").await;
+    let yaml = spider_yaml(&site.start_url(), "extract:\n  title: {xpath: '//h1'}\n");
+    let plain = DownloaderConfig::for_spider_yaml(yaml.clone());
+    let trimmed = DownloaderConfig {
+        trim: TrimConfig {
+            rules: vec![rule(None, Some("//h1"), None)],
+            parse_trimmed: true,
+        },
+        return_body: true,
+        ..DownloaderConfig::for_spider_yaml(yaml)
+    };
+    for (run, config) in [("r-plain", plain), ("r-trim", trimmed)] {
+        hub.allocate(run, &config).await;
+        let r = within("the deep page", hub.fetch(run, &deep.url("/"))).await;
+        let o = r.outcome;
+        let e = o.error.as_ref().expect("a parse_budget failure");
+        assert_eq!(
+            (e.code.as_str(), e.retryable),
+            ("parse_budget", false),
+            "{e:?}"
+        );
+        assert!(
+            e.message.contains("nested more than 1024 deep"),
+            "{}",
+            e.message
+        );
+        assert_eq!(o.status, Some(200));
+        assert!(o.items.is_empty() && o.links.is_empty());
+        let r = hub.fetch(run, &site.start_url()).await;
+        assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    }
+    agent.shutdown().await;
+}
+
+/// The parse budget's time limit on the agent: a page inside the (raised) depth and element
+/// limits whose parsing takes seconds fails after `parse_timeout_ms` as `parse_budget`, and
+/// the run's next page is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_parses_too_long_fails_after_parse_timeout_ms() {
+    use silk_testkit::hostile::{HostileKind, HostileServer};
+    let deep = HostileServer::start(HostileKind::DeepNesting)
+        .await
+        .unwrap();
+    let site = small_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let bus = bus();
+    let agent = start(agent_config(dir.path(), "a-slowparse"), &bus).await;
+    let mut hub = Hub::new(Arc::new(bus.clone()), "a-slowparse").await;
+    let yaml = spider_yaml(
+        &site.start_url(),
+        "extract:\n  title: {xpath: '//h1'}\nmax_html_depth: 100000000\nmax_html_elements: 100000000\nparse_timeout_ms: 300\n",
+    );
+    hub.allocate("r1", &DownloaderConfig::for_spider_yaml(yaml))
+        .await;
+    let r = within("the slow page", hub.fetch("r1", &deep.url("/levels/25000"))).await;
+    let e = r.outcome.error.expect("a parse_budget failure");
+    assert_eq!(
+        (e.code.as_str(), e.retryable),
+        ("parse_budget", false),
+        "{e:?}"
+    );
+    assert!(
+        e.message.contains("parse_timeout_ms (300 ms)"),
+        "{}",
+        e.message
+    );
+    let r = within("the next page", hub.fetch("r1", &site.start_url())).await;
+    assert!(r.outcome.error.is_none(), "{:?}", r.outcome.error);
+    agent.shutdown().await;
+}

@@ -12,9 +12,12 @@
 //! a page: any HTML, however broken, gives a [`Page`] (missing fields are `null`, or `[]`
 //! with `all`).
 
+pub mod budget;
 mod dom;
 mod links;
 mod stream;
+
+pub use budget::ParseLimits;
 
 use crate::decode::decode_html_cow;
 use crate::error::FetchError;
@@ -35,6 +38,9 @@ pub struct Page {
     /// The extracted fields, by name (empty when the spider extracts nothing or the caller
     /// did not ask for fields).
     pub fields: Map<String, Value>,
+    /// Set when the page was not parsed because it is over the parse budget
+    /// ([`ParseLimits`]): why. The caller fails the request (`parse_budget`).
+    pub over_budget: Option<String>,
 }
 
 /// What a parse should compute (both by default): a page deeper than `max_depth` needs no
@@ -117,6 +123,7 @@ pub struct Extractor {
     base_selector: lol_html::Selector,
     jsonld_selector: lol_html::Selector,
     dom_base_selector: scraper::Selector,
+    limits: ParseLimits,
 }
 
 impl std::fmt::Debug for Extractor {
@@ -328,7 +335,18 @@ impl Extractor {
             jsonld_selector: internal_selector("script[type]"),
             dom_base_selector: scraper::Selector::parse("base[href]")
                 .unwrap_or_else(|e| unreachable!("built-in selector `base[href]`: {e}")),
+            limits: ParseLimits {
+                max_depth: spider.spec.max_html_depth,
+                max_elements: spider.spec.max_html_elements,
+            },
         })
+    }
+
+    /// Why the decoded HTML page `text` is over the parse budget (see [`budget`]), if it
+    /// is: for callers that build a tree of their own (trimming) before [`Extractor::parse`],
+    /// which checks by itself.
+    pub fn over_budget(&self, text: &str) -> Option<String> {
+        budget::check(text, &self.limits).err()
     }
 
     /// Whether the spider extracts any field.
@@ -368,6 +386,12 @@ impl Extractor {
                 Plan::Regex { regex, all } => Some(regex_values(regex, &text, *all)),
                 _ => None,
             });
+        }
+        if let Err(why) = budget::check(&text, &self.limits) {
+            return Page {
+                over_budget: Some(why),
+                ..Page::default()
+            };
         }
         self.parse_html(url, &text, want_links, want_fields)
     }
@@ -446,7 +470,11 @@ impl Extractor {
                 fields.insert(name.clone(), value);
             }
         }
-        Page { links, fields }
+        Page {
+            links,
+            fields,
+            over_budget: None,
+        }
     }
 }
 

@@ -54,14 +54,22 @@ pub async fn start_hub(dir: &Path, bus: &InProcessBus) -> HubHandle {
     .expect("hub starts")
 }
 
-pub async fn start_agent(dir: &Path, bus: &InProcessBus, id: &str) -> AgentHandle {
-    let config = AgentConfig {
+/// The config of a test agent `id` with its data under `dir`.
+pub fn agent_config(dir: &Path, id: &str) -> AgentConfig {
+    AgentConfig {
         id: Some(AgentId::new(id)),
         capacity: 16,
         heartbeat_interval_ms: HEARTBEAT_MS,
         shutdown_grace_ms: 0,
         ..AgentConfig::new(dir.join(id))
-    };
+    }
+}
+
+pub async fn start_agent(dir: &Path, bus: &InProcessBus, id: &str) -> AgentHandle {
+    start_agent_with(agent_config(dir, id), bus).await
+}
+
+pub async fn start_agent_with(config: AgentConfig, bus: &InProcessBus) -> AgentHandle {
     Agent::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
         .await
         .expect("agent starts")

@@ -1,0 +1,21 @@
+//! API request bodies as JSON: a job spec (validated as the API does), a run request, an
+//! agent's downloader config (and the commands in it); each is read or refused, never a
+//! panic.
+
+pub fn run(data: &[u8]) {
+    if let Ok(spec) = serde_json::from_slice::<silk_hub::JobSpec>(data) {
+        let _ = spec.validate();
+    }
+    if let Ok(request) = serde_json::from_slice::<silk_hub::RunRequest>(data) {
+        if let Some(fail_if) = &request.fail_if {
+            let _ = fail_if.problems();
+        }
+        if let Some(downloader) = &request.downloader {
+            let _ = silk_core::command::raw_command_fields(downloader);
+        }
+    }
+    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
+        let run = silk_core::RunId::new("fuzz");
+        let _ = silk_agent::DownloaderConfig::from_json(&run, value);
+    }
+}
