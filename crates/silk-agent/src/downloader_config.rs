@@ -52,6 +52,7 @@
 
 use crate::command::{CommandPolicy, ResolvedCommand};
 use crate::error::AgentError;
+pub use crate::trim::TrimRule;
 use crate::trim::Trimmer;
 use regex::Regex;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -186,21 +187,6 @@ pub struct TrimConfig {
     /// Parse links and fields from the trimmed page instead of the whole page.
     #[serde(default)]
     pub parse_trimmed: bool,
-}
-
-/// One trimming rule: exactly one of its keys.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrimRule {
-    /// Keep the outer HTML of the elements this CSS selector matches.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub css: Option<String>,
-    /// Keep the nodes this XPath 1.0 expression selects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub xpath: Option<String>,
-    /// Keep the matches of this regex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub regex: Option<String>,
 }
 
 /// Proxies of a run and when to switch them.

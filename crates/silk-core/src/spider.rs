@@ -604,6 +604,16 @@ impl Spider {
             .filter_map(|u| crate::canon::canonicalize_str(u, None, &self.canon).ok())
             .collect()
     }
+
+    /// The requests the spider starts from: its start URLs within its allowed domains (one
+    /// mapping for the local engine and the hub's runs).
+    pub fn seed_requests(&self) -> Vec<crate::Request> {
+        self.start_urls()
+            .into_iter()
+            .filter(|u| self.host_allowed(u))
+            .map(|u| crate::Request::from_canonical(u.into()))
+            .collect()
+    }
 }
 
 #[cfg(test)]

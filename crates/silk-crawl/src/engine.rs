@@ -10,7 +10,6 @@
 //! the frontier's dedup absorb the repeat.
 
 use crate::error::CrawlError;
-use crate::sink::{JsonlSink, Written};
 use serde::Serialize;
 use silk_core::spider::Spider;
 use silk_core::{Clock, Request};
@@ -19,6 +18,7 @@ use silk_fetch::{Extractor, FetchConfig, Fetcher, Retry};
 use silk_frontier::{
     AckResult, EmbeddedFrontier, FrontierConfig, FrontierStats, FrontierStore, Lease, Outcome,
 };
+use silk_items::{JsonlSink, Written};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -209,34 +209,6 @@ impl HostGate {
     }
 }
 
-/// The frontier settings a spider asks for (politeness, leases, retries, aging, segments,
-/// dedup sizing): one mapping for the local engine and the hub's runs. The lease timeout is at
-/// least twice the fetch timeout, so that a slow answer is not dispatched twice.
-pub fn frontier_config(spider: &Spider) -> FrontierConfig {
-    let spec = &spider.spec;
-    FrontierConfig {
-        per_host_concurrency: spec.per_host_concurrency,
-        per_host_delay_ms: spec.per_host_delay_ms,
-        lease_timeout_ms: spec.lease_timeout_ms.max(spec.timeout_ms.saturating_mul(2)),
-        max_retries: spec.max_retries,
-        retry_backoff_ms: spec.retry_backoff_ms,
-        aging_beta: spec.aging_beta,
-        segment_ms: spec.segment().map(|d| d.as_millis() as u64),
-        expected_urls: spec.expected_urls,
-        bloom_fp_rate: spec.bloom_fp_rate,
-    }
-}
-
-/// The requests a spider starts from: its start URLs within its allowed domains.
-pub fn seed_requests(spider: &Spider) -> Vec<Request> {
-    spider
-        .start_urls()
-        .into_iter()
-        .filter(|u| spider.host_allowed(u))
-        .map(|u| Request::from_canonical(u.into()))
-        .collect()
-}
-
 impl Crawl {
     /// Opens the frontier in `opts.data_dir`, the item file, and seeds the start URLs (a
     /// resumed crawl's dedup ignores them).
@@ -253,14 +225,14 @@ impl Crawl {
         let robots = spec
             .robots
             .then(|| RobotsCache::new(fetcher.clone(), &spec.user_agent));
-        let config = frontier_config(&spider);
+        let config = FrontierConfig::for_spider(&spider);
         let frontier: Arc<dyn FrontierStore> = Arc::new(EmbeddedFrontier::open(
             opts.data_dir.join("frontier"),
             config,
             opts.clock.clone(),
         )?);
         let sink = JsonlSink::open(&opts.out, &spec.item_key)?;
-        let seeds = seed_requests(&spider);
+        let seeds = spider.seed_requests();
         frontier.enqueue(seeds).await?;
         let per_host_delay = Duration::from_millis(spider.spec.per_host_delay_ms);
         let shared = Arc::new(Shared {

@@ -15,12 +15,9 @@ pub enum CrawlError {
     /// The frontier failed (its message names the directory and operation).
     #[error(transparent)]
     Frontier(#[from] silk_frontier::FrontierError),
-    /// The item output file could not be read or written.
-    #[error("items file {path}: {source}")]
-    Items {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// The item output file could not be read or written (its message names the file).
+    #[error(transparent)]
+    Items(#[from] silk_items::ItemsError),
     /// The data directory could not be created or locked.
     #[error("data dir {path}: {reason}")]
     DataDir { path: PathBuf, reason: String },

@@ -7,8 +7,6 @@
 
 pub mod engine;
 pub mod error;
-pub mod sink;
 
-pub use engine::{Crawl, CrawlOptions, Finish, Progress, Summary, frontier_config, seed_requests};
+pub use engine::{Crawl, CrawlOptions, Finish, Progress, Summary};
 pub use error::CrawlError;
-pub use sink::{JsonlSink, Written, open_append};

@@ -55,6 +55,24 @@ impl Default for FrontierConfig {
 }
 
 impl FrontierConfig {
+    /// The settings a spider asks for (politeness, leases, retries, aging, segments, dedup
+    /// sizing): one mapping for the local engine and the hub's runs. The lease timeout is at
+    /// least twice the fetch timeout, so that a slow answer is not dispatched twice.
+    pub fn for_spider(spider: &silk_core::spider::Spider) -> FrontierConfig {
+        let spec = &spider.spec;
+        FrontierConfig {
+            per_host_concurrency: spec.per_host_concurrency,
+            per_host_delay_ms: spec.per_host_delay_ms,
+            lease_timeout_ms: spec.lease_timeout_ms.max(spec.timeout_ms.saturating_mul(2)),
+            max_retries: spec.max_retries,
+            retry_backoff_ms: spec.retry_backoff_ms,
+            aging_beta: spec.aging_beta,
+            segment_ms: spec.segment().map(|d| d.as_millis() as u64),
+            expected_urls: spec.expected_urls,
+            bloom_fp_rate: spec.bloom_fp_rate,
+        }
+    }
+
     /// Checks every value; the first invalid one is returned.
     pub fn validate(&self) -> Result<(), FrontierError> {
         let bad = |field, reason: &str| {

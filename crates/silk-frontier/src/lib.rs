@@ -43,6 +43,7 @@ pub mod conformance;
 mod dedup;
 pub mod embedded;
 pub mod error;
+pub(crate) mod layout;
 pub mod redis;
 mod sched;
 mod shared;

@@ -7,7 +7,7 @@
 //! exact cache of recent fingerprints), rebuilt at [`RedisFrontier::open`] from a scan of
 //! Redis (`HSCAN` of the requests, `SSCAN` of the current segment's seen set); Redis holds
 //! everything that must survive the process. Request records use the embedded record
-//! encoding (`embedded::layout`: a fixed header with retries, not-before, created, priority
+//! encoding (`layout`: a fixed header with retries, not-before, created, priority
 //! and host key, then the request's JSON), so a retry rewrites the header only.
 //!
 //! # Key layout
@@ -65,8 +65,8 @@
 
 use crate::config::FrontierConfig;
 use crate::dedup::{Probe, RecentSet, SegmentBlooms};
-use crate::embedded::layout::{self, Counters};
 use crate::error::{BoxError, FrontierError};
+use crate::layout::{self, Counters};
 use crate::sched::{Entry, LeaseState, SchedConfig, Scheduler};
 use crate::shared::{self, Added, Finished};
 use crate::store::{

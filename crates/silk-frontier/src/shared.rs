@@ -6,7 +6,7 @@
 
 use crate::config::FrontierConfig;
 use crate::dedup::{RecentSet, SegmentBlooms};
-use crate::embedded::layout::{self, Counters};
+use crate::layout::{self, Counters};
 use crate::sched::{Entry, Scheduler};
 use crate::store::{AckResult, FrontierStats, Outcome};
 use silk_core::Fingerprint;

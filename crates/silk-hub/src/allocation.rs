@@ -8,7 +8,7 @@
 //!   fetched by that agent.
 //!
 //! [`allocate`] decides synchronously at run start (a run that cannot be allocated fails to
-//! start with the [`HubError`]); the [`Allocation`] is serialisable so it can be stored with
+//! start with the [`AllocationError`]); the [`Allocation`] is serialisable so it can be stored with
 //! the run. [`Allocation::route`] then picks the agent of each request against the live
 //! agents of the moment, following the run's [`OnAgentLost`] policy when agents died:
 //!
@@ -25,13 +25,59 @@
 //! (fewer if fewer are live) and bumps [`Allocation::generation`], so the caller knows to
 //! store the allocation again. Pure: randomness comes in as a `rand::Rng`.
 
-use crate::error::HubError;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde::{Deserialize, Serialize};
 use silk_core::{AgentId, Request};
 use std::fmt;
 use std::str::FromStr;
+use thiserror::Error;
+
+/// A strategy or policy that does not parse, or a run that cannot be allocated. Every message
+/// names the input or the agents involved, so it can be shown to a user as is.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AllocationError {
+    /// An allocation strategy string that does not parse.
+    #[error(
+        "invalid allocation strategy `{input}`: {reason} (expected `random`, `fixed:N` or `chained:N`)"
+    )]
+    BadStrategy {
+        /// The text given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An `on_agent_lost` policy string that does not parse.
+    #[error("invalid on_agent_lost policy `{input}` (expected `fail` or `reassign`)")]
+    BadPolicy {
+        /// The text given.
+        input: String,
+    },
+    /// Fewer live agents than the strategy needs: the run cannot start.
+    #[error("{}", not_enough(strategy, *needed, alive))]
+    NotEnoughAgents {
+        /// The strategy asked for.
+        strategy: Strategy,
+        /// How many distinct live agents it needs.
+        needed: usize,
+        /// The agents that are alive (sorted).
+        alive: Vec<AgentId>,
+    },
+}
+
+fn not_enough(strategy: &Strategy, needed: usize, alive: &[AgentId]) -> String {
+    let noun = if needed == 1 { "agent" } else { "agents" };
+    let verb = if alive.len() == 1 { "is" } else { "are" };
+    let mut text = format!(
+        "{strategy} needs {needed} live {noun}, {} {verb} alive",
+        alive.len()
+    );
+    if !alive.is_empty() {
+        let names: Vec<&str> = alive.iter().map(AgentId::as_str).collect();
+        text.push_str(&format!(" ({})", names.join(", ")));
+    }
+    text
+}
 
 /// How a run's requests are spread over agents. On the wire and in stores it is the same
 /// string users type: `random`, `fixed:N`, `chained:N`.
@@ -79,10 +125,10 @@ impl fmt::Display for Strategy {
 }
 
 impl FromStr for Strategy {
-    type Err = HubError;
+    type Err = AllocationError;
 
-    fn from_str(input: &str) -> Result<Self, HubError> {
-        let bad = |reason: &str| HubError::BadStrategy {
+    fn from_str(input: &str) -> Result<Self, AllocationError> {
+        let bad = |reason: &str| AllocationError::BadStrategy {
             input: input.to_owned(),
             reason: reason.to_owned(),
         };
@@ -112,8 +158,8 @@ impl FromStr for Strategy {
 }
 
 impl TryFrom<String> for Strategy {
-    type Error = HubError;
-    fn try_from(s: String) -> Result<Self, HubError> {
+    type Error = AllocationError;
+    fn try_from(s: String) -> Result<Self, AllocationError> {
         s.parse()
     }
 }
@@ -155,13 +201,13 @@ impl fmt::Display for OnAgentLost {
 }
 
 impl FromStr for OnAgentLost {
-    type Err = HubError;
+    type Err = AllocationError;
 
-    fn from_str(input: &str) -> Result<Self, HubError> {
+    fn from_str(input: &str) -> Result<Self, AllocationError> {
         match input.trim() {
             "fail" => Ok(OnAgentLost::Fail),
             "reassign" => Ok(OnAgentLost::Reassign),
-            _ => Err(HubError::BadPolicy {
+            _ => Err(AllocationError::BadPolicy {
                 input: input.to_owned(),
             }),
         }
@@ -195,19 +241,19 @@ pub struct Allocation {
 
 /// Decides the allocation of a run at its start, from the agents live now: `fixed:N` and
 /// `chained:N` pick N distinct ones at random, `random` only checks that one is live.
-/// Fails with [`HubError::NotEnoughAgents`] naming the live agents when there are too few.
+/// Fails with [`AllocationError::NotEnoughAgents`] naming the live agents when there are too few.
 pub fn allocate<R: Rng + ?Sized>(
     strategy: Strategy,
     on_agent_lost: OnAgentLost,
     live_agents: &[AgentId],
     rng: &mut R,
-) -> Result<Allocation, HubError> {
+) -> Result<Allocation, AllocationError> {
     let mut live = live_agents.to_vec();
     live.sort();
     live.dedup();
     let needed = strategy.agents_needed();
     if live.len() < needed {
-        return Err(HubError::NotEnoughAgents {
+        return Err(AllocationError::NotEnoughAgents {
             strategy,
             needed,
             alive: live,

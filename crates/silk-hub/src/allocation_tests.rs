@@ -121,7 +121,7 @@ fn allocate_picks_distinct_live_agents_or_says_why_not() {
                 assert_eq!(a.generation(), 0);
             }
             (Err(e), Err(msg)) => {
-                assert!(matches!(e, HubError::NotEnoughAgents { .. }));
+                assert!(matches!(e, AllocationError::NotEnoughAgents { .. }));
                 assert_eq!(e.to_string(), *msg);
             }
             (got, want) => panic!("{strategy} {live_now:?}: {got:?}, wanted {want:?}"),

@@ -1,7 +1,7 @@
 //! [`HubError`]: everything that can go wrong in the hub.
 
-use crate::allocation::Strategy;
-use silk_core::{AgentId, RunId};
+use crate::allocation::AllocationError;
+use silk_core::RunId;
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -9,22 +9,10 @@ use thiserror::Error;
 /// shown to a user as is (a run that cannot be allocated fails to start with it).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum HubError {
-    /// An allocation strategy string that does not parse.
-    #[error(
-        "invalid allocation strategy `{input}`: {reason} (expected `random`, `fixed:N` or `chained:N`)"
-    )]
-    BadStrategy {
-        /// The text given.
-        input: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// An `on_agent_lost` policy string that does not parse.
-    #[error("invalid on_agent_lost policy `{input}` (expected `fail` or `reassign`)")]
-    BadPolicy {
-        /// The text given.
-        input: String,
-    },
+    /// A strategy or policy that does not parse, or too few live agents (see
+    /// [`AllocationError`]).
+    #[error(transparent)]
+    Allocation(#[from] AllocationError),
     /// A label filter string that does not parse.
     #[error("invalid label filter `{input}`: {reason} (expected `key=value[,key=value…]`)")]
     BadLabelFilter {
@@ -32,16 +20,6 @@ pub enum HubError {
         input: String,
         /// What is wrong with it.
         reason: String,
-    },
-    /// Fewer live agents than the strategy needs: the run cannot start.
-    #[error("{}", not_enough(strategy, *needed, alive))]
-    NotEnoughAgents {
-        /// The strategy asked for.
-        strategy: Strategy,
-        /// How many distinct live agents it needs.
-        needed: usize,
-        /// The agents that are alive (sorted).
-        alive: Vec<AgentId>,
     },
     /// A configuration value out of range.
     #[error("invalid hub configuration: {0}")]
@@ -122,15 +100,13 @@ impl HubError {
     /// A short machine-readable code for API errors.
     pub fn code(&self) -> &'static str {
         match self {
-            HubError::BadStrategy { .. }
-            | HubError::BadPolicy { .. }
+            HubError::Allocation(AllocationError::NotEnoughAgents { .. }) => "allocation_failed",
+            HubError::Allocation(_)
             | HubError::BadLabelFilter { .. }
             | HubError::BadRun(_)
             | HubError::BadJob(_) => "bad_request",
             HubError::BadConfig(_) => "bad_config",
-            HubError::NotEnoughAgents { .. } | HubError::AllocationFailed { .. } => {
-                "allocation_failed"
-            }
+            HubError::AllocationFailed { .. } => "allocation_failed",
             HubError::NoSuchRun(_) | HubError::NoSuchJob(_) | HubError::NoSuchToken(_) => {
                 "not_found"
             }
@@ -144,20 +120,6 @@ impl HubError {
             HubError::ShuttingDown => "shutting_down",
         }
     }
-}
-
-fn not_enough(strategy: &Strategy, needed: usize, alive: &[AgentId]) -> String {
-    let noun = if needed == 1 { "agent" } else { "agents" };
-    let verb = if alive.len() == 1 { "is" } else { "are" };
-    let mut text = format!(
-        "{strategy} needs {needed} live {noun}, {} {verb} alive",
-        alive.len()
-    );
-    if !alive.is_empty() {
-        let names: Vec<&str> = alive.iter().map(AgentId::as_str).collect();
-        text.push_str(&format!(" ({})", names.join(", ")));
-    }
-    text
 }
 
 impl From<silk_store::StoreError> for HubError {

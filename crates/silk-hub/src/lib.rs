@@ -54,7 +54,7 @@ mod sinks;
 pub mod taskhub;
 mod ui;
 
-pub use allocation::{Allocation, OnAgentLost, Route, Strategy, allocate};
+pub use allocation::{Allocation, AllocationError, OnAgentLost, Route, Strategy, allocate};
 pub use api::{ApiOptions, openapi};
 pub use auth::{ADMIN_TOKEN_FILE, NewToken, TokenView};
 pub use error::HubError;

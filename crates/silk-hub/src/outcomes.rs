@@ -71,7 +71,7 @@ impl OutcomeLog {
     /// the next line starts on a line of its own.
     pub(crate) fn open(path: &Path) -> Result<OutcomeLog, String> {
         let err = |e: std::io::Error| format!("{}: {e}", path.display());
-        let mut file = silk_crawl::open_append(path).map_err(err)?;
+        let mut file = silk_items::open_append(path).map_err(err)?;
         let len = file.metadata().map_err(err)?.len();
         if len > 0 {
             let keep = complete_len(&mut file, len).map_err(err)?;

@@ -35,8 +35,8 @@ use crate::run::{Feed, RunRecord, RunState, RunStats, RunView};
 use silk_bus::{Command, FetchOutcome, LeasedRequest, RunResult};
 use silk_core::spider::Spider;
 use silk_core::{AgentId, Request, RunId};
-use silk_crawl::{JsonlSink, Written};
-use silk_frontier::{AckResult, FrontierStore, Lease, LeaseId, Outcome};
+use silk_frontier::{AckResult, FrontierConfig, FrontierStore, Lease, LeaseId, Outcome};
+use silk_items::{JsonlSink, Written};
 use silk_store::Level;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
@@ -189,7 +189,7 @@ impl Run {
         };
         let spider = Spider::from_yaml(&record.spider, "spider")
             .map_err(|e| HubError::BadRun(e.to_string()))?;
-        let frontier_config = silk_crawl::frontier_config(&spider);
+        let frontier_config = FrontierConfig::for_spider(&spider);
         let lease_timeout_ms = frontier_config.lease_timeout_ms;
         let max_retries = frontier_config.max_retries;
         let frontier: Arc<dyn FrontierStore> = match &record.shared_frontier {
@@ -232,7 +232,7 @@ impl Run {
         // A fed run's requests are the tasks routed to it, not the start URLs.
         if seed && record.feed.is_none() {
             frontier
-                .enqueue(silk_crawl::seed_requests(&spider))
+                .enqueue(spider.seed_requests())
                 .await
                 .map_err(|e| storage(&e))?;
         }

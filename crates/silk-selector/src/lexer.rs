@@ -46,9 +46,9 @@ impl TokenKind {
     /// How the token reads in an error message ("found `)`", "found name `x`").
     pub(crate) fn describe(&self) -> String {
         match self {
-            TokenKind::Name(name) => format!("name `{}`", crate::builtins::truncate(name, 40)),
+            TokenKind::Name(name) => format!("name `{}`", crate::text::truncate(name, 40)),
             TokenKind::Int(value) => format!("number `{value}`"),
-            TokenKind::Float(value) => format!("number `{}`", crate::builtins::float_repr(*value)),
+            TokenKind::Float(value) => format!("number `{}`", crate::text::float_repr(*value)),
             TokenKind::Str(_) => "string literal".to_owned(),
             TokenKind::Eof => "end of input".to_owned(),
             other => format!("`{}`", other.symbol()),

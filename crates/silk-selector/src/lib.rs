@@ -112,6 +112,7 @@ mod error;
 mod eval;
 mod lexer;
 mod parser;
+mod text;
 mod value;
 
 use std::fmt;

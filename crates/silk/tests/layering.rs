@@ -14,7 +14,11 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("silk-bus", &["silk-core"]),
     ("silk-store", &[]),
     ("silk-schedule", &[]),
-    ("silk-crawl", &["silk-core", "silk-frontier", "silk-fetch"]),
+    ("silk-items", &[]),
+    (
+        "silk-crawl",
+        &["silk-core", "silk-frontier", "silk-fetch", "silk-items"],
+    ),
     ("silk-router", &["silk-core", "silk-selector"]),
     ("silk-agent", &["silk-core", "silk-fetch", "silk-bus"]),
     (
@@ -22,10 +26,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &[
             "silk-core",
             "silk-frontier",
-            "silk-fetch",
-            "silk-crawl",
+            "silk-items",
             "silk-bus",
-            "silk-selector",
             "silk-store",
             "silk-schedule",
             "silk-router",
@@ -86,4 +88,285 @@ fn dependencies_point_down_only() {
         deps.contains_key("silk-core") && deps.contains_key("silk"),
         "workspace not found: {deps:?}"
     );
+}
+
+/// Module cycles that exist today and are being taken apart (issue 12, item 1): for each crate,
+/// the largest set of top-level modules allowed to sit in one cycle. The test fails on any other
+/// cycle, and on a known one that grows; when a cycle is broken, shrink or remove its entry.
+const KNOWN_CYCLES: &[(&str, &[&str])] = &[
+    // `hub::Shared` at the centre; issue 12 layers the hub (edge → facade → services →
+    // adapters → model).
+    (
+        "silk-hub",
+        &[
+            "api",
+            "auth",
+            "hub",
+            "jobs",
+            "ownership",
+            "runner",
+            "scheduler",
+            "sinks",
+            "taskhub",
+        ],
+    ),
+    // The registry's `Inbound` trait takes the router's `InboundContext`, and the registry
+    // registers the standard components, which implement its traits.
+    (
+        "silk-router",
+        &[
+            "components",
+            "config",
+            "decide",
+            "failure",
+            "metrics",
+            "payload",
+            "registry",
+            "router",
+            "sender",
+        ],
+    ),
+];
+
+/// Top-level modules of a crate (`src/NAME.rs` or `src/NAME/`) and, for each, the other
+/// top-level modules its code names through `crate::` (directly, or through a name the crate
+/// root re-exports from that module). Test modules (`#[cfg(test)]` to the end of a file) are
+/// left out: they are not part of the crate's structure.
+fn module_graph(src: &std::path::Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut modules = BTreeSet::new();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let path = entry.unwrap().path();
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let module = path.is_dir() || path.extension().is_some_and(|e| e == "rs");
+        if module && stem != "lib" && stem != "main" {
+            modules.insert(stem);
+        }
+    }
+    // Names the crate root re-exports, and the module each comes from.
+    let mut reexports: BTreeMap<String, String> = BTreeMap::new();
+    for root in ["lib.rs", "main.rs"] {
+        let Ok(text) = std::fs::read_to_string(src.join(root)) else {
+            continue;
+        };
+        for stmt in text.split(';') {
+            let stmt = stmt.trim();
+            let Some(rest) = stmt
+                .strip_prefix("pub use ")
+                .or_else(|| stmt.strip_prefix("pub(crate) use "))
+            else {
+                continue;
+            };
+            let Some((module, names)) = rest.split_once("::") else {
+                continue;
+            };
+            if !modules.contains(module) {
+                continue;
+            }
+            for name in names.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                if !name.is_empty() {
+                    reexports.insert(name.to_owned(), module.to_owned());
+                }
+            }
+        }
+    }
+    let mut graph = BTreeMap::new();
+    for module in &modules {
+        let mut files = Vec::new();
+        let file = src.join(format!("{module}.rs"));
+        if file.exists() {
+            files.push(file);
+        }
+        let mut dirs = vec![src.join(module)];
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        let mut uses = BTreeSet::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            // Comments (doc links included) name modules without depending on them.
+            let code: String = code
+                .lines()
+                .map(|l| l.split_once("//").map_or(l, |(c, _)| c))
+                .collect::<Vec<_>>()
+                .join("\n");
+            for name in crate_paths(&code) {
+                let target = if modules.contains(&name) {
+                    Some(name)
+                } else {
+                    reexports.get(&name).cloned()
+                };
+                if let Some(target) = target.filter(|t| t != module) {
+                    uses.insert(target);
+                }
+            }
+        }
+        graph.insert(module.clone(), uses);
+    }
+    graph
+}
+
+/// The first segment after every `crate::` in `code`, with the names inside
+/// `crate::{a, b::c}` groups (only the first segment of each).
+fn crate_paths(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    for (i, _) in code.match_indices("crate::") {
+        let before = code[..i].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue; // `$crate::` in macros, or a longer name
+        }
+        let rest = code[i + "crate::".len()..].trim_start();
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level items of the group: split on commas at brace depth 0.
+            let mut depth = 0usize;
+            let mut start = 0usize;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        out.push(ident(group[start..j].trim()));
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        out.push(ident(group[start..j].trim()));
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            out.push(ident(rest));
+        }
+    }
+    out.retain(|s| !s.is_empty());
+    out
+}
+
+/// Strongly connected components of more than one module (Tarjan's algorithm).
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    struct Tarjan<'a> {
+        graph: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        out: Vec<BTreeSet<String>>,
+    }
+    impl<'a> Tarjan<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let n = self.index.len();
+            self.index.insert(v, n);
+            self.low.insert(v, n);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.graph.get(v).into_iter().flatten() {
+                let w = w.as_str();
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let lw = self.low[w];
+                    let lv = self.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(lw);
+                } else if self.on_stack.contains(w) {
+                    let iw = self.index[w];
+                    let lv = self.low.get_mut(v).unwrap();
+                    *lv = (*lv).min(iw);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut scc = BTreeSet::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    scc.insert(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                if scc.len() > 1 {
+                    self.out.push(scc);
+                }
+            }
+        }
+    }
+    let mut t = Tarjan {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            t.visit(v);
+        }
+    }
+    t.out
+}
+
+#[test]
+fn the_scan_finds_a_cycle() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec!["a"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.into_iter().map(str::to_owned).collect()))
+    .collect();
+    let found = cycles(&graph);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        found[0].iter().cloned().collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
+    assert_eq!(
+        crate_paths("use crate::{a::X, b, c::{d, e}};\nlet x = crate::f::g(); $crate::h"),
+        ["a", "b", "c", "f"]
+    );
+}
+
+#[test]
+fn no_module_cycles_inside_a_crate() {
+    let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let known: BTreeMap<&str, &[&str]> = KNOWN_CYCLES.iter().copied().collect();
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&crates).unwrap() {
+        let dir = entry.unwrap().path();
+        let src = dir.join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        checked += 1;
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        for cycle in cycles(&module_graph(&src)) {
+            let allowed = known
+                .get(name.as_str())
+                .is_some_and(|k| cycle.iter().all(|m| k.contains(&m.as_str())));
+            if !allowed {
+                problems.push(format!(
+                    "{name}: modules {cycle:?} import each other in a cycle"
+                ));
+            }
+        }
+    }
+    assert!(checked > 5, "crates not found under {}", crates.display());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -4,7 +4,7 @@
 //! It must not be shared by two processes (fjall locks the directory) and must not hold the
 //! requests themselves in memory: memory holds the scheduler's compact entries (about 40
 //! bytes per pending request), the Bloom filters, and the leases in flight; requests are read
-//! from the store when leased. The storage layout is written down in `embedded/layout.rs`.
+//! from the store when leased. The storage layout is written down in `layout.rs`.
 //!
 //! # Why fjall (and not redb)
 //!
@@ -49,19 +49,18 @@
 //! scheduler from a scan of the `requests` keyspace (record headers only, no JSON) and the
 //! current segment's Bloom filter from a prefix scan of `seen`.
 
-pub(crate) mod layout;
 mod write;
 
 use crate::config::FrontierConfig;
 use crate::dedup::{RecentSet, SegmentBlooms};
 use crate::error::{BoxError, FrontierError};
+use crate::layout::{self, Counters};
 use crate::sched::{Entry, SchedConfig, Scheduler};
 use crate::store::{
     AckResult, EnqueueOutcome, FrontierStats, FrontierStore, Lease, LeaseId, Outcome,
 };
 use async_trait::async_trait;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use layout::Counters;
 use silk_core::{Clock, Request};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;

@@ -8,10 +8,11 @@
 //! the commit it may only add to the Bloom filters (a stray bit costs a store read later,
 //! never a URL) and process lease expiries (which write nothing).
 
-use super::{EmbeddedFrontier, Inner, layout};
+use super::{EmbeddedFrontier, Inner};
 use crate::config::FrontierConfig;
 use crate::dedup::Probe;
 use crate::error::FrontierError;
+use crate::layout;
 use crate::sched::LeaseState;
 use crate::shared::{self, Added, Finished};
 use crate::store::{AckResult, EnqueueOutcome, LeaseId, Outcome};

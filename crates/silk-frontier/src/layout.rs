@@ -1,5 +1,7 @@
-//! The embedded frontier's storage layout: fjall keyspaces, key formats, value encodings.
-//! Everything that is written to disk is encoded and decoded here and nowhere else.
+//! The frontier's record layout: key formats and value encodings, shared by the embedded
+//! store (fjall keyspaces) and the Redis store (the same records as hash values), so it sits
+//! beside both rather than inside one. Everything a frontier writes is encoded and decoded here
+//! and nowhere else.
 //!
 //! This module must not panic on any input read from disk: every decoder returns `None` (or an
 //! error) for bytes it cannot use, and the caller reports and skips the record.

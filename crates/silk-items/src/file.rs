@@ -1,4 +1,4 @@
-//! The JSON Lines item sink of a local crawl: appends one item per line, and never writes two
+//! The JSON Lines item file of a crawl or a run: appends one item per line, and never writes two
 //! items with the same item key, across restarts too.
 //!
 //! **Invariant**: an item is written with one `write` call on an `O_APPEND` file before the
@@ -7,7 +7,7 @@
 //! second record can disagree with it). A torn last line (no trailing newline) is cut off.
 //! Opening costs one read of the file; that is the price of having no second source of truth.
 
-use crate::error::CrawlError;
+use crate::error::ItemsError;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -57,8 +57,8 @@ pub fn open_append(path: &Path) -> std::io::Result<File> {
 
 impl JsonlSink {
     /// Opens (or creates) `path`; `key_field` names the field that identifies an item.
-    pub fn open(path: &Path, key_field: &str) -> Result<Self, CrawlError> {
-        let err = |source| CrawlError::Items {
+    pub fn open(path: &Path, key_field: &str) -> Result<Self, ItemsError> {
+        let err = |source| ItemsError {
             path: path.to_owned(),
             source,
         };
@@ -100,7 +100,7 @@ impl JsonlSink {
     }
 
     /// Appends `item` unless its key is already in the file.
-    pub fn write(&self, item: &Map<String, Value>) -> Result<Written, CrawlError> {
+    pub fn write(&self, item: &Map<String, Value>) -> Result<Written, ItemsError> {
         let Some(key) = key_of(item, &self.key_field) else {
             return Ok(Written::NoKey);
         };
@@ -110,12 +110,12 @@ impl JsonlSink {
         }
         let Inner { file, keys, line } = &mut *inner;
         line.clear();
-        serde_json::to_writer(&mut *line, item).map_err(|e| CrawlError::Items {
+        serde_json::to_writer(&mut *line, item).map_err(|e| ItemsError {
             path: self.path.clone(),
             source: e.into(),
         })?;
         line.push(b'\n');
-        file.write_all(line).map_err(|source| CrawlError::Items {
+        file.write_all(line).map_err(|source| ItemsError {
             path: self.path.clone(),
             source,
         })?;
@@ -138,9 +138,9 @@ impl JsonlSink {
     }
 
     /// Flushes the file to disk (fsync).
-    pub fn sync(&self) -> Result<(), CrawlError> {
+    pub fn sync(&self) -> Result<(), ItemsError> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.file.sync_data().map_err(|source| CrawlError::Items {
+        inner.file.sync_data().map_err(|source| ItemsError {
             path: self.path.clone(),
             source,
         })
