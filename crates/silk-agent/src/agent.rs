@@ -115,7 +115,7 @@ impl Backoff {
 fn failure(code: &str, message: String, retryable: bool) -> FetchOutcome {
     FetchOutcome {
         error: Some(ResultError {
-            code: code.to_owned(),
+            code: code.into(),
             message,
             retryable,
         }),

@@ -108,7 +108,7 @@ impl std::fmt::Debug for Downloader {
 fn failure(code: &str, message: impl Into<String>, retryable: bool) -> FetchOutcome {
     FetchOutcome {
         error: Some(ResultError {
-            code: code.to_owned(),
+            code: code.into(),
             message: message.into(),
             retryable,
         }),
@@ -468,7 +468,7 @@ impl Downloader {
             Ok(Err(e)) => {
                 let mut out = before;
                 out.error = Some(silk_bus::ResultError {
-                    code: "parse_failed".into(),
+                    code: silk_core::OutcomeCode::ParseFailed,
                     message: format!("{}: parsing failed: {e}", req.url),
                     retryable: false,
                 });
@@ -516,7 +516,7 @@ impl PageJob {
         self.events
             .log(&self.run, LogLevel::Warn, || message.clone());
         out.error = Some(silk_bus::ResultError {
-            code: "parse_budget".into(),
+            code: silk_core::OutcomeCode::ParseBudget,
             message,
             retryable: false,
         });

@@ -466,8 +466,9 @@ pub(crate) fn outcome_line(url: &str, outcome: &FetchOutcome) -> Option<(LogLeve
         .strip_prefix(url)
         .and_then(|rest| rest.strip_prefix(": "))
         .unwrap_or(&error.message);
+    let code_text = error.code.as_str();
     let reason = if reason.is_empty() {
-        error.code.as_str()
+        &*code_text
     } else {
         reason
     };

@@ -275,9 +275,10 @@ pub enum Command {
 /// A structured failure of one request, as seen by the agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultError {
-    /// A short machine-readable code (`timeout`, `dns`, `tls`, `body_too_large`, `parse_budget`,
-    /// `agent_lost`, …; the agent's downloader module lists them).
-    pub code: String,
+    /// Why, as a code (`timeout`, `dns`, `tls`, `body_too_large`, `parse_budget`, `agent_lost`,
+    /// …): its snake_case string on the wire, [`silk_core::OutcomeCode::Other`] for a code
+    /// this build does not know.
+    pub code: silk_core::OutcomeCode,
     /// For people.
     #[serde(default)]
     pub message: String,

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod command;
 pub mod error;
 pub mod ids;
+pub mod outcome;
 pub mod request;
 pub mod spider;
 
@@ -18,5 +19,6 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use command::CommandSpec;
 pub use error::CoreError;
 pub use ids::{AgentId, JobId, RunId, TenantId};
+pub use outcome::{Disposition, OutcomeCode};
 pub use request::{Method, Request};
 pub use spider::SpiderSpec;

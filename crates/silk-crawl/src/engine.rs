@@ -12,7 +12,7 @@
 use crate::error::CrawlError;
 use serde::Serialize;
 use silk_core::spider::Spider;
-use silk_core::{Clock, Request};
+use silk_core::{Clock, OutcomeCode, Request};
 use silk_fetch::robots::{RobotsCache, RobotsVerdict};
 use silk_fetch::{Extractor, FetchConfig, Fetcher, Retry};
 use silk_frontier::{
@@ -443,9 +443,7 @@ impl Shared {
         let spec = &self.spider.spec;
         let done = |outcome| Ok((outcome, Vec::new()));
         let Ok(url) = Url::parse(&req.url) else {
-            return done(Outcome::Failed {
-                reason: "invalid_url".into(),
-            });
+            return done(Outcome::ended(&OutcomeCode::InvalidUrl, false));
         };
         if let Some(robots) = &self.robots {
             // robots.txt is a request to the host too. When it is not known yet, fetching it
@@ -461,21 +459,15 @@ impl Shared {
             }
             match verdict {
                 RobotsVerdict::Allowed if first_contact => {
-                    return done(Outcome::Release {
-                        reason: "robots_fetched".into(),
-                    });
+                    return done(Outcome::ended(&OutcomeCode::RobotsFetched, true));
                 }
                 RobotsVerdict::Allowed => {}
                 RobotsVerdict::Disallowed => {
                     self.robots_denied.fetch_add(1, Ordering::Relaxed);
-                    return done(Outcome::Dropped {
-                        reason: "robots".into(),
-                    });
+                    return done(Outcome::ended(&OutcomeCode::RobotsDisallowed, false));
                 }
                 RobotsVerdict::Unavailable { .. } => {
-                    return done(Outcome::Retry {
-                        reason: "robots_unavailable".into(),
-                    });
+                    return done(Outcome::ended(&OutcomeCode::RobotsUnavailable, true));
                 }
             }
         }
@@ -484,11 +476,8 @@ impl Shared {
             Ok(r) => r,
             Err(e) => {
                 tracing::debug!(url = %req.url, error = %e, "fetch failed");
-                let reason = e.kind().as_str().to_owned();
-                return done(match e.retry() {
-                    Retry::Permanent => Outcome::Failed { reason },
-                    _ => Outcome::Retry { reason },
-                });
+                let code = OutcomeCode::from(e.kind().as_str());
+                return done(Outcome::ended(&code, e.retry() != Retry::Permanent));
             }
         };
         self.fetched.fetch_add(1, Ordering::Relaxed);
@@ -497,29 +486,24 @@ impl Shared {
         let status = resp.status;
         if resp.is_redirect() {
             let Some(location) = resp.location.as_deref() else {
-                return done(Outcome::Failed {
-                    reason: format!("http_{status}_without_location"),
-                });
+                return done(Outcome::ended(
+                    &OutcomeCode::RedirectWithoutLocation(status),
+                    false,
+                ));
             };
             if req.redirects >= spec.max_redirects {
-                return done(Outcome::Failed {
-                    reason: "too_many_redirects".into(),
-                });
+                return done(Outcome::ended(&OutcomeCode::TooManyRedirects, false));
             }
             // The target goes through the frontier like a link: its dedup collapses a
             // redirect to a page that is (or will be) fetched anyway.
             let mut next = match Request::get(location, Some(&url), &self.spider.canon) {
                 Ok(next) => next,
                 Err(_) => {
-                    return done(Outcome::Failed {
-                        reason: "invalid_redirect".into(),
-                    });
+                    return done(Outcome::ended(&OutcomeCode::InvalidRedirect, false));
                 }
             };
             if !self.spider.canonical_host_allowed(&next.url) {
-                return done(Outcome::Dropped {
-                    reason: "redirect_off_domain".into(),
-                });
+                return done(Outcome::ended(&OutcomeCode::RedirectOffDomain, false));
             }
             next.depth = req.depth;
             next.priority = req.priority;
@@ -528,16 +512,13 @@ impl Shared {
             return Ok((Outcome::Done, vec![next]));
         }
         if let Some(retry) = resp.retry(&spec.retry_statuses) {
-            let reason = format!("http_{status}");
-            return done(match retry {
-                Retry::Permanent => Outcome::Failed { reason },
-                _ => Outcome::Retry { reason },
-            });
+            return done(Outcome::ended(
+                &OutcomeCode::Http(status),
+                retry != Retry::Permanent,
+            ));
         }
         if !(200..300).contains(&status) {
-            return done(Outcome::Failed {
-                reason: format!("http_{status}"),
-            });
+            return done(Outcome::ended(&OutcomeCode::Http(status), false));
         }
         // On a blocking thread of its own, with a deadline: a page that takes longer than
         // `parse_timeout_ms` fails and its thread is abandoned (the parse budget bounds its
@@ -562,9 +543,7 @@ impl Shared {
             Ok(Ok(page)) => page,
             Ok(Err(e)) => {
                 tracing::error!(url = %req.url, error = %e, "parsing failed");
-                return done(Outcome::Failed {
-                    reason: "parse_failed".into(),
-                });
+                return done(Outcome::ended(&OutcomeCode::ParseFailed, false));
             }
             Err(_) => silk_fetch::Page {
                 over_budget: Some(format!(
@@ -576,9 +555,7 @@ impl Shared {
         };
         if let Some(why) = &page.over_budget {
             tracing::warn!(url = %req.url, reason = %why, "page over the parse budget; not parsed");
-            return done(Outcome::Failed {
-                reason: "parse_budget".into(),
-            });
+            return done(Outcome::ended(&OutcomeCode::ParseBudget, false));
         }
         if self.spider.wants_item(&req.url) {
             let mut item = page.fields;

@@ -69,6 +69,22 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The outcome of a request that ended with `code` (the reason is the code's text): one
+    /// mapping, [`silk_core::OutcomeCode::disposition`], for the local engine and the hub.
+    /// `retryable` is what the part that saw the failure said.
+    pub fn ended(code: &silk_core::OutcomeCode, retryable: bool) -> Outcome {
+        use silk_core::Disposition;
+        let reason = code.to_string();
+        match code.disposition(retryable) {
+            Disposition::Retry => Outcome::Retry { reason },
+            Disposition::Failed => Outcome::Failed { reason },
+            Disposition::Dropped => Outcome::Dropped { reason },
+            Disposition::Released => Outcome::Release { reason },
+        }
+    }
+}
+
 /// What an ack did. Acks never fail for lease reasons: late and duplicate results are normal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]

@@ -632,7 +632,7 @@ impl Run {
             v: 1,
             ok,
             http_code: o.status,
-            error_code: o.error.as_ref().map(|e| e.code.clone()),
+            error_code: o.error.as_ref().map(|e| e.code.to_string()),
             error_msg: o
                 .error
                 .as_ref()
@@ -1410,15 +1410,7 @@ fn classify(
     chained: bool,
 ) -> (Outcome, Vec<Request>) {
     if let Some(e) = &o.error {
-        let reason = e.code.clone();
-        let outcome = match e.code.as_str() {
-            "robots_disallowed" | "redirect_off_domain" => Outcome::Dropped { reason },
-            // Not the request's fault: try again without consuming a retry.
-            "no_downloader" | "agent_stopping" => Outcome::Release { reason },
-            _ if e.retryable => Outcome::Retry { reason },
-            _ => Outcome::Failed { reason },
-        };
-        return (outcome, Vec::new());
+        return (Outcome::ended(&e.code, e.retryable), Vec::new());
     }
     let affinity = chained.then(|| agent.clone());
     let redirect = o.redirects > req.redirects;

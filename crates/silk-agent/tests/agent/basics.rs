@@ -119,14 +119,14 @@ async fn allocate_and_download_demo_pages() {
 
     let missing = by_url(2).outcome.error.as_ref().unwrap();
     assert_eq!(
-        (missing.code.as_str(), missing.retryable),
+        (missing.code.to_string().as_str(), missing.retryable),
         ("http_404", false)
     );
     assert_eq!(by_url(2).outcome.status, Some(404));
 
     let robots = by_url(3).outcome.error.as_ref().unwrap();
     assert_eq!(
-        (robots.code.as_str(), robots.retryable),
+        (robots.code.to_string().as_str(), robots.retryable),
         ("robots_disallowed", false)
     );
     assert_eq!(site.stats().hits_under("/private/"), 0);
@@ -256,7 +256,10 @@ async fn unknown_runs_release_and_bad_configs() {
 
     let r = hub.fetch("nobody", &url).await;
     let e = r.outcome.error.unwrap();
-    assert_eq!((e.code.as_str(), e.retryable), ("no_downloader", true));
+    assert_eq!(
+        (e.code.to_string().as_str(), e.retryable),
+        ("no_downloader", true)
+    );
     assert!(e.message.contains("nobody"), "{}", e.message);
 
     hub.allocate("r1", &demo_spider(&site)).await;
@@ -299,7 +302,10 @@ async fn unknown_runs_release_and_bad_configs() {
         "{why}"
     );
     let e = hub.fetch("bad", &url).await.outcome.error.unwrap();
-    assert_eq!((e.code.as_str(), e.retryable), ("invalid_config", false));
+    assert_eq!(
+        (e.code.to_string().as_str(), e.retryable),
+        ("invalid_config", false)
+    );
     assert!(e.message.contains("extract.p.css"), "{}", e.message);
     // Nonsense configs are refused the same way.
     for config in [
@@ -388,7 +394,13 @@ async fn graceful_shutdown_finishes_fetches_and_answers_waiting_requests() {
     let results = hub.results(&leases).await;
     let codes: Vec<Option<String>> = leases
         .iter()
-        .map(|l| results[l].outcome.error.as_ref().map(|e| e.code.clone()))
+        .map(|l| {
+            results[l]
+                .outcome
+                .error
+                .as_ref()
+                .map(|e| e.code.to_string())
+        })
         .collect();
     assert!(
         codes.contains(&None),

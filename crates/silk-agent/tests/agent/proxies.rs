@@ -96,7 +96,10 @@ async fn bans_switch_proxies_and_redial() {
         );
     }
     let e0 = results[0].error.as_ref().expect("banned");
-    assert_eq!((e0.code.as_str(), e0.retryable), ("proxy_banned", true));
+    assert_eq!(
+        (e0.code.to_string().as_str(), e0.retryable),
+        ("proxy_banned", true)
+    );
     assert_eq!(results[0].status, Some(403));
     assert!(e0.message.contains("status 403"), "{}", e0.message);
     assert_eq!(
@@ -104,7 +107,10 @@ async fn bans_switch_proxies_and_redial() {
         Some(format!("{}/", banned.url).as_str())
     );
     let e1 = results[1].error.as_ref().expect("captcha");
-    assert_eq!((e1.code.as_str(), e1.retryable), ("proxy_banned", true));
+    assert_eq!(
+        (e1.code.to_string().as_str(), e1.retryable),
+        ("proxy_banned", true)
+    );
     assert!(e1.message.contains("switch_on_regex"), "{}", e1.message);
     for r in &results[2..] {
         assert_eq!((r.status, &r.error), (Some(200), &None), "{r:?}");
@@ -154,7 +160,10 @@ async fn without_proxies_or_redial_a_403_is_an_ordinary_status() {
     .await;
     let r = hub.fetch("r1", &format!("{}/x", site.url)).await.outcome;
     let e = r.error.unwrap();
-    assert_eq!((e.code.as_str(), e.retryable), ("http_403", false));
+    assert_eq!(
+        (e.code.to_string().as_str(), e.retryable),
+        ("http_403", false)
+    );
     agent.shutdown().await;
 }
 
@@ -205,7 +214,7 @@ async fn a_provider_gives_the_proxies_and_its_failure_is_retryable() {
     let r = hub.fetch("r2", "http://127.0.0.1:9/b").await.outcome;
     let e = r.error.unwrap();
     assert_eq!(
-        (e.code.as_str(), e.retryable),
+        (e.code.to_string().as_str(), e.retryable),
         ("downloader_unavailable", true)
     );
     assert!(
@@ -240,7 +249,7 @@ async fn a_failing_proxy_is_switched_after_n_failures() {
     hub.allocate("r1", &config).await;
     let first = hub.fetch("r1", "http://127.0.0.1:9/1").await.outcome;
     let e = first.error.unwrap();
-    assert_eq!((e.code.as_str(), e.retryable), ("proxy", true));
+    assert_eq!((e.code.to_string().as_str(), e.retryable), ("proxy", true));
     let reason = event(&mut events, "switch", |e| match e {
         AgentEvent::ProxySwitched { reason, .. } => Some(reason.clone()),
         _ => None,

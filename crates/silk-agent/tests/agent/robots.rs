@@ -48,14 +48,17 @@ async fn results_carry_the_crawl_delay_of_their_host() {
         .fetch("r-default", &format!("{polite}/missing"))
         .await
         .outcome;
-    assert_eq!(missing.error.map(|e| e.code), Some("http_404".to_owned()));
+    assert_eq!(
+        missing.error.map(|e| e.code.to_string()),
+        Some("http_404".to_owned())
+    );
     assert_eq!(missing.crawl_delay_ms, Some(2_000));
     let private = hub
         .fetch("r-default", &format!("{polite}/private/x"))
         .await
         .outcome;
     assert_eq!(
-        private.error.map(|e| e.code),
+        private.error.map(|e| e.code.to_string()),
         Some("robots_disallowed".to_owned())
     );
     assert_eq!(private.crawl_delay_ms, Some(2_000));

@@ -139,7 +139,7 @@ async fn a_page_over_the_parse_budget_fails_before_trimming_or_parsing() {
         let o = r.outcome;
         let e = o.error.as_ref().expect("a parse_budget failure");
         assert_eq!(
-            (e.code.as_str(), e.retryable),
+            (e.code.to_string().as_str(), e.retryable),
             ("parse_budget", false),
             "{e:?}"
         );
@@ -179,7 +179,7 @@ async fn a_page_that_parses_too_long_fails_after_parse_timeout_ms() {
     let r = within("the slow page", hub.fetch("r1", &deep.url("/levels/25000"))).await;
     let e = r.outcome.error.expect("a parse_budget failure");
     assert_eq!(
-        (e.code.as_str(), e.retryable),
+        (e.code.to_string().as_str(), e.retryable),
         ("parse_budget", false),
         "{e:?}"
     );
