@@ -22,7 +22,7 @@
 //!   `shutdown_grace_ms`).
 //!
 //! Every publish of a result, an allocation reply or a log batch goes through one path
-//! ([`Shared::publish_retried`]): tried `result_publish_retries + 1` times with back-off
+//! ([`AgentCore::publish_retried`]): tried `result_publish_retries + 1` times with back-off
 //! (the same envelope, so a JetStream de-duplicates a retry whose first attempt was stored),
 //! then dropped and logged. A dropped result's lease expires at the hub, which re-dispatches
 //! the request; a dropped log batch is reported by its run's next batch (`N log lines
@@ -47,8 +47,8 @@
 
 use crate::config::{AgentConfig, durable_name, ensure_data_dir, resolve_id};
 use crate::error::AgentError;
-use crate::registry::{Allocated, Missing, Registry};
 use crate::runlog::{Events, LogQueue, LogSettings, OutBatch};
+use crate::runs::{Allocated, Missing, RunTable};
 use crate::stats::{AgentCounters, AgentEvent, AgentStats, QpsWindow};
 use crate::system::Probe;
 use silk_bus::{
@@ -69,13 +69,13 @@ use tokio::task::JoinSet;
 pub struct Agent;
 
 /// What the agent's tasks share.
-struct Shared {
+struct AgentCore {
     id: AgentId,
     config: AgentConfig,
     bus: Arc<dyn Bus>,
     clock: Arc<dyn Clock>,
     ttl: TtlPolicy,
-    registry: Registry,
+    registry: RunTable,
     permits: Arc<Semaphore>,
     counters: AgentCounters,
     qps: QpsWindow,
@@ -150,12 +150,12 @@ impl Agent {
         );
         let events = Events::new(events, Arc::new(logs));
         let (stop, _) = watch::channel(false);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(AgentCore {
             ttl: TtlPolicy {
                 heartbeat_interval_ms: config.heartbeat_interval_ms,
                 ..TtlPolicy::default()
             },
-            registry: Registry::new(
+            registry: RunTable::new(
                 &config.data_dir,
                 clock.clone(),
                 events.clone(),
@@ -190,7 +190,7 @@ impl Agent {
 /// A running agent. Dropping the handle asks the agent to stop (without waiting);
 /// [`AgentHandle::shutdown`] stops it and waits.
 pub struct AgentHandle {
-    shared: Arc<Shared>,
+    shared: Arc<AgentCore>,
     done: watch::Receiver<bool>,
 }
 
@@ -286,7 +286,7 @@ impl Drop for AgentHandle {
 
 /// Runs the agent's tasks until it is told to stop, then waits for them; the run logs last,
 /// so that they get the lines of the requests that finished while stopping.
-async fn supervise(shared: Arc<Shared>, subject: Subject, done: watch::Sender<bool>) {
+async fn supervise(shared: Arc<AgentCore>, subject: Subject, done: watch::Sender<bool>) {
     let (finish_logs, logs_finish) = oneshot::channel();
     let mut logs = tokio::spawn(log_loop(shared.clone(), logs_finish));
     let presence = tokio::spawn(presence_loop(shared.clone()));
@@ -318,7 +318,7 @@ async fn supervise(shared: Arc<Shared>, subject: Subject, done: watch::Sender<bo
     done.send_replace(true);
 }
 
-impl Shared {
+impl AgentCore {
     fn emit(&self, event: AgentEvent) {
         self.events.emit(event);
     }
@@ -523,7 +523,7 @@ impl Shared {
             .await
     }
 
-    /// Publishes a result on `subject` (see [`Shared::publish_retried`]), without its body if
+    /// Publishes a result on `subject` (see [`AgentCore::publish_retried`]), without its body if
     /// it is too large for the bus; drops it when that fails.
     async fn publish_result(&self, mut result: RunResult, subject: &Subject) {
         loop {
@@ -564,7 +564,7 @@ impl Shared {
         }
     }
 
-    /// Publishes run log batches (see [`Shared::publish_retried`]); a batch too large for the
+    /// Publishes run log batches (see [`AgentCore::publish_retried`]); a batch too large for the
     /// bus is split in two; a batch that cannot be published is dropped, and its run's next
     /// batch says so.
     async fn publish_logs(&self, batches: Vec<OutBatch>) {
@@ -625,7 +625,7 @@ async fn ack(delivery: Delivery) {
 }
 
 /// Registers, then heartbeats until the agent stops.
-async fn presence_loop(shared: Arc<Shared>) {
+async fn presence_loop(shared: Arc<AgentCore>) {
     let mut stop = shared.stop.subscribe();
     let mut probe = Probe::new();
     let machine = probe.machine();
@@ -729,7 +729,7 @@ async fn presence_loop(shared: Arc<Shared>) {
 
 /// Publishes the run logs: a run's batch as soon as it is full, every run's lines every
 /// `log_flush_ms`; when `finish` fires (the other tasks are done), what is left.
-async fn log_loop(shared: Arc<Shared>, mut finish: oneshot::Receiver<()>) {
+async fn log_loop(shared: Arc<AgentCore>, mut finish: oneshot::Receiver<()>) {
     let logs = shared.events.logs().clone();
     let period = Duration::from_millis(shared.config.log_flush_ms);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
@@ -747,7 +747,7 @@ async fn log_loop(shared: Arc<Shared>, mut finish: oneshot::Receiver<()>) {
 }
 
 /// Releases idle downloaders every `idle_check_ms` until the agent stops.
-async fn sweep_loop(shared: Arc<Shared>) {
+async fn sweep_loop(shared: Arc<AgentCore>) {
     let mut stop = shared.stop.subscribe();
     let mut tick = tokio::time::interval(Duration::from_millis(shared.config.idle_check_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -764,7 +764,7 @@ async fn sweep_loop(shared: Arc<Shared>) {
 
 /// Reads commands until the agent stops (re-subscribing forever), then lets the running
 /// requests finish within the grace period.
-async fn command_loop(shared: Arc<Shared>, subject: Subject) {
+async fn command_loop(shared: Arc<AgentCore>, subject: Subject) {
     let mut stop = shared.stop.subscribe();
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut backoff = Backoff::new(&shared.config);

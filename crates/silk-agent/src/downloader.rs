@@ -35,13 +35,14 @@ use crate::error::AgentError;
 use crate::runlog::Events;
 use crate::stats::{AgentEvent, RunCounters};
 use base64::Engine as _;
+use parking_lot::RwLock;
 use silk_bus::{BodyEncoding, FetchOutcome, LogLevel, ResultBody, ResultError};
 use silk_core::{Clock, Request, RunId};
 use silk_fetch::robots::{RobotsCache, RobotsVerdict};
 use silk_fetch::{FetchError, Fetcher, Response, Retry, Wants, decode_html_cow};
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use url::Url;
 
@@ -56,21 +57,21 @@ struct Session {
 #[derive(Debug)]
 struct RateLimiter {
     interval: Duration,
-    next: std::sync::Mutex<tokio::time::Instant>,
+    next: parking_lot::Mutex<tokio::time::Instant>,
 }
 
 impl RateLimiter {
     fn new(qps: f64) -> Self {
         Self {
             interval: Duration::from_secs_f64(1.0 / qps),
-            next: std::sync::Mutex::new(tokio::time::Instant::now()),
+            next: parking_lot::Mutex::new(tokio::time::Instant::now()),
         }
     }
 
     /// Waits for this request's slot.
     async fn wait(&self) {
         let slot = {
-            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+            let mut next = self.next.lock();
             let slot = (*next).max(tokio::time::Instant::now());
             *next = slot + self.interval;
             slot
@@ -150,10 +151,7 @@ impl Downloader {
     }
 
     fn session(&self) -> Session {
-        self.session
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.session.read().clone()
     }
 
     fn emit(&self, event: AgentEvent) {
@@ -311,7 +309,7 @@ impl Downloader {
                     // The new fetcher has a new cookie jar: sessions do not survive a proxy
                     // refresh (a new address is a new visitor anyway).
                     let session = new_session(fetcher, &self.cfg, &self.clock);
-                    *self.session.write().unwrap_or_else(|p| p.into_inner()) = session;
+                    *self.session.write() = session;
                 }
                 Err(e) => {
                     tracing::warn!(run = %self.run, error = %e, "proxy refresh failed");
@@ -672,14 +670,7 @@ fn is_text(content_type: Option<&str>) -> bool {
 
 /// A text body, cut at a character boundary to at most `max` bytes.
 fn text_body(mut text: String, content_type: Option<&str>, max: usize) -> ResultBody {
-    let truncated = text.len() > max;
-    if truncated {
-        let mut cut = max;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
+    let truncated = silk_core::text::truncate(&mut text, max);
     ResultBody {
         encoding: BodyEncoding::Text,
         data: text,

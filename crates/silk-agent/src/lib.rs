@@ -12,7 +12,7 @@
 //!   JSON format; `downloader`: one run's downloader (fetch, ban detection, redirects,
 //!   trimming, parsing); `trim`: trimming rules; [`command`]: provider and redial
 //!   commands — which ones the agent runs (named ones, raw ones only when allowed) and how.
-//! - `registry` and `store`: the allocations in memory and in `{data_dir}/allocations.json`.
+//! - `runs` and `store`: the allocations in memory and in `{data_dir}/allocations.json`.
 //! - `system`: CPU, memory, host name (`sysinfo`); [`stats`]: counters, QPS, events.
 //! - `runlog`: each run's log lines (events, failed requests, trimming problems), queued
 //!   without blocking and published in `log` batches on the bus's `logs` subject.
@@ -27,8 +27,8 @@ pub mod config;
 mod downloader;
 pub mod downloader_config;
 pub mod error;
-mod registry;
 mod runlog;
+mod runs;
 pub mod stats;
 mod store;
 mod system;

@@ -36,11 +36,12 @@
 //! Lines below `log_level` are not written at all.
 
 use crate::stats::{AgentEvent, ReleaseReason};
+use parking_lot::{Mutex, MutexGuard};
 use silk_bus::{FetchOutcome, LogBatch, LogEntry, LogLevel};
 use silk_core::{AgentId, Clock, RunId};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{Notify, broadcast};
 
 /// The marker at the end of a cut line.
@@ -171,7 +172,7 @@ impl LogQueue {
     }
 
     fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// Whether a line at `level` would be written.
@@ -304,11 +305,10 @@ pub(crate) fn truncate(mut message: String, max: usize) -> String {
         return message;
     }
     let marked = TRUNCATED.len() <= max;
-    let mut cut = if marked { max - TRUNCATED.len() } else { max };
-    while !message.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    message.truncate(cut);
+    silk_core::text::truncate(
+        &mut message,
+        if marked { max - TRUNCATED.len() } else { max },
+    );
     if marked {
         message.push_str(TRUNCATED);
     }

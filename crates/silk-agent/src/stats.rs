@@ -6,9 +6,9 @@
 //! Events are broadcast: a receiver that falls behind loses the oldest ones (never blocks
 //! the agent). Every run-scoped event also becomes a line of its run's log (`runlog`).
 
+use parking_lot::Mutex;
 use silk_core::RunId;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Something that happened in an agent.
@@ -268,7 +268,7 @@ impl QpsWindow {
     /// Counts one finished request at `now_ms`.
     pub(crate) fn record(&self, now_ms: u64) {
         let bucket = now_ms / self.bucket_ms;
-        let mut b = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = self.buckets.lock();
         match b.back_mut() {
             Some((at, n)) if *at == bucket => *n += 1,
             _ => b.push_back((bucket, 1)),
@@ -286,7 +286,6 @@ impl QpsWindow {
         let count: u64 = self
             .buckets
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter(|(at, _)| *at >= oldest)
             .map(|(_, n)| n)

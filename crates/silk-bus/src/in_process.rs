@@ -22,10 +22,11 @@ use crate::subject::{Subject, check_namespace};
 use crate::wire::{Envelope, MessageId};
 use async_trait::async_trait;
 use bytes::Bytes;
+use parking_lot::{Mutex, MutexGuard};
 use silk_core::{Clock, SystemClock};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
@@ -223,7 +224,7 @@ impl Broker {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the state half-updated in a way that
         // matters more than losing the bus, so a poisoned lock is used as is.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     fn check_available(&self, operation: &'static str, subject: &str) -> Result<(), BusError> {

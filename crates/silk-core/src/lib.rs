@@ -13,6 +13,7 @@ pub mod ids;
 pub mod outcome;
 pub mod request;
 pub mod spider;
+pub mod text;
 
 pub use canon::{CanonRules, Fingerprint, canonicalize, fingerprint, fingerprint_salted};
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -85,11 +85,11 @@ pub struct Summary {
 
 /// A crawl ready to run.
 pub struct Crawl {
-    shared: Arc<Shared>,
+    shared: Arc<CrawlCore>,
     progress_tx: watch::Sender<Progress>,
 }
 
-struct Shared {
+struct CrawlCore {
     spider: Spider,
     clock: Arc<dyn Clock>,
     frontier: Arc<dyn FrontierStore>,
@@ -107,7 +107,7 @@ struct Shared {
     duplicate_items: AtomicU64,
     robots_denied: AtomicU64,
     bytes: AtomicU64,
-    fatal: std::sync::Mutex<Option<CrawlError>>,
+    fatal: parking_lot::Mutex<Option<CrawlError>>,
     failing: AtomicBool,
     gate: HostGate,
 }
@@ -118,7 +118,7 @@ struct Shared {
 /// slot (`max(now, previous + delay)`) and waits for it. With no delay it costs nothing.
 struct HostGate {
     default_delay: Duration,
-    hosts: std::sync::Mutex<std::collections::HashMap<String, HostSlot>>,
+    hosts: parking_lot::Mutex<std::collections::HashMap<String, HostSlot>>,
 }
 
 /// One host's send schedule.
@@ -151,7 +151,7 @@ impl HostGate {
 
     /// Raises a host's delay (robots.txt crawl-delay).
     fn set_delay(&self, host: &str, delay: Duration) {
-        let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut hosts = self.hosts.lock();
         let now = Instant::now();
         let slot = hosts
             .entry(host.to_owned())
@@ -165,7 +165,7 @@ impl HostGate {
     async fn wait(&self, req: &Request) {
         let key = req.host_key();
         let start = {
-            let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+            let mut hosts = self.hosts.lock();
             if self.default_delay.is_zero() && hosts.is_empty() {
                 return;
             }
@@ -192,7 +192,7 @@ impl HostGate {
         let mut until = start;
         loop {
             tokio::time::sleep_until(until.into()).await;
-            let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
+            let mut hosts = self.hosts.lock();
             let Some(slot) = hosts.get_mut(key.as_str()) else {
                 return;
             };
@@ -235,7 +235,7 @@ impl Crawl {
         let seeds = spider.seed_requests();
         frontier.enqueue(seeds).await?;
         let per_host_delay = Duration::from_millis(spider.spec.per_host_delay_ms);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(CrawlCore {
             spider,
             clock: opts.clock.clone(),
             frontier,
@@ -251,7 +251,7 @@ impl Crawl {
             duplicate_items: AtomicU64::new(0),
             robots_denied: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            fatal: std::sync::Mutex::new(None),
+            fatal: parking_lot::Mutex::new(None),
             failing: AtomicBool::new(false),
             gate: HostGate::new(per_host_delay),
         });
@@ -357,12 +357,7 @@ impl Crawl {
             .expect("semaphore is never closed");
         shared.frontier.sync().await?;
         shared.sink.sync()?;
-        if let Some(e) = shared
-            .fatal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(e) = shared.fatal.lock().take() {
             return Err(e);
         }
         let stats = shared.frontier.stats().await?;
@@ -394,7 +389,7 @@ impl Crawl {
     }
 }
 
-impl Shared {
+impl CrawlCore {
     fn frontier_now(&self) -> u64 {
         self.clock.now_ms()
     }
@@ -402,7 +397,7 @@ impl Shared {
     fn fatal(&self, e: CrawlError) {
         tracing::error!(error = %e, "fatal error, stopping the crawl");
         self.failing.store(true, Ordering::Relaxed);
-        let mut slot = self.fatal.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.fatal.lock();
         slot.get_or_insert(e);
     }
 

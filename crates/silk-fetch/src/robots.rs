@@ -19,9 +19,10 @@
 //! it reports both, the frontier acts.
 
 use crate::fetcher::{BodyLimit, Fetcher};
+use parking_lot::Mutex;
 use silk_core::{Clock, Request, SystemClock};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use url::{Position, Url};
 
@@ -220,7 +221,7 @@ impl RobotsCache {
     /// loaded (or has expired).
     pub fn cached(&self, url: &Url) -> Option<RobotsVerdict> {
         let key = url.origin().ascii_serialization();
-        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slots = self.slots.lock();
         let entry = slots.get(&key)?.get()?;
         (entry.expires_ms > self.clock.now_ms()).then(|| self.verdict(entry, url))
     }
@@ -251,7 +252,7 @@ impl RobotsCache {
     fn slot(&self, url: &Url) -> Slot {
         let key = url.origin().ascii_serialization();
         let now = self.clock.now_ms();
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots.lock();
         let slot = slots.entry(key).or_default();
         if slot.get().is_some_and(|e| e.expires_ms <= now) {
             *slot = Slot::default();

@@ -146,14 +146,7 @@ pub(crate) fn encode_record(
 /// Host keys longer than a u16 length cannot be stored; they are cut at a char boundary
 /// (a host name is at most 253 bytes, so this only ever meets garbage).
 fn truncate_host(host: &str) -> &str {
-    if host.len() <= usize::from(u16::MAX) {
-        return host;
-    }
-    let mut end = usize::from(u16::MAX);
-    while !host.is_char_boundary(end) {
-        end -= 1;
-    }
-    &host[..end]
+    silk_core::text::prefix(host, usize::from(u16::MAX))
 }
 
 fn le_u32(b: &[u8], at: usize) -> Option<u32> {

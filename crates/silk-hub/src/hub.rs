@@ -4,12 +4,14 @@
 //! - **presence**: a durable subscription to `registrations` (registrations sent while the hub
 //!   was away are processed when it is back; they never expire) and a live one to
 //!   `heartbeats` (stale ones are dropped by the bus when read), both fed to the
-//!   [`AgentRegistry`]. Registered agents are remembered in `agents.json`, so a restarted
-//!   hub knows them before they register again.
+//!   [`AgentRegistry`]. Registered agents are remembered in the metadata store (its agent
+//!   documents), so a restarted hub knows them before they register again.
 //! - **ticker**: every `tick_ms`, the registry's state transitions (phi accrual, capped by
 //!   `dead_after_ms`); an agent that turns dead is reported to every active run
 //!   ([`Run::on_agent_dead`]).
-//! - **results**: a durable subscription to `results`; each result goes to its run
+//! - **results**: a durable subscription to the hub's own `results.{hub id}` (the agents
+//!   answer the hub that sent the download) and a shared one to `results` (downloads that
+//!   named no hub: agents of older builds); each result goes to its run
 //!   ([`Run::on_result`]) and is acked on the bus after the run recorded it. A result of an
 //!   unknown or finished run is acked and ignored.
 //! - **allocation replies**: a live subscription to `allocations`, handing each reply to the
@@ -39,6 +41,7 @@ use crate::run::{
     DEFAULT_MAX_PENDING, DEFAULT_STALL_TIMEOUT_MS, RunRecord, RunRequest, RunState, RunView,
 };
 use crate::runner::{Desired, Run, downloader_config, drive};
+use parking_lot::Mutex;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use silk_bus::{
@@ -49,7 +52,7 @@ use silk_core::{AgentId, Clock, RunId};
 use silk_store::{AgentRow, AllocationRow, Level, MetaStore, RunFilter, RunRow};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -138,7 +141,7 @@ impl HubConfig {
 }
 
 /// What the hub's tasks share.
-pub(crate) struct Shared {
+pub(crate) struct HubCore {
     pub(crate) config: HubConfig,
     pub(crate) bus: Arc<dyn Bus>,
     pub(crate) clock: Arc<dyn Clock>,
@@ -179,10 +182,6 @@ pub(crate) struct Shared {
     pub(crate) undrivable: Mutex<std::collections::HashSet<RunId>>,
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Starts hubs.
 #[derive(Debug)]
 pub struct Hub;
@@ -190,7 +189,7 @@ pub struct Hub;
 /// A running hub.
 #[derive(Clone)]
 pub struct HubHandle {
-    shared: Arc<Shared>,
+    shared: Arc<HubCore>,
 }
 
 impl std::fmt::Debug for HubHandle {
@@ -260,7 +259,7 @@ impl Hub {
         let (logs, log_rx) = RunLogs::new(clock.clone());
         let log_writer = tokio::spawn(crate::logs::writer(logs.clone(), log_rx, store.clone()));
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(HubCore {
             config,
             bus,
             clock,
@@ -404,11 +403,11 @@ pub(crate) fn record_of(row: RunRow) -> Result<RunRecord, HubError> {
         .map_err(|e| HubError::Store(format!("run `{}` is unreadable: {e}", row.id)))
 }
 
-impl Shared {
+impl HubCore {
     /// The live agents now.
     pub(crate) fn live_agents(&self) -> Vec<AgentId> {
         let now = self.clock.now_ms();
-        lock(&self.registry).live_agents(now, &LabelFilter::any())
+        self.registry.lock().live_agents(now, &LabelFilter::any())
     }
 
     /// Stores a run record (and its allocation), only while this hub holds the run's lease
@@ -448,23 +447,24 @@ impl Shared {
     pub(crate) fn run_finished(&self, run: &Run) {
         let record = run.record();
         if record.state.is_terminal() {
-            lock(&self.runs).remove(&run.id);
+            self.runs.lock().remove(&run.id);
             let _ = self.ended.send(record);
         } else if run.is_disowned() {
             // Another hub drives it now.
-            lock(&self.runs).remove(&run.id);
+            self.runs.lock().remove(&run.id);
         }
     }
 
     /// The active run `id`.
     pub(crate) fn active_run(&self, id: &RunId) -> Option<Arc<Run>> {
-        lock(&self.runs).get(id).cloned()
+        self.runs.lock().get(id).cloned()
     }
 
     /// The active runs of a job that its schedule or a user started (not the run the
     /// router feeds: that one lives beside them and overlap rules ignore it).
     pub(crate) fn active_runs_of(&self, job_id: &str) -> Vec<Arc<Run>> {
-        lock(&self.runs)
+        self.runs
+            .lock()
             .values()
             .filter(|r| r.job_id() == Some(job_id) && !r.is_fed())
             .cloned()
@@ -473,7 +473,8 @@ impl Shared {
 
     /// The job's run that the router feeds and that still takes requests.
     pub(crate) fn fed_run_of(&self, job_id: &str) -> Option<Arc<Run>> {
-        lock(&self.runs)
+        self.runs
+            .lock()
             .values()
             .find(|r| r.job_id() == Some(job_id) && r.is_fed() && !r.is_closing())
             .cloned()
@@ -481,14 +482,14 @@ impl Shared {
 
     /// The ids of the runs active now.
     pub(crate) fn runs_now(&self) -> Vec<RunId> {
-        lock(&self.runs).keys().cloned().collect()
+        self.runs.lock().keys().cloned().collect()
     }
 
     pub(crate) fn spawn_driver(self: &Arc<Self>, run: Arc<Run>) {
-        lock(&self.runs).insert(run.id.clone(), run.clone());
+        self.runs.lock().insert(run.id.clone(), run.clone());
         let handle = tokio::spawn(drive(self.clone(), run));
         {
-            let mut drivers = lock(&self.drivers);
+            let mut drivers = self.drivers.lock();
             drivers.retain(|h| !h.is_finished());
             drivers.push(handle);
         }
@@ -516,7 +517,10 @@ impl Shared {
         let Message::Register(register) = &envelope.body else {
             return;
         };
-        let outcome = lock(&self.registry).register(register, envelope.sent_ms, now);
+        let outcome = self
+            .registry
+            .lock()
+            .register(register, envelope.sent_ms, now);
         match outcome {
             RegisterOutcome::Outdated => return,
             RegisterOutcome::New => {
@@ -553,7 +557,7 @@ impl Shared {
             Message::Heartbeat(_) => {
                 let now = self.clock.now_ms();
                 if let Applied::Heartbeat(crate::registry::HeartbeatOutcome::NeedsRegister) =
-                    lock(&self.registry).apply(&delivery.envelope, now)
+                    self.registry.lock().apply(&delivery.envelope, now)
                 {
                     tracing::debug!("heartbeat of an agent that has not registered yet");
                 }
@@ -565,7 +569,7 @@ impl Shared {
                 }
             },
             Message::Allocated(reply) => {
-                let waiter = lock(&self.waiters).get(&reply.run).cloned();
+                let waiter = self.waiters.lock().get(&reply.run).cloned();
                 if let Some(tx) = waiter {
                     let _ = tx.send(reply.clone());
                 }
@@ -787,7 +791,7 @@ impl Shared {
     async fn allocate_run(&self, record: &mut RunRecord) -> Result<(), String> {
         let live = self.live_agents();
         let allocation = {
-            let mut rng = lock(&self.rng);
+            let mut rng = self.rng.lock();
             allocate(record.strategy, record.on_agent_lost, &live, &mut *rng)
                 .map_err(|e| e.to_string())?
         };
@@ -797,7 +801,7 @@ impl Shared {
             allocation.agents().to_vec()
         };
         let (tx, mut rx) = mpsc::unbounded_channel();
-        lock(&self.waiters).insert(record.id.clone(), tx);
+        self.waiters.lock().insert(record.id.clone(), tx);
         let result = async {
             let config = downloader_config(record);
             for agent in &targets {
@@ -859,7 +863,7 @@ impl Shared {
             Ok(ok)
         }
         .await;
-        lock(&self.waiters).remove(&record.id);
+        self.waiters.lock().remove(&record.id);
         let agents = result?;
         record.agents = agents;
         record.allocation = Some(allocation);
@@ -877,7 +881,7 @@ impl Drop for Decrement<'_> {
 }
 
 /// Reads one subject forever (re-subscribing with back-off while the bus is down).
-async fn subscription_loop(shared: Arc<Shared>, subject: Subject, opts: SubscribeOpts) {
+async fn subscription_loop(shared: Arc<HubCore>, subject: Subject, opts: SubscribeOpts) {
     let mut stop = shared.stop.subscribe();
     let initial = Duration::from_millis(shared.config.resubscribe_initial_ms.max(1));
     let mut backoff = initial;
@@ -933,7 +937,7 @@ async fn subscription_loop(shared: Arc<Shared>, subject: Subject, opts: Subscrib
 }
 
 /// Re-evaluates agent states and tells the runs about dead agents.
-async fn tick_loop(shared: Arc<Shared>) {
+async fn tick_loop(shared: Arc<HubCore>) {
     let mut stop = shared.stop.subscribe();
     let mut tick = tokio::time::interval(Duration::from_millis(shared.config.tick_ms));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -944,7 +948,7 @@ async fn tick_loop(shared: Arc<Shared>) {
         }
         let now = shared.clock.now_ms();
         let (transitions, live) = {
-            let mut registry = lock(&shared.registry);
+            let mut registry = shared.registry.lock();
             (
                 registry.tick(now),
                 registry.live_agents(now, &LabelFilter::any()),
@@ -965,7 +969,7 @@ async fn tick_loop(shared: Arc<Shared>) {
                 }
             }
             if t.to == AgentState::Dead {
-                let runs: Vec<Arc<Run>> = lock(&shared.runs).values().cloned().collect();
+                let runs: Vec<Arc<Run>> = shared.runs.lock().values().cloned().collect();
                 for run in runs {
                     run.on_agent_dead(&shared, &t.agent).await;
                 }
@@ -986,7 +990,7 @@ pub struct RunQuery {
 }
 
 impl HubHandle {
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<HubCore> {
         &self.shared
     }
 
@@ -1214,7 +1218,7 @@ impl HubHandle {
     /// Every registered agent, sorted by id.
     pub fn agents(&self) -> Vec<AgentView> {
         let now = self.shared.clock.now_ms();
-        lock(&self.shared.registry).agents(now)
+        self.shared.registry.lock().agents(now)
     }
 
     /// The live agents now (alive or suspect), sorted.
@@ -1260,7 +1264,7 @@ impl HubHandle {
     /// the next start), frontiers and item files are synced and closed.
     pub async fn shutdown(&self) {
         self.shared.stop.send_replace(true);
-        let drivers: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.shared.drivers));
+        let drivers: Vec<JoinHandle<()>> = std::mem::take(&mut *self.shared.drivers.lock());
         for d in drivers {
             let _ = d.await;
         }
@@ -1274,7 +1278,7 @@ impl HubHandle {
             tracing::debug!(error = %e, "scheduler lease not released (it expires)");
         }
         self.shared.logs.close();
-        let writer = lock(&self.shared.log_writer).take();
+        let writer = self.shared.log_writer.lock().take();
         if let Some(writer) = writer {
             let _ = writer.await;
         }

@@ -8,7 +8,7 @@
 //! # Scheduling ([`scheduler`])
 //!
 //! One task owns every job change the schedule makes; API changes take the same lock
-//! (`Shared::jobs_lock`), so two writers never interleave. Every `schedule_tick_ms` it:
+//! (`HubCore::jobs_lock`), so two writers never interleave. Every `schedule_tick_ms` it:
 //! - fires each enabled job with a `cron` whose fire time has come. Fires missed while the
 //!   hub was down (or the job disabled) coalesce into one (`silk_schedule::due`): a job that
 //!   missed 3 hourly fires runs once, not 3 times. What a fire does depends on the job's

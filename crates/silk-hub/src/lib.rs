@@ -51,6 +51,7 @@ pub mod run;
 mod runner;
 mod scheduler;
 mod sinks;
+mod tailer;
 pub mod taskhub;
 mod ui;
 

@@ -14,11 +14,12 @@
 //! the store stays the only truth. Retention: a task deletes lines older than
 //! `log_retention_ms` every hour.
 
+use parking_lot::Mutex;
 use silk_core::{Clock, RunId};
 use silk_store::{Level, MetaStore, NewLogLine};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
@@ -50,11 +51,7 @@ pub(crate) fn truncate(mut message: String) -> String {
         return message;
     }
     let total = message.len();
-    let mut cut = MAX_MESSAGE_BYTES;
-    while !message.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    message.truncate(cut);
+    silk_core::text::truncate(&mut message, MAX_MESSAGE_BYTES);
     message.push_str(&format!(" … [truncated: {total} bytes]"));
     message
 }
@@ -94,20 +91,20 @@ impl RunLogs {
             source: source.to_owned(),
             message: truncate(message),
         };
-        let sent = match &*self.tx.lock().unwrap_or_else(|p| p.into_inner()) {
+        let sent = match &*self.tx.lock() {
             Some(tx) => tx.try_send(line).is_ok(),
             None => false,
         };
         if !sent {
             self.dropped_total.fetch_add(1, Ordering::Relaxed);
-            let mut dropped = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
+            let mut dropped = self.dropped.lock();
             *dropped.entry(run.to_owned()).or_insert(0) += 1;
         }
     }
 
     /// Closes the queue: the writer stores what is queued and ends.
     pub(crate) fn close(&self) {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.tx.lock().take();
     }
 
     /// Lines dropped so far (queue full or store down).
@@ -126,7 +123,7 @@ impl RunLogs {
     }
 
     fn take_dropped(&self) -> Vec<NewLogLine> {
-        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|p| p.into_inner()));
+        let dropped = std::mem::take(&mut *self.dropped.lock());
         let now = self.clock.now_ms();
         dropped
             .into_iter()
@@ -193,7 +190,7 @@ async fn store_batch(logs: &RunLogs, store: &Arc<dyn MetaStore>, batch: &[NewLog
                 tracing::error!(error = %e, lines = batch.len(), "run log lines dropped: the store keeps failing");
                 logs.dropped_total
                     .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                let mut dropped = logs.dropped.lock().unwrap_or_else(|p| p.into_inner());
+                let mut dropped = logs.dropped.lock();
                 for line in batch {
                     *dropped.entry(line.run_id.clone()).or_insert(0) += 1;
                 }

@@ -24,12 +24,12 @@
 //! | `time_ms` | when the hub received the result, ms since the epoch |
 //! | `task` | the router task that became this request (`silk.JobOutbound`), or absent |
 
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 /// The file name of a run's outcomes.
 pub(crate) const FILE: &str = "outcomes.jsonl";
@@ -90,14 +90,14 @@ impl OutcomeLog {
     pub(crate) fn append(&self, line: &OutcomeLine) -> Result<(), String> {
         let mut bytes = serde_json::to_vec(line).map_err(|e| e.to_string())?;
         bytes.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut file = self.file.lock();
         file.write_all(&bytes)
             .map_err(|e| format!("{}: {e}", self.path.display()))
     }
 
     /// Flushes to disk (at the run's end).
     pub(crate) fn sync(&self) -> Result<(), String> {
-        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let file = self.file.lock();
         file.sync_data()
             .map_err(|e| format!("{}: {e}", self.path.display()))
     }

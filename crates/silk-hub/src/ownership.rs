@@ -30,7 +30,7 @@
 //! of the lease `scheduler`; each hub times out the runs it drives.
 
 use crate::error::HubError;
-use crate::hub::{Shared, record_of};
+use crate::hub::{HubCore, record_of};
 use crate::run::{RunRecord, RunState};
 use crate::runner::Run;
 use silk_core::RunId;
@@ -77,7 +77,7 @@ pub(crate) fn check_hub_id(id: &str) -> Result<(), HubError> {
     }
 }
 
-impl Shared {
+impl HubCore {
     /// Takes (or renews) the lease of run `id`; whether this hub holds it now.
     pub(crate) async fn hold_run(&self, id: &RunId) -> Result<bool, HubError> {
         Ok(self
@@ -129,27 +129,27 @@ impl Shared {
 /// Marks a run that this hub is starting, so that adoption leaves it alone; unmarks it when
 /// dropped.
 pub(crate) struct Starting<'a> {
-    shared: &'a Shared,
+    shared: &'a HubCore,
     id: RunId,
 }
 
 impl<'a> Starting<'a> {
-    pub(crate) fn new(shared: &'a Shared, id: RunId) -> Self {
-        crate::hub::lock(&shared.starting).insert(id.clone());
+    pub(crate) fn new(shared: &'a HubCore, id: RunId) -> Self {
+        shared.starting.lock().insert(id.clone());
         Self { shared, id }
     }
 }
 
 impl Drop for Starting<'_> {
     fn drop(&mut self) {
-        crate::hub::lock(&self.shared.starting).remove(&self.id);
+        self.shared.starting.lock().remove(&self.id);
     }
 }
 
 /// Takes over every stored run that has not ended, is not active here, and whose lease is
 /// free or expired, when this hub can drive it (see the module doc). At start (`startup`)
 /// this is the restart recovery: this hub's own runs come back.
-pub(crate) async fn adopt(shared: &Arc<Shared>, startup: bool) -> Result<(), HubError> {
+pub(crate) async fn adopt(shared: &Arc<HubCore>, startup: bool) -> Result<(), HubError> {
     // The holders as the round starts (for the log line of an adoption), in one read.
     let holders: HashMap<String, String> = shared
         .store
@@ -164,7 +164,7 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, startup: bool) -> Result<(), Hub
             return Ok(());
         }
         let id = RunId::new(row.id.clone());
-        if shared.active_run(&id).is_some() || crate::hub::lock(&shared.starting).contains(&id) {
+        if shared.active_run(&id).is_some() || shared.starting.lock().contains(&id) {
             continue;
         }
         let record = match record_of(row) {
@@ -175,7 +175,7 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, startup: bool) -> Result<(), Hub
             }
         };
         if !shared.can_drive(&record) {
-            let noted = crate::hub::lock(&shared.undrivable).insert(id.clone());
+            let noted = shared.undrivable.lock().insert(id.clone());
             if noted {
                 tracing::info!(run = %id, hub = ?record.hub, "run left to its hub: its frontier is in that hub's data dir");
             }
@@ -204,7 +204,7 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, startup: bool) -> Result<(), Hub
 }
 
 /// Drives (or settles) a run whose lease this hub has just taken.
-async fn take(shared: &Arc<Shared>, mut record: RunRecord, from: Option<String>, startup: bool) {
+async fn take(shared: &Arc<HubCore>, mut record: RunRecord, from: Option<String>, startup: bool) {
     let id = record.id.clone();
     match record.state {
         RunState::Pending | RunState::Allocating => {
@@ -254,7 +254,7 @@ async fn take(shared: &Arc<Shared>, mut record: RunRecord, from: Option<String>,
 
 /// Renews this hub's leases, stops driving runs it lost, and adopts runs whose hub is gone,
 /// every third of `ownership_ttl_ms`, until the hub stops.
-pub(crate) async fn ownership_loop(shared: Arc<Shared>) {
+pub(crate) async fn ownership_loop(shared: Arc<HubCore>) {
     let mut stop = shared.stop.subscribe();
     let every = Duration::from_millis((shared.config.ownership_ttl_ms / 3).max(1));
     loop {
@@ -264,7 +264,7 @@ pub(crate) async fn ownership_loop(shared: Arc<Shared>) {
         }
         // The runs active before the renewal: a run started meanwhile took its lease after
         // the renewal read them, and must not look lost.
-        let active: Vec<Arc<Run>> = crate::hub::lock(&shared.runs).values().cloned().collect();
+        let active: Vec<Arc<Run>> = shared.runs.lock().values().cloned().collect();
         match shared
             .store
             .renew_leases(&shared.hub_id, shared.config.ownership_ttl_ms)

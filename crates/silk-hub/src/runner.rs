@@ -22,16 +22,17 @@
 //! - **Crash safety**: items are written before the ack, and links enqueued atomically with
 //!   it, so a hub killed at any point re-dispatches what it had not acked; dedup and the
 //!   idempotent sink absorb the repeat.
-//! - **Shared frontier** (`RunRecord::shared_frontier`): the frontier is a `RedisFrontier`
+//! - **HubCore frontier** (`RunRecord::shared_frontier`): the frontier is a `RedisFrontier`
 //!   and the items also go to the store's items table (idempotent on the key) before the
 //!   ack, so another hub that adopts the run (`ownership`) has both. A run whose lease was
 //!   taken over ends `Disowned`: nothing is written, no agent is released.
 
 use crate::allocation::{Allocation, Route, Strategy};
 use crate::error::HubError;
-use crate::hub::Shared;
+use crate::hub::HubCore;
 use crate::outcomes::{OutcomeLine, OutcomeLog};
 use crate::run::{Feed, RunRecord, RunState, RunStats, RunView};
+use parking_lot::Mutex;
 use silk_bus::{Command, FetchOutcome, LeasedRequest, RunResult};
 use silk_core::spider::Spider;
 use silk_core::{AgentId, Request, RunId};
@@ -40,8 +41,8 @@ use silk_items::{JsonlSink, Written};
 use silk_store::Level;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
@@ -97,10 +98,6 @@ struct Counters {
     /// Requests given up as poison.
     poisoned: AtomicU64,
     by_agent: Mutex<BTreeMap<String, u64>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A run that is active on this hub.
@@ -178,7 +175,7 @@ pub(crate) enum FeedError {
 impl Run {
     /// Opens the run's frontier and sink from its record; seeds the start URLs when `seed`.
     pub(crate) async fn open(
-        hub: &Shared,
+        hub: &HubCore,
         record: RunRecord,
         seed: bool,
     ) -> Result<Arc<Run>, HubError> {
@@ -285,11 +282,11 @@ impl Run {
     }
 
     pub(crate) fn record(&self) -> RunRecord {
-        lock(&self.record).clone()
+        self.record.lock().clone()
     }
 
     pub(crate) fn state(&self) -> RunState {
-        lock(&self.record).state
+        self.record.lock().state
     }
 
     /// The job it is a run of.
@@ -311,7 +308,7 @@ impl Run {
     /// others were duplicates of requests fed before: the same delivery twice).
     pub(crate) async fn feed(
         &self,
-        hub: &Shared,
+        hub: &HubCore,
         requests: Vec<Request>,
     ) -> Result<u64, FeedError> {
         let open = self.gate.read().await;
@@ -341,11 +338,11 @@ impl Run {
     /// Changes the record (under its lock: two writers never interleave), then stores it.
     pub(crate) async fn update(
         &self,
-        hub: &Shared,
+        hub: &HubCore,
         f: impl FnOnce(&mut RunRecord),
     ) -> Result<(), HubError> {
         {
-            let mut r = lock(&self.record);
+            let mut r = self.record.lock();
             f(&mut r);
             self.version.fetch_add(1, Ordering::SeqCst);
         }
@@ -353,10 +350,10 @@ impl Run {
     }
 
     /// Stores the latest record unless a newer or equal version is stored already.
-    async fn persist(&self, hub: &Shared) -> Result<(), HubError> {
+    async fn persist(&self, hub: &HubCore) -> Result<(), HubError> {
         let mut stored = self.persisted.lock().await;
         let (record, version) = {
-            let r = lock(&self.record);
+            let r = self.record.lock();
             (r.clone(), self.version.load(Ordering::SeqCst))
         };
         if version <= *stored {
@@ -380,20 +377,20 @@ impl Run {
     /// Notes that the agents in `agents` hold the run's downloader (after a confirmed
     /// allocation at start).
     pub(crate) fn mark_allocated(&self, agents: &[AgentId]) {
-        lock(&self.allocated_on).extend(agents.iter().cloned());
+        self.allocated_on.lock().extend(agents.iter().cloned());
     }
 
     /// Asks the run to pause, resume or cancel. The state check and the change happen under
     /// the record's lock, and a run that is ending refuses, so a control never overwrites a
     /// final state. Cancelling a run that is already being cancelled is not an error.
-    pub(crate) async fn control(&self, hub: &Shared, desired: Desired) -> Result<(), HubError> {
+    pub(crate) async fn control(&self, hub: &HubCore, desired: Desired) -> Result<(), HubError> {
         let action = match desired {
             Desired::Pause => "pause",
             Desired::Run => "resume",
             Desired::Cancel => "cancel",
         };
         {
-            let mut r = lock(&self.record);
+            let mut r = self.record.lock();
             let state = r.state;
             let closing = self.closing.load(Ordering::SeqCst);
             if desired == Desired::Cancel && state == RunState::Stopping {
@@ -473,7 +470,7 @@ impl Run {
             reassigned: c.reassigned.load(Ordering::Relaxed),
             blocked: c.blocked.load(Ordering::Relaxed),
             poisoned: c.poisoned.load(Ordering::Relaxed),
-            by_agent: lock(&c.by_agent).clone(),
+            by_agent: c.by_agent.lock().clone(),
         }
     }
 
@@ -491,34 +488,37 @@ impl Run {
         if self.closing.load(Ordering::SeqCst) {
             return;
         }
-        lock(&self.disowned).get_or_insert(reason);
+        self.disowned.lock().get_or_insert(reason);
         self.wake.notify_one();
     }
 
     /// Whether the run was let go to another hub.
     pub(crate) fn is_disowned(&self) -> bool {
-        lock(&self.disowned).is_some()
+        self.disowned.lock().is_some()
     }
 
     fn set_fatal(&self, reason: String) {
-        lock(&self.fatal).get_or_insert(reason);
+        self.fatal.lock().get_or_insert(reason);
         self.wake.notify_one();
     }
 
     /// The result of one of the run's requests.
-    pub(crate) async fn on_result(&self, hub: &Shared, result: &RunResult) {
+    pub(crate) async fn on_result(&self, hub: &HubCore, result: &RunResult) {
         let _applying = self.applying.read().await;
         let lease = u64::from_str_radix(&result.lease_id, 16)
             .ok()
             .filter(|_| !self.closing.load(Ordering::SeqCst));
-        let out = lease.and_then(|l| lock(&self.out).remove(&l).map(|o| (l, o)));
+        let out = lease.and_then(|l| self.out.lock().remove(&l).map(|o| (l, o)));
         let Some((lease, out)) = out else {
             self.counters.late.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(run = %self.id, lease = %result.lease_id, agent = %result.agent, "late or duplicate result ignored");
             return;
         };
         self.counters.returned.fetch_add(1, Ordering::Relaxed);
-        *lock(&self.counters.by_agent)
+        *self
+            .counters
+            .by_agent
+            .lock()
             .entry(result.agent.to_string())
             .or_insert(0) += 1;
         match &out.request.agent {
@@ -567,16 +567,16 @@ impl Run {
             self.items_written.notify_waiters();
         }
         if let (Some(delay), Some(key)) = (o.crawl_delay_ms, out_host(&out.request)) {
-            let new = lock(&self.delays).insert(key.clone());
+            let new = self.delays.lock().insert(key.clone());
             if new && let Err(e) = self.frontier.set_host_delay(&key, delay).await {
                 tracing::warn!(run = %self.id, host = %key, error = %e, "crawl-delay not recorded");
             }
         }
         if o.error.as_ref().is_some_and(|e| e.code == "no_downloader") {
             // The agent lost the run's downloader (released it when idle): allocate again.
-            lock(&self.allocated_on).remove(&result.agent);
+            self.allocated_on.lock().remove(&result.agent);
         }
-        let chained = matches!(lock(&self.record).strategy, Strategy::Chained(_));
+        let chained = matches!(self.record.lock().strategy, Strategy::Chained(_));
         let (outcome, links) = classify(&out.request, o, &result.agent, chained);
         if self.outcomes.is_some() && self.is_last_outcome(&out.request, o, &outcome) {
             // Before the ack, as items are: a crash in between writes it again.
@@ -615,7 +615,7 @@ impl Run {
     /// Writes a request's final outcome line (with `record_outcomes`).
     fn write_outcome(
         &self,
-        hub: &Shared,
+        hub: &HubCore,
         request: &Request,
         agent: &AgentId,
         o: &FetchOutcome,
@@ -625,7 +625,7 @@ impl Run {
             return Ok(());
         };
         let (job, job_id, spider_name) = {
-            let r = lock(&self.record);
+            let r = self.record.lock();
             (r.job_name.clone(), r.job_id.clone(), r.spider_name.clone())
         };
         let line = OutcomeLine {
@@ -666,7 +666,7 @@ impl Run {
 
     /// Writes the final outcome of a request that ended with no result from its agent
     /// (its last lease expired, or its agent was lost), when it was its last attempt.
-    fn write_lost_outcome(&self, hub: &Shared, out: &Out, code: &str, retry: bool) {
+    fn write_lost_outcome(&self, hub: &HubCore, out: &Out, code: &str, retry: bool) {
         if self.outcomes.is_none() || (retry && out.request.retries < self.max_retries) {
             return;
         }
@@ -690,7 +690,7 @@ impl Run {
     /// that a hub that adopts it has them.
     async fn store_items(
         &self,
-        hub: &Shared,
+        hub: &HubCore,
         items: &[serde_json::Value],
     ) -> Result<(), silk_store::StoreError> {
         if self.shared_frontier && !items.is_empty() {
@@ -732,10 +732,10 @@ impl Run {
     /// An agent was declared dead: release its requests out (they go to live agents), or
     /// fail the run when it is chained with `on_agent_lost: fail` and the agent was one of
     /// its own.
-    pub(crate) async fn on_agent_dead(&self, hub: &Shared, agent: &AgentId) {
-        lock(&self.allocated_on).remove(agent);
+    pub(crate) async fn on_agent_dead(&self, hub: &HubCore, agent: &AgentId) {
+        self.allocated_on.lock().remove(agent);
         let (strategy, policy, allocated) = {
-            let r = lock(&self.record);
+            let r = self.record.lock();
             let allocated = r
                 .allocation
                 .as_ref()
@@ -755,7 +755,7 @@ impl Run {
                     o.request.dedup_salt.as_deref().unwrap_or("")
                 );
                 let losses = {
-                    let mut counts = lock(&self.losses);
+                    let mut counts = self.losses.lock();
                     let n = counts.entry(key).or_insert(0);
                     *n += 1;
                     *n
@@ -763,7 +763,7 @@ impl Run {
                 if losses >= bound {
                     self.counters.poisoned.fetch_add(1, Ordering::Relaxed);
                     self.write_lost_outcome(hub, o, "poison", false);
-                    lock(&poisoned).push(o.request.url.clone());
+                    poisoned.lock().push(o.request.url.clone());
                     Outcome::Failed {
                         reason: "poison".into(),
                     }
@@ -775,7 +775,7 @@ impl Run {
             },
             |_| {},
         );
-        for url in poisoned.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        for url in poisoned.into_inner() {
             tracing::warn!(run = %self.id, url = %url, losses = bound, "poison request given up: its agent was lost while fetching it every time");
             hub.logs.hub(
                 &self.id,
@@ -822,7 +822,7 @@ impl Run {
         outcome: impl Fn(&Out) -> Outcome,
         mut each: impl FnMut(&Out),
     ) -> Vec<(LeaseId, Outcome)> {
-        let mut out = lock(&self.out);
+        let mut out = self.out.lock();
         let ids: Vec<u64> = out
             .iter()
             .filter(|(_, o)| which(o))
@@ -842,7 +842,7 @@ impl Run {
         (self.lease_timeout_ms / 10).clamp(1, 1_000)
     }
 
-    async fn expire_silent(&self, hub: &Shared, now_ms: u64) -> Result<(), String> {
+    async fn expire_silent(&self, hub: &HubCore, now_ms: u64) -> Result<(), String> {
         let margin = self.expiry_margin_ms();
         let expired = self.take_out(
             |o| o.deadline_ms.saturating_sub(margin) <= now_ms,
@@ -868,9 +868,11 @@ impl Run {
     /// Waits for a result, a control change, `timeout`, or the hub stopping — and never past
     /// the moment the first silent request out must be retried (a wait that overslept into
     /// its lease deadline would let the frontier re-queue it without using a retry).
-    async fn wait(&self, hub: &Shared, timeout: Duration) {
+    async fn wait(&self, hub: &HubCore, timeout: Duration) {
         let margin = self.expiry_margin_ms();
-        let first_expiry = lock(&self.out)
+        let first_expiry = self
+            .out
+            .lock()
             .values()
             .map(|o| o.deadline_ms.saturating_sub(margin))
             .min();
@@ -890,9 +892,9 @@ impl Run {
         }
     }
 
-    async fn dispatch(&self, hub: &Shared) -> Result<End, String> {
+    async fn dispatch(&self, hub: &HubCore) -> Result<End, String> {
         let (max_pending, stall_ms) = {
-            let r = lock(&self.record);
+            let r = self.record.lock();
             // A silent request is retried at its lease timeout; the stall timeout is about
             // nothing coming back at all, so it is never shorter than that.
             (
@@ -909,7 +911,8 @@ impl Run {
             .max_duration_ms
             .filter(|_| fed_idle_ms.is_none())
             .map(|ms| {
-                lock(&self.record)
+                self.record
+                    .lock()
                     .started_ms
                     .unwrap_or(0)
                     .saturating_add(ms)
@@ -919,11 +922,11 @@ impl Run {
             if *hub.stop.borrow() {
                 return Ok(End::HubStopping);
             }
-            let disowned = lock(&self.disowned).clone();
+            let disowned = self.disowned.lock().clone();
             if let Some(reason) = disowned {
                 return Ok(End::Disowned(reason));
             }
-            let fatal = lock(&self.fatal).take();
+            let fatal = self.fatal.lock().take();
             if let Some(reason) = fatal {
                 return Ok(End::Failed(reason));
             }
@@ -953,7 +956,7 @@ impl Run {
             }
             self.expire_silent(hub, now).await?;
             let success = self.success_before + self.counters.succeeded.load(Ordering::Relaxed);
-            let out_now = lock(&self.out).len();
+            let out_now = self.out.lock().len();
             if max_pages.is_some_and(|m| success >= m) || deadline.is_some_and(|d| now >= d) {
                 if out_now == 0 {
                     return Ok(End::Succeeded);
@@ -1047,7 +1050,7 @@ impl Run {
 
     /// A fed run with nothing queued or out: waits for more tasks, or ends (closing its
     /// gate under the write lock, once nothing is left) after `idle_ms` without any.
-    async fn idle(&self, hub: &Shared, idle_ms: u64) -> Result<Option<End>, String> {
+    async fn idle(&self, hub: &HubCore, idle_ms: u64) -> Result<Option<End>, String> {
         let now = hub.clock.now_ms();
         let since = self
             .last_fed_ms
@@ -1060,7 +1063,7 @@ impl Run {
             return Ok(None);
         }
         let mut open = self.gate.write().await;
-        if self.left().await? == 0 && lock(&self.out).is_empty() {
+        if self.left().await? == 0 && self.out.lock().is_empty() {
             *open = false;
             // Nothing is out, so no result can come late; the feeder looks for another run.
             self.closing.store(true, Ordering::SeqCst);
@@ -1078,8 +1081,13 @@ impl Run {
     }
 
     /// Routes leases to agents and sends them.
-    async fn send(&self, hub: &Shared, leases: Vec<Lease>, live: &[AgentId]) -> Result<(), String> {
-        let mut allocation: Allocation = match lock(&self.record).allocation.clone() {
+    async fn send(
+        &self,
+        hub: &HubCore,
+        leases: Vec<Lease>,
+        live: &[AgentId],
+    ) -> Result<(), String> {
+        let mut allocation: Allocation = match self.record.lock().allocation.clone() {
             Some(a) => a,
             None => return Err("the run has no allocation".into()),
         };
@@ -1088,8 +1096,8 @@ impl Run {
         let mut acks = Vec::new();
         let mut lost = None;
         {
-            let mut rng = lock(&hub.rng);
-            let mut out = lock(&self.out);
+            let mut rng = hub.rng.lock();
+            let mut out = self.out.lock();
             for lease in leases {
                 match allocation.route(&lease.request, live, &mut *rng) {
                     Route::To(agent) => {
@@ -1148,7 +1156,7 @@ impl Run {
             self.update(hub, |r| r.allocation = Some(allocation.clone()))
                 .await
                 .map_err(|e| e.to_string())?;
-            lock(&self.allocated_on).retain(|a| agents.contains(a));
+            self.allocated_on.lock().retain(|a| agents.contains(a));
         }
         if !acks.is_empty() {
             self.frontier
@@ -1180,7 +1188,7 @@ impl Run {
                 if let Err(e) = hub.send_command(&agent, command).await {
                     // Give the leases back before failing: nothing accepted is lost.
                     let back: Vec<(LeaseId, Outcome)> = {
-                        let mut out = lock(&self.out);
+                        let mut out = self.out.lock();
                         leases
                             .iter()
                             .filter(|l| out.remove(l).is_some())
@@ -1205,8 +1213,8 @@ impl Run {
 
     /// Sends the run's `allocate` to an agent that has not had it in this hub session (the
     /// bus keeps the order of one agent's commands, so it is there before the downloads).
-    async fn ensure_allocated(&self, hub: &Shared, agent: &AgentId) -> Result<(), String> {
-        if lock(&self.allocated_on).contains(agent) {
+    async fn ensure_allocated(&self, hub: &HubCore, agent: &AgentId) -> Result<(), String> {
+        if self.allocated_on.lock().contains(agent) {
             return Ok(());
         }
         let config = downloader_config(&self.record());
@@ -1219,8 +1227,8 @@ impl Run {
         )
         .await
         .map_err(|e| format!("bus: cannot allocate agent `{agent}`: {e}"))?;
-        lock(&self.allocated_on).insert(agent.clone());
-        let known = lock(&self.record).agents.contains(agent);
+        self.allocated_on.lock().insert(agent.clone());
+        let known = self.record.lock().agents.contains(agent);
         if !known {
             let _ = self
                 .update(hub, |r| {
@@ -1235,11 +1243,11 @@ impl Run {
     /// Why a run that reached its end counts as failed (its `fail_if`, see `health`), if it
     /// does. A fed run is not judged: it ends when the router stops feeding it, and each of
     /// its requests' outcomes goes back to the router.
-    async fn unhealthy(&self, hub: &Shared) -> Option<String> {
+    async fn unhealthy(&self, hub: &HubCore) -> Option<String> {
         if self.feed.is_some() {
             return None;
         }
-        let fail_if = lock(&self.record).fail_if.clone().unwrap_or_default();
+        let fail_if = self.record.lock().fail_if.clone().unwrap_or_default();
         let stats = self.final_stats(hub, hub.clock.now_ms()).await;
         let figures = crate::health::Figures {
             success: stats.success,
@@ -1253,7 +1261,7 @@ impl Run {
 
     /// The counters of a run that ends: its items counted in the store when every hub that
     /// drove it wrote them there (a shared frontier).
-    async fn final_stats(&self, hub: &Shared, now_ms: u64) -> RunStats {
+    async fn final_stats(&self, hub: &HubCore, now_ms: u64) -> RunStats {
         let mut stats = self.stats(now_ms).await;
         if self.shared_frontier {
             match hub.store.count_items(self.id.as_str()).await {
@@ -1265,7 +1273,7 @@ impl Run {
     }
 
     /// Records the end, tells the agents to release the downloader, syncs and closes.
-    async fn finish(&self, hub: &Shared, end: End) {
+    async fn finish(&self, hub: &HubCore, end: End) {
         // No request is fed from here on (the frontier closes below).
         *self.gate.write().await = false;
         // The final state is stored only by the holder of the run's lease: a hub that lost
@@ -1284,7 +1292,7 @@ impl Run {
         };
         if let End::Disowned(why) = &end {
             self.closing.store(true, Ordering::SeqCst);
-            lock(&self.disowned).get_or_insert_with(|| why.clone());
+            self.disowned.lock().get_or_insert_with(|| why.clone());
             drop(self.applying.write().await);
             tracing::warn!(run = %self.id, reason = %why, "run let go to another hub");
             hub.logs.hub(
@@ -1337,7 +1345,7 @@ impl Run {
         }
         if state.is_terminal() {
             let stats = self.final_stats(hub, now).await;
-            let agents: Vec<AgentId> = lock(&self.allocated_on).iter().cloned().collect();
+            let agents: Vec<AgentId> = self.allocated_on.lock().iter().cloned().collect();
             for agent in agents {
                 let release = Command::Release {
                     run: self.id.clone(),
@@ -1443,7 +1451,7 @@ fn classify(
 }
 
 /// Drives a run until it ends, then records the end.
-pub(crate) async fn drive(hub: Arc<Shared>, run: Arc<Run>) {
+pub(crate) async fn drive(hub: Arc<HubCore>, run: Arc<Run>) {
     // The loop runs in its own task so that a bug (a panic) in it still ends the run as
     // failed and wakes whoever waits for it.
     let (h, r) = (hub.clone(), run.clone());

@@ -1,7 +1,7 @@
 //! The job scheduler task and the job side of [`HubHandle`] (see `jobs` for the semantics).
 
 use crate::error::HubError;
-use crate::hub::{HubHandle, NewRun, RunQuery, Shared};
+use crate::hub::{HubCore, HubHandle, NewRun, RunQuery};
 use crate::jobs::{Job, JobSpec, LastRun, PendingRetry, patch_spec};
 use crate::run::{RunRecord, RunState, RunView};
 use crate::runner::Desired;
@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Runs the schedule until the hub stops: ticks, and ended runs as they come.
-pub(crate) async fn scheduler(shared: Arc<Shared>, mut ended: mpsc::UnboundedReceiver<RunRecord>) {
+pub(crate) async fn scheduler(shared: Arc<HubCore>, mut ended: mpsc::UnboundedReceiver<RunRecord>) {
     let mut stop = shared.stop.subscribe();
     let mut tick =
         tokio::time::interval(Duration::from_millis(shared.config.schedule_tick_ms.max(1)));
@@ -40,7 +40,7 @@ pub(crate) async fn scheduler(shared: Arc<Shared>, mut ended: mpsc::UnboundedRec
     }
 }
 
-async fn load(shared: &Shared, id_or_name: &str) -> Result<Job, HubError> {
+async fn load(shared: &HubCore, id_or_name: &str) -> Result<Job, HubError> {
     let row = match shared.store.get_job(id_or_name).await? {
         Some(row) => row,
         None => match shared.store.get_job_by_name(id_or_name).await? {
@@ -51,14 +51,14 @@ async fn load(shared: &Shared, id_or_name: &str) -> Result<Job, HubError> {
     Job::from_row(row)
 }
 
-async fn save(shared: &Shared, job: &Job) -> Result<(), HubError> {
+async fn save(shared: &HubCore, job: &Job) -> Result<(), HubError> {
     shared.store.update_job(&job.row()?).await?;
     Ok(())
 }
 
 /// Starts a run of `job` (attempt 0 for a fire or a trigger).
 async fn start_job_run(
-    shared: &Arc<Shared>,
+    shared: &Arc<HubCore>,
     job: &Job,
     extra: &BTreeMap<String, String>,
     attempt: u32,
@@ -79,7 +79,7 @@ async fn start_job_run(
 }
 
 /// Records `run` as the job's last run.
-pub(crate) async fn note_run(shared: &Shared, job_id: &str, run: &RunId, state: RunState) {
+pub(crate) async fn note_run(shared: &HubCore, job_id: &str, run: &RunId, state: RunState) {
     let _guard = shared.jobs_lock.lock().await;
     let Ok(mut job) = load(shared, job_id).await else {
         return;
@@ -94,7 +94,7 @@ pub(crate) async fn note_run(shared: &Shared, job_id: &str, run: &RunId, state: 
 }
 
 /// Starts a run for the scheduler (a fire, a retry, a queued fire), recording it on `job`.
-async fn start_for(shared: &Arc<Shared>, job: &mut Job, attempt: u32, why: &str) {
+async fn start_for(shared: &Arc<HubCore>, job: &mut Job, attempt: u32, why: &str) {
     match start_job_run(shared, job, &BTreeMap::new(), attempt).await {
         Ok(view) => {
             tracing::info!(job = %job.spec.name, run = %view.id, why, "job run started");
@@ -122,10 +122,10 @@ async fn start_for(shared: &Arc<Shared>, job: &mut Job, attempt: u32, why: &str)
 }
 
 /// Fails the runs this hub drives that are still active `timeout_ms` after they started.
-fn time_out_runs(shared: &Shared) {
+fn time_out_runs(shared: &HubCore) {
     let run_now = shared.clock.now_ms();
     let active: Vec<Arc<crate::runner::Run>> = {
-        let runs = shared.runs.lock().unwrap_or_else(|p| p.into_inner());
+        let runs = shared.runs.lock();
         runs.values().cloned().collect()
     };
     for run in active {
@@ -140,7 +140,7 @@ fn time_out_runs(shared: &Shared) {
     }
 }
 
-async fn tick_once(shared: &Arc<Shared>) -> Result<(), HubError> {
+async fn tick_once(shared: &Arc<HubCore>) -> Result<(), HubError> {
     let now = shared.schedule_clock.now_ms();
     for row in shared.store.list_jobs().await? {
         let _guard = shared.jobs_lock.lock().await;
@@ -222,7 +222,7 @@ async fn tick_once(shared: &Arc<Shared>) -> Result<(), HubError> {
 }
 
 /// A run ended: the job's last run, a retry if it failed, a queued fire.
-async fn on_run_end(shared: &Arc<Shared>, record: RunRecord) {
+async fn on_run_end(shared: &Arc<HubCore>, record: RunRecord) {
     let Some(job_id) = &record.job_id else {
         return;
     };
@@ -288,12 +288,12 @@ async fn on_run_end(shared: &Arc<Shared>, record: RunRecord) {
 
 /// The job's runs that have not ended and are not active on this hub (another hub of the
 /// cluster drives them), the router's fed runs left out (overlap rules ignore those).
-async fn runs_elsewhere(shared: &Shared, job_id: &str) -> Result<Vec<RunId>, HubError> {
+async fn runs_elsewhere(shared: &HubCore, job_id: &str) -> Result<Vec<RunId>, HubError> {
     let filter = crate::ownership::open_runs(Some(job_id.to_owned()));
     let mut out = Vec::new();
     for row in shared.store.list_runs(&filter).await? {
         let id = RunId::new(row.id.clone());
-        if shared.active_run(&id).is_some() || crate::hub::lock(&shared.starting).contains(&id) {
+        if shared.active_run(&id).is_some() || shared.starting.lock().contains(&id) {
             continue;
         }
         if let Ok(record) = crate::hub::record_of(row)

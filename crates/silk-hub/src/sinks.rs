@@ -5,7 +5,7 @@
 //! in the cluster's Redis, whose truth is the store's items table (written before the ack
 //! too, by every hub that drives the run); its file then holds this hub's share. The other sinks *tail* it: a task per
 //! sink and run reads the complete lines after its offset, delivers them, and then stores the
-//! new offset (`runs/{id}/sink-{name}.json`). So a sink that is slow or down never slows the
+//! new offset (`runs/{id}/sink-{name}.json`) — the hub's one tailer (`tailer`). So a sink that is slow or down never slows the
 //! run and loses nothing: delivery is at least once, in order, resumes after a hub restart
 //! (a marker file `sinks.pending` says which runs still have items to deliver), and each
 //! item carries its key so that the receiver is idempotent too:
@@ -14,8 +14,10 @@
 //!   2xx is a delivery, anything else is retried with back-off (1 s doubling to 60 s).
 
 use crate::error::HubError;
-use crate::hub::Shared;
+use crate::hub::HubCore;
 use crate::run::{RunRecord, WebhookSink};
+use crate::runner::Run;
+use crate::tailer::{self, Backoff, Page, Tail, Writer};
 use serde::{Deserialize, Serialize};
 use silk_core::RunId;
 use silk_store::Level;
@@ -128,7 +130,7 @@ impl Target {
 
     async fn deliver(
         &self,
-        shared: &Shared,
+        shared: &HubCore,
         run: &RunId,
         key_field: &str,
         items: &[serde_json::Value],
@@ -211,7 +213,7 @@ pub(crate) fn item_key(item: &serde_json::Value, field: &str) -> String {
 
 /// Starts the sink tasks of a run that has sinks (new, resumed, or ended with items not yet
 /// delivered). Each ends once the run is over and every item is delivered.
-pub(crate) fn start(shared: &Arc<Shared>, record: &RunRecord) -> Result<(), HubError> {
+pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), HubError> {
     let mut targets = Vec::new();
     // A run with a shared frontier writes its items to the store's table itself.
     let in_store = record.shared_frontier.is_some();
@@ -247,7 +249,7 @@ pub(crate) fn start(shared: &Arc<Shared>, record: &RunRecord) -> Result<(), HubE
 }
 
 /// Restarts the sinks of runs that ended with items not yet delivered (hub restart).
-pub(crate) async fn resume_pending(shared: &Arc<Shared>) {
+pub(crate) async fn resume_pending(shared: &Arc<HubCore>) {
     for id in shared.files.runs_with_state(PENDING) {
         if shared.active_run(&id).is_some() {
             continue; // started with its run
@@ -265,18 +267,120 @@ pub(crate) async fn resume_pending(shared: &Arc<Shared>) {
     }
 }
 
+/// One sink of one run, as a consumer of the run's item log.
+struct SinkTail {
+    shared: Arc<HubCore>,
+    run: RunId,
+    key_field: String,
+    target: Target,
+    remaining: Arc<std::sync::atomic::AtomicUsize>,
+    /// The run's items are in the store's table (a shared frontier), not its file.
+    in_store: bool,
+    path: std::path::PathBuf,
+    state_file: String,
+    at: Offset,
+}
+
+impl Tail for SinkTail {
+    type Entry = serde_json::Value;
+    type Waker = Arc<Run>;
+
+    fn writer(&self) -> Writer<Arc<Run>> {
+        match self.shared.active_run(&self.run) {
+            Some(run) => Writer::Active(run),
+            None => Writer::Over,
+        }
+    }
+
+    async fn written(run: &Arc<Run>) {
+        run.items_written.notified().await;
+    }
+
+    async fn read(&mut self, offset: u64) -> Result<Page<serde_json::Value>, String> {
+        // A run with a shared frontier is tailed in the store (every hub that drove it wrote
+        // there; the offset is then the item sequence, and a hub that adopts the run
+        // delivers from its own offset: at least once).
+        let page = if self.in_store {
+            let store = self.shared.store.as_ref();
+            read_stored_items(store, &self.run, offset, self.target.batch())
+                .await
+                .map_err(|e| e.to_string())?
+        } else {
+            read_items(&self.path, offset, self.target.batch())?
+        };
+        Ok(Page {
+            entries: page.items,
+            next: page.next_cursor,
+        })
+    }
+
+    async fn deliver(&mut self, todo: &mut Vec<serde_json::Value>) -> Result<(), String> {
+        let (shared, run) = (&self.shared, &self.run);
+        self.target
+            .deliver(shared, run, &self.key_field, todo)
+            .await?;
+        todo.clear();
+        Ok(())
+    }
+
+    fn advanced(&mut self, next: u64, delivered: u64) {
+        self.at.offset = next;
+        self.at.delivered += delivered;
+        if let Err(e) = self
+            .shared
+            .files
+            .write_state(&self.run, &self.state_file, &self.at)
+        {
+            tracing::warn!(run = %self.run, sink = self.target.name(), error = %e, "sink offset not stored (items may be delivered again)");
+        }
+    }
+
+    fn read_failed(&mut self, error: &str) {
+        tracing::warn!(run = %self.run, sink = self.target.name(), error = %error, "items not readable for the sink");
+    }
+
+    fn failing(&mut self, error: &str, first: bool) {
+        let name = self.target.name();
+        if first {
+            self.shared.logs.hub(
+                &self.run,
+                Level::Warn,
+                format!("item sink `{name}`: {error}; retrying with back-off (items wait in items.jsonl)"),
+            );
+        }
+        tracing::warn!(run = %self.run, sink = name, error = %error, "item sink delivery failed; retrying");
+    }
+
+    fn recovered(&mut self) {
+        let name = self.target.name();
+        let text = format!("item sink `{name}` delivers again");
+        self.shared.logs.hub(&self.run, Level::Info, text);
+    }
+
+    fn finished(&mut self) {
+        if self
+            .remaining
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.shared.files.remove_state(&self.run, PENDING);
+        }
+        let (name, n) = (self.target.name(), self.at.delivered);
+        let text = format!("item sink `{name}`: all {n} item(s) delivered");
+        self.shared.logs.hub(&self.run, Level::Info, text);
+    }
+}
+
 async fn tail(
-    shared: Arc<Shared>,
+    shared: Arc<HubCore>,
     run: RunId,
     key_field: String,
     target: Target,
     remaining: Arc<std::sync::atomic::AtomicUsize>,
     in_store: bool,
 ) {
-    let name = target.name();
-    let state_file = format!("sink-{name}.json");
-    let path = shared.files.items_path(&run);
-    let mut at = match shared.files.read_state::<Offset>(&run, &state_file) {
+    let state_file = format!("sink-{}.json", target.name());
+    let at = match shared.files.read_state::<Offset>(&run, &state_file) {
         Ok(Some(o)) => o,
         _ => Offset {
             offset: 0,
@@ -284,101 +388,25 @@ async fn tail(
         },
     };
     let mut stop = shared.stop.subscribe();
-    let mut backoff = Duration::from_secs(1);
-    let mut failing = false;
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        // Whether the run is over must be read before the file: items written before the
-        // end are then in what is read next.
-        let active = shared.active_run(&run);
-        let over = active.is_none();
-        // A run with a shared frontier is tailed in the store (every hub that drove it wrote
-        // there; the offset is then the item sequence, and a hub that adopts the run
-        // delivers from its own offset: at least once).
-        let page = if in_store {
-            read_stored_items(shared.store.as_ref(), &run, at.offset, target.batch())
-                .await
-                .map_err(|e| e.to_string())
-        } else {
-            read_items(&path, at.offset, target.batch())
-        };
-        let page = match page {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(run = %run, sink = name, error = %e, "items not readable for the sink");
-                ItemsPage {
-                    items: Vec::new(),
-                    next_cursor: at.offset,
-                    done: true,
-                }
-            }
-        };
-        if !page.items.is_empty() {
-            match target.deliver(&shared, &run, &key_field, &page.items).await {
-                Ok(()) => {
-                    at.offset = page.next_cursor;
-                    at.delivered += page.items.len() as u64;
-                    if let Err(e) = shared.files.write_state(&run, &state_file, &at) {
-                        tracing::warn!(run = %run, sink = name, error = %e, "sink offset not stored (items may be delivered again)");
-                    }
-                    if failing {
-                        failing = false;
-                        shared.logs.hub(
-                            &run,
-                            Level::Info,
-                            format!("item sink `{name}` delivers again"),
-                        );
-                    }
-                    backoff = Duration::from_secs(1);
-                    continue;
-                }
-                Err(e) => {
-                    if !failing {
-                        failing = true;
-                        shared.logs.hub(
-                            &run,
-                            Level::Warn,
-                            format!("item sink `{name}`: {e}; retrying with back-off (items wait in items.jsonl)"),
-                        );
-                    }
-                    tracing::warn!(run = %run, sink = name, error = %e, "item sink delivery failed; retrying");
-                    tokio::select! {
-                        _ = stop.changed() => return,
-                        () = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(60));
-                    continue;
-                }
-            }
-        }
-        if page.items.is_empty() && page.next_cursor > at.offset {
-            // Only unreadable lines: step over them.
-            at.offset = page.next_cursor;
-            let _ = shared.files.write_state(&run, &state_file, &at);
-            continue;
-        }
-        if page.items.is_empty() && over {
-            if remaining.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-                shared.files.remove_state(&run, PENDING);
-            }
-            shared.logs.hub(
-                &run,
-                Level::Info,
-                format!("item sink `{name}`: all {} item(s) delivered", at.delivered),
-            );
-            return;
-        }
-        if let Some(r) = active {
-            let written = r.items_written.notified();
-            tokio::select! {
-                _ = stop.changed() => return,
-                () = written => {}
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            }
-        }
-    }
+    let mut log = SinkTail {
+        path: shared.files.items_path(&run),
+        shared,
+        run,
+        key_field,
+        target,
+        remaining,
+        in_store,
+        state_file,
+        at,
+    };
+    let backoff = Backoff {
+        initial: Duration::from_secs(1),
+        max: Duration::from_secs(60),
+    };
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    tailer::tail(&mut log, at.offset, backoff, stopped).await;
 }
 
 #[cfg(test)]

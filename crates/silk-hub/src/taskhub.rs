@@ -20,11 +20,12 @@
 //!   across router and hub restarts.
 
 use crate::error::HubError;
-use crate::hub::{HubHandle, Shared};
+use crate::hub::{HubCore, HubHandle};
 use crate::outcomes::{self, OutcomeLine};
 use crate::run::Feed;
-use crate::runner::FeedError;
+use crate::runner::{FeedError, Run};
 use crate::sinks::read_items;
+use crate::tailer::{self, Backoff, Page, Tail, Writer};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -399,14 +400,14 @@ impl HubHandle {
 /// while none could be allocated: the router tries again), taking over the frontier of the
 /// job's last fed run if that one failed or was cancelled with requests it had accepted.
 async fn start_fed_run(
-    shared: &Arc<Shared>,
+    shared: &Arc<HubCore>,
     job: &crate::jobs::Job,
     request: &crate::run::RunRequest,
     feed: &Feed,
 ) -> Result<Option<Arc<crate::runner::Run>>, HubError> {
     {
         let live = shared.live_agents();
-        let mut rng = shared.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rng = shared.rng.lock();
         crate::allocation::allocate(
             request
                 .strategy
@@ -446,7 +447,7 @@ async fn start_fed_run(
 /// The job's latest fed run if it ended failed or cancelled and its frontier is still there
 /// (on disk and not moved by a takeover yet, or in the cluster's Redis): the requests it had accepted and not finished go on in the
 /// next fed run.
-async fn stranded_fed_run(shared: &Shared, job_id: &str) -> Result<Option<RunId>, HubError> {
+async fn stranded_fed_run(shared: &HubCore, job_id: &str) -> Result<Option<RunId>, HubError> {
     let filter = silk_store::RunFilter {
         job_id: Some(job_id.to_owned()),
         states: Vec::new(),
@@ -756,7 +757,7 @@ fn file_safe(name: &str) -> String {
 
 /// When the inbound whose state files are named `state_file` first ran on this hub (stored
 /// in the hub's data dir the first time).
-fn first_start(shared: &Shared, state_file: &str) -> u64 {
+fn first_start(shared: &HubCore, state_file: &str) -> u64 {
     let path = shared
         .config
         .data_dir
@@ -775,7 +776,7 @@ fn first_start(shared: &Shared, state_file: &str) -> u64 {
 }
 
 /// Whether `run` is not active and ended before `since_ms`.
-async fn ended_before(shared: &Shared, run: &RunId, since_ms: u64) -> bool {
+async fn ended_before(shared: &HubCore, run: &RunId, since_ms: u64) -> bool {
     if shared.active_run(run).is_some() {
         return false;
     }
@@ -785,56 +786,38 @@ async fn ended_before(shared: &Shared, run: &RunId, since_ms: u64) -> bool {
     }
 }
 
-/// Submits the outcomes of one run after `state`, until the run has ended and all are
-/// routed (or the router stops). Returns the run.
-async fn tail(
-    shared: Arc<Shared>,
+/// The outcomes of one run, as a consumer of its outcome log: each line the inbound wants
+/// becomes a task submitted to the router.
+struct OutcomeTail {
+    shared: Arc<HubCore>,
     inbound: Arc<RunResultsInbound>,
     ctx: InboundContext,
     run: RunId,
+    path: std::path::PathBuf,
+    page_size: usize,
     state_file: String,
-    mut state: ReadState,
-) -> RunId {
-    let path = shared.files.run_dir(&run).join(outcomes::FILE);
-    let threads = ctx.threads().max(1);
-    let page_size = (threads * 16).clamp(64, 1024);
-    loop {
-        if ctx.is_stopping() || *shared.stop.borrow() {
-            return run;
+    state: ReadState,
+}
+
+impl Tail for OutcomeTail {
+    type Entry = Value;
+    type Waker = Arc<Run>;
+
+    fn writer(&self) -> Writer<Arc<Run>> {
+        match self.shared.active_run(&self.run) {
+            Some(run) => Writer::Active(run),
+            None => Writer::Over,
         }
-        // Read whether the run is over before the file: lines written before its end are
-        // then in what is read next.
-        let active = shared.active_run(&run);
-        let page = match read_items(&path, state.offset, page_size) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!(run = %run, inbound = %inbound.name, error = %e, "outcomes not readable");
-                tokio::select! {
-                    () = ctx.stopping() => return run,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-                continue;
-            }
-        };
-        if page.items.is_empty() && page.next_cursor == state.offset {
-            if active.is_none() {
-                state.done = true;
-                if let Err(e) = shared.files.write_state(&run, &state_file, &state) {
-                    tracing::warn!(run = %run, error = %e, "outcome offset not stored");
-                }
-                return run;
-            }
-            if let Some(r) = active {
-                let written = r.outcomes_written.notified();
-                tokio::select! {
-                    () = ctx.stopping() => return run,
-                    () = written => {}
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-            continue;
-        }
-        let tasks: Vec<Value> = page
+    }
+
+    async fn written(run: &Arc<Run>) {
+        run.outcomes_written.notified().await;
+    }
+
+    async fn read(&mut self, offset: u64) -> Result<Page<Value>, String> {
+        let page = read_items(&self.path, offset, self.page_size)?;
+        let run = &self.run;
+        let tasks = page
             .items
             .into_iter()
             .filter_map(|v| match serde_json::from_value::<OutcomeLine>(v) {
@@ -844,15 +827,20 @@ async fn tail(
                     None
                 }
             })
-            .filter(|line| inbound.settings.wants(line))
-            .map(|line| inbound.settings.task(line))
+            .filter(|line| self.inbound.settings.wants(line))
+            .map(|line| self.inbound.settings.task(line))
             .collect();
-        let n = tasks.len() as u64;
-        // The page's tasks, until each is taken; only those not taken go again.
-        let mut todo = tasks;
-        let mut backoff = Duration::from_millis(200);
-        while !todo.is_empty() {
-            let results: Vec<(Value, Result<_, RouterError>)> = futures::stream::iter(todo)
+        Ok(Page {
+            entries: tasks,
+            next: page.next_cursor,
+        })
+    }
+
+    async fn deliver(&mut self, todo: &mut Vec<Value>) -> Result<(), String> {
+        let threads = self.ctx.threads().max(1);
+        let ctx = &self.ctx;
+        let results: Vec<(Value, Result<_, RouterError>)> =
+            futures::stream::iter(std::mem::take(todo))
                 .map(|task| async {
                     let result = ctx.submit(task.clone()).await;
                     (task, result)
@@ -860,36 +848,97 @@ async fn tail(
                 .buffered(threads)
                 .collect()
                 .await;
-            let mut first_error = None;
-            todo = results
-                .into_iter()
-                .filter_map(|(task, result)| match result {
-                    Ok(_) => None,
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                        Some(task)
-                    }
-                })
-                .collect();
-            if let Some(e) = first_error {
+        // Only the tasks not taken go again.
+        let mut first_error = None;
+        for (task, result) in results {
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+                todo.push(task);
+            }
+        }
+        match first_error {
+            None => Ok(()),
+            Some(e) => {
                 // Not taken (a target down, the router stopping): tried again with back-off;
                 // a stop leaves the offset where it was (at least once).
                 if !matches!(e, RouterError::ShuttingDown) {
-                    tracing::warn!(run = %run, inbound = %inbound.name, error = %e, left = todo.len(), "outcomes not routed; trying again");
+                    tracing::warn!(run = %self.run, inbound = %self.inbound.name, error = %e, left = todo.len(), "outcomes not routed; trying again");
                 }
-                tokio::select! {
-                    () = ctx.stopping() => return run,
-                    () = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
+                Err(e.to_string())
             }
         }
-        state.offset = page.next_cursor;
-        state.submitted += n;
-        if let Err(e) = shared.files.write_state(&run, &state_file, &state) {
-            tracing::warn!(run = %run, error = %e, "outcome offset not stored (outcomes may be routed again)");
+    }
+
+    fn advanced(&mut self, next: u64, delivered: u64) {
+        self.state.offset = next;
+        self.state.submitted += delivered;
+        if let Err(e) = self
+            .shared
+            .files
+            .write_state(&self.run, &self.state_file, &self.state)
+        {
+            tracing::warn!(run = %self.run, error = %e, "outcome offset not stored (outcomes may be routed again)");
         }
     }
+
+    fn read_failed(&mut self, error: &str) {
+        tracing::warn!(run = %self.run, inbound = %self.inbound.name, error = %error, "outcomes not readable");
+    }
+
+    fn failing(&mut self, _error: &str, _first: bool) {
+        // `deliver` logged it, knowing whether the router is only stopping.
+    }
+
+    fn recovered(&mut self) {}
+
+    fn finished(&mut self) {
+        self.state.done = true;
+        if let Err(e) = self
+            .shared
+            .files
+            .write_state(&self.run, &self.state_file, &self.state)
+        {
+            tracing::warn!(run = %self.run, error = %e, "outcome offset not stored");
+        }
+    }
+}
+
+/// Submits the outcomes of one run after `state`, until the run has ended and all are
+/// routed (or the router or the hub stops). Returns the run.
+async fn tail(
+    shared: Arc<HubCore>,
+    inbound: Arc<RunResultsInbound>,
+    ctx: InboundContext,
+    run: RunId,
+    state_file: String,
+    state: ReadState,
+) -> RunId {
+    let offset = state.offset;
+    let page_size = (ctx.threads().max(1) * 16).clamp(64, 1024);
+    let mut hub_stop = shared.stop.subscribe();
+    let router = ctx.clone();
+    let stopped = async move {
+        tokio::select! {
+            () = router.stopping() => {}
+            _ = hub_stop.wait_for(|s| *s) => {}
+        }
+    };
+    let mut log = OutcomeTail {
+        path: shared.files.run_dir(&run).join(outcomes::FILE),
+        shared,
+        inbound,
+        ctx,
+        run,
+        page_size,
+        state_file,
+        state,
+    };
+    let backoff = Backoff {
+        initial: Duration::from_millis(200),
+        max: Duration::from_secs(30),
+    };
+    tailer::tail(&mut log, offset, backoff, stopped).await;
+    log.run
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use silk_hub::{Hub, HubHandle, RunState};
 use silk_testkit::demo::DemoSite;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tempfile::TempDir;
 
 /// A spider of the demo site whose start URL and hosts are job args.
@@ -117,15 +117,10 @@ impl Api {
 }
 
 /// Polls `check` until it holds (60 s at most).
-async fn until<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn until<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    silk_testkit::eventually(Duration::from_secs(60), silk_testkit::POLL_EVERY, check)
+        .await
+        .unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -10,6 +10,7 @@
 //! - late and duplicate results → processed once;
 //! - the hub cannot publish commands → the run fails naming the bus, its leases go back.
 
+use parking_lot::Mutex;
 use serde_json::Value;
 use silk_agent::AgentHandle;
 use silk_bus::{
@@ -24,8 +25,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tempfile::TempDir;
 use tokio::sync::{mpsc, oneshot};
@@ -33,10 +34,6 @@ use tokio::task::JoinHandle;
 
 mod common;
 use common::*;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn now_ms() -> u64 {
     SystemClock.now_ms()
@@ -105,7 +102,7 @@ impl Backend {
             while let Some(next) = results.next().await {
                 let Ok(delivery) = next else { continue };
                 if let Message::Result(result) = &delivery.envelope.body
-                    && let Some(tx) = lock(&routes).remove(&result.lease_id)
+                    && let Some(tx) = routes.lock().remove(&result.lease_id)
                 {
                     let _ = tx.send(result.clone());
                 }
@@ -162,7 +159,9 @@ impl Backend {
     /// The real agent's result for one leased request.
     async fn fetch(&self, download: &Download) -> RunResult {
         let (tx, rx) = oneshot::channel();
-        lock(&self.waiting).insert(download.leased.lease_id.clone(), tx);
+        self.waiting
+            .lock()
+            .insert(download.leased.lease_id.clone(), tx);
         self.command(Command::Download {
             run: download.run.clone(),
             batch: vec![download.leased.clone()],
@@ -275,7 +274,8 @@ impl FakeAgent {
                     }
                     Command::Download { run, batch, .. } => {
                         for leased in batch {
-                            lock(&self.seen)
+                            self.seen
+                                .lock()
                                 .entry(leased.request.url.clone())
                                 .or_default()
                                 .push(leased.lease_id.clone());
@@ -315,7 +315,8 @@ impl FakeAgent {
 
     /// How many downloads of each URL were received.
     fn dispatches(&self) -> BTreeMap<String, usize> {
-        lock(&self.seen)
+        self.seen
+            .lock()
             .iter()
             .map(|(url, leases)| (url.clone(), leases.len()))
             .collect()
@@ -750,7 +751,7 @@ async fn late_and_duplicate_results_are_processed_once() {
                 tokio::spawn(async move {
                     let result = fake.fetch(&d).await;
                     if result.outcome.error.is_none() {
-                        lock(&fetched).insert(d.url().to_owned());
+                        fetched.lock().insert(d.url().to_owned());
                     }
                     fake.answer(&result).await;
                     fake.answer(&result).await;
@@ -764,7 +765,7 @@ async fn late_and_duplicate_results_are_processed_once() {
     drop(tasks);
     let (held_url, fetched) = behaviour.await.expect("the fake agent's behaviour");
     let held_url = held_url.expect("a product page was held");
-    let fetched = lock(&fetched).clone();
+    let fetched = fetched.lock().clone();
 
     assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
     let s = &done.stats;

@@ -8,12 +8,12 @@
 //! Opening costs one read of the file; that is the price of having no second source of truth.
 
 use crate::error::ItemsError;
+use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use xxhash_rust::xxh3::xxh3_128;
 
 /// What happened to an item offered to the sink.
@@ -104,7 +104,7 @@ impl JsonlSink {
         let Some(key) = key_of(item, &self.key_field) else {
             return Ok(Written::NoKey);
         };
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.inner.lock();
         if inner.keys.contains(&key) {
             return Ok(Written::Duplicate);
         }
@@ -125,11 +125,7 @@ impl JsonlSink {
 
     /// How many distinct items the file holds.
     pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys
-            .len()
+        self.inner.lock().keys.len()
     }
 
     /// Whether the file holds no item.
@@ -139,7 +135,7 @@ impl JsonlSink {
 
     /// Flushes the file to disk (fsync).
     pub fn sync(&self) -> Result<(), ItemsError> {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.lock();
         inner.file.sync_data().map_err(|source| ItemsError {
             path: self.path.clone(),
             source,

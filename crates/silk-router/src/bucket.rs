@@ -6,7 +6,8 @@
 //! It must not sleep: it says how long to wait ([`TokenBucket::wait_ms`]) and the sender
 //! decides how to wait.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use silk_core::Clock;
 
@@ -59,7 +60,7 @@ impl TokenBucket {
 
     /// Takes up to `n` whole tokens; returns how many it took.
     pub fn take_up_to(&self, n: usize) -> usize {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock();
         self.refill(&mut state);
         let whole = state.tokens.floor().max(0.0) as usize;
         let taken = whole.min(n);
@@ -69,7 +70,7 @@ impl TokenBucket {
 
     /// Milliseconds until one whole token is available (0 when one is).
     pub fn wait_ms(&self) -> u64 {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock();
         self.refill(&mut state);
         if state.tokens >= 1.0 {
             return 0;

@@ -9,9 +9,10 @@
 //! ([`RouterError::Refused`]) is the one push error that does not propagate: the task is
 //! recorded as failed (`refused`), since offering it again would loop forever.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -219,11 +220,7 @@ impl Router {
     }
 
     fn start_inbounds(&self) {
-        let mut tasks = self
-            .inner
-            .inbound_tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut tasks = self.inner.inbound_tasks.lock();
         for (index, rule) in self.inner.config.inbounds.iter().enumerate() {
             if rule.disable || rule.component.0.is_http() {
                 continue;
@@ -602,12 +599,7 @@ impl Router {
         let inner = &self.inner;
         let grace = Duration::from_millis(inner.config.server.shutdown_grace_ms);
         inner.stop_inbounds.send_replace(true);
-        let inbound_tasks = std::mem::take(
-            &mut *inner
-                .inbound_tasks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        let inbound_tasks = std::mem::take(&mut *inner.inbound_tasks.lock());
         let all = futures::future::join_all(inbound_tasks);
         tokio::pin!(all);
         if tokio::time::timeout(grace, &mut all).await.is_err() {
@@ -618,8 +610,7 @@ impl Router {
             all.await;
         }
         inner.stop_senders.send_replace(true);
-        let sender_tasks =
-            std::mem::take(&mut *inner.sender_tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        let sender_tasks = std::mem::take(&mut *inner.sender_tasks.lock());
         let all = futures::future::join_all(sender_tasks);
         tokio::pin!(all);
         if tokio::time::timeout(grace, &mut all).await.is_err() {

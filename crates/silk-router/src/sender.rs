@@ -21,9 +21,10 @@
 //! Shutdown: after `stop`, the sender drains what is queued and exits; `abort` fails
 //! everything queued with `ShuttingDown` at once.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use silk_core::Clock;
@@ -180,8 +181,8 @@ impl OutboundSender {
         }
     }
 
-    fn lanes(&self) -> std::sync::MutexGuard<'_, Lanes> {
-        self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    fn lanes(&self) -> parking_lot::MutexGuard<'_, Lanes> {
+        self.lanes.lock()
     }
 
     /// Queues `out` in `lane` and waits until the target has it.
@@ -248,10 +249,7 @@ impl OutboundSender {
     }
 
     pub(crate) fn rate_per_second(&self) -> f64 {
-        self.rate
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .per_second(self.clock.now_ms())
+        self.rate.lock().per_second(self.clock.now_ms())
     }
 
     pub(crate) fn component(&self) -> &Arc<dyn Outbound> {
@@ -415,10 +413,7 @@ impl OutboundSender {
         }
         self.pushed.fetch_add(ok, Ordering::Relaxed);
         self.push_errors.fetch_add(failed, Ordering::Relaxed);
-        self.rate
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .add(self.clock.now_ms(), ok);
+        self.rate.lock().add(self.clock.now_ms(), ok);
         self.progress.send_modify(|v| *v += 1);
     }
 }

@@ -7,6 +7,7 @@
 //!   and it is fast enough (tens of thousands of pages a second on one core) for benchmarks.
 //! - [`hostile`]: servers that misbehave on purpose (garbage, truncation, endless
 //!   redirects, huge or slow bodies, bad encodings, hangs, arbitrary status codes).
+//! - [`eventually`]: the one polling helper, for what no event announces.
 //!
 //! This crate must not depend on any other Silk crate (everything may depend on it in
 //! tests), must never bind or connect outside 127.0.0.0/8, and prints nothing: callers
@@ -14,6 +15,7 @@
 
 pub mod demo;
 mod error;
+mod eventually;
 pub mod hostile;
 pub mod mutate;
 mod rng;
@@ -21,6 +23,7 @@ mod server;
 
 pub use demo::{DemoConfig, DemoSite, DemoStats, PageInfo};
 pub use error::TestkitError;
+pub use eventually::{POLL_EVERY, eventually, eventually_blocking};
 pub use hostile::{HostileKind, HostileServer};
 
 /// A TCP port that was free on `127.0.0.1` a moment ago (the kernel's pick for port 0).

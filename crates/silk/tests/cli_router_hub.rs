@@ -6,7 +6,8 @@ mod cli_support;
 
 use cli_support::{DEADLINE, Platform, output, silk};
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
+use silk_testkit::eventually_blocking;
+use std::time::Duration;
 use tempfile::TempDir;
 
 fn config(dir: &std::path::Path, port: u16) -> std::path::PathBuf {
@@ -83,19 +84,17 @@ fn tasks_posted_to_the_router_in_silk_up_are_fetched_and_end() {
         assert_eq!(answer["reason"], "matched", "{answer}");
     }
     // The outbound's counters move as the outcomes come back through `results`.
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        let status = http.get(&format!("{base}/outbound/fetch"));
-        if status[0]["counters"]["terminal_code"] == 5 {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "tasks did not end: {status}\n--- silk up ---\n{}",
+    let mut last = serde_json::Value::Null;
+    let status = eventually_blocking(DEADLINE, Duration::from_millis(100), || {
+        last = http.get(&format!("{base}/outbound/fetch"));
+        (last[0]["counters"]["terminal_code"] == 5).then(|| last.clone())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "tasks did not end: {last}\n--- silk up ---\n{}",
             p.up.output()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        )
+    });
     assert_eq!(status[0]["class"], "silk.JobOutbound");
     assert_eq!(status[0]["target"], "job:fetch");
 

@@ -294,16 +294,14 @@ async fn sigterm_ends_the_crawl_within_the_grace_period_during_a_parse() {
     assert!(sent.success());
     // The deadline is 2 s; allow for a loaded machine, far below the parse's hours.
     let waited = tokio::task::spawn_blocking(move || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return Some((status, child));
-            }
-            if std::time::Instant::now() > deadline {
+        let every = std::time::Duration::from_millis(50);
+        let within = std::time::Duration::from_secs(60);
+        match silk_testkit::eventually_blocking(within, every, || child.try_wait().unwrap()) {
+            Some(status) => Some((status, child)),
+            None => {
                 let _ = child.kill();
-                return None;
+                None
             }
-            std::thread::sleep(std::time::Duration::from_millis(50));
         }
     })
     .await

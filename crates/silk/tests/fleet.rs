@@ -221,20 +221,19 @@ impl Fleet {
 
     /// Polls the hub until `check` holds (each poll is an HTTP request; 30 s at most).
     async fn until<F: Fn(&Value) -> bool>(&self, what: &str, path: &str, check: F) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let v = self.get(path).await;
-            if check(&v) {
-                return v;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out waiting for {what}; last answer: {v}\n{}",
-                    self.logs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let mut last = Value::Null;
+        let every = Duration::from_millis(100);
+        let passed = silk_testkit::eventually(Duration::from_secs(60), every, async || {
+            last = self.get(path).await;
+            check(&last).then(|| last.clone())
+        })
+        .await;
+        passed.unwrap_or_else(|| {
+            panic!(
+                "timed out waiting for {what}; last answer: {last}\n{}",
+                self.logs()
+            )
+        })
     }
 
     async fn wait_agents_alive(&self, n: usize) {

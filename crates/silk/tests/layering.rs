@@ -94,7 +94,7 @@ fn dependencies_point_down_only() {
 /// the largest set of top-level modules allowed to sit in one cycle. The test fails on any other
 /// cycle, and on a known one that grows; when a cycle is broken, shrink or remove its entry.
 const KNOWN_CYCLES: &[(&str, &[&str])] = &[
-    // `hub::Shared` at the centre; issue 12 layers the hub (edge → facade → services →
+    // `hub::HubCore` at the centre; issue 12 layers the hub (edge → facade → services →
     // adapters → model).
     (
         "silk-hub",

@@ -108,19 +108,19 @@ impl Api {
 
     /// Polls `GET path` until `check` holds; the answer that passed.
     async fn until(&self, what: &str, path: &str, check: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let v = self.get(path).await;
-            if check(&v) {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; last answer: {v}\n--- silk up ---\n{}",
+        let mut last = Value::Null;
+        let every = Duration::from_millis(100);
+        let passed = silk_testkit::eventually(DEADLINE, every, async || {
+            last = self.get(path).await;
+            check(&last).then(|| last.clone())
+        })
+        .await;
+        passed.unwrap_or_else(|| {
+            panic!(
+                "timed out waiting for {what}; last answer: {last}\n--- silk up ---\n{}",
                 tail(&self.hub_log, 40)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            )
+        })
     }
 }
 
@@ -243,17 +243,11 @@ impl Browser {
         &self,
         what: &str,
         deadline: Duration,
-        mut probe: impl AsyncFnMut() -> Option<T>,
+        probe: impl AsyncFnMut() -> Option<T>,
     ) -> T {
-        let end = Instant::now() + deadline;
-        loop {
-            if let Some(v) = probe().await {
-                return v;
-            }
-            if Instant::now() > end {
-                self.fail(&format!("timed out waiting for {what}")).await;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        match silk_testkit::eventually(deadline, Duration::from_millis(100), probe).await {
+            Some(v) => v,
+            None => self.fail(&format!("timed out waiting for {what}")).await,
         }
     }
 

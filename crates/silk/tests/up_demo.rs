@@ -6,7 +6,7 @@ mod cli_support;
 
 use cli_support::{Proc, closed_port, silk};
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tempfile::TempDir;
 
 async fn get(http: &reqwest::Client, url: &str, token: Option<&str>) -> (u16, Value) {
@@ -75,21 +75,20 @@ async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
     let (status, page) = get(&http, &format!("{base}/"), None).await;
     assert_eq!(status, 200, "the web UI is served: {page}");
     // The demo run is live within seconds and finishes.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let done = loop {
-        let (_, view) = get(&http, &format!("{base}/api/v1/runs/{run}"), Some(&token)).await;
-        if matches!(
-            view["state"].as_str(),
+    let mut last = Value::Null;
+    let every = Duration::from_millis(200);
+    let done = silk_testkit::eventually(Duration::from_secs(60), every, async || {
+        last = get(&http, &format!("{base}/api/v1/runs/{run}"), Some(&token))
+            .await
+            .1;
+        let ended = matches!(
+            last["state"].as_str(),
             Some("succeeded" | "failed" | "cancelled")
-        ) {
-            break view;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the demo run did not finish: {view}"
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        ended.then(|| last.clone())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the demo run did not finish: {last}"));
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["job_name"], "demo");
     assert!(done["stats"]["items"].as_u64().unwrap() > 100, "{done}");

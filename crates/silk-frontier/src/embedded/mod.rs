@@ -61,10 +61,11 @@ use crate::store::{
 };
 use async_trait::async_trait;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use parking_lot::{Mutex, MutexGuard};
 use silk_core::{Clock, Request};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use write::Staged;
@@ -311,7 +312,7 @@ impl EmbeddedFrontier {
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, Option<Inner>>, FrontierError> {
-        let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let guard = self.inner.lock();
         if guard.is_none() {
             return Err(FrontierError::Closed);
         }
@@ -323,11 +324,7 @@ impl EmbeddedFrontier {
     }
 
     fn stop_fsync(&self) {
-        let fsync = self
-            .fsync
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let fsync = self.fsync.lock().take();
         if let Some(f) = fsync {
             drop(f.stop);
             if f.thread.join().is_err() {
@@ -574,11 +571,7 @@ impl FrontierStore for EmbeddedFrontier {
 
     async fn close(&self) -> Result<(), FrontierError> {
         self.stop_fsync();
-        let inner = self
-            .inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let inner = self.inner.lock().take();
         match inner {
             None => Ok(()),
             Some(inner) => {

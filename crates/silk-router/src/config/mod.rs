@@ -156,15 +156,15 @@ impl std::fmt::Display for Origin {
 }
 
 /// A shared component; `Debug` shows nothing of it.
-pub(crate) struct Shared<T: ?Sized>(pub Arc<T>);
+pub(crate) struct Opaque<T: ?Sized>(pub Arc<T>);
 
-impl<T: ?Sized> Clone for Shared<T> {
+impl<T: ?Sized> Clone for Opaque<T> {
     fn clone(&self) -> Self {
-        Shared(self.0.clone())
+        Opaque(self.0.clone())
     }
 }
 
-impl<T: ?Sized> std::fmt::Debug for Shared<T> {
+impl<T: ?Sized> std::fmt::Debug for Opaque<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("..")
     }
@@ -186,7 +186,7 @@ pub struct InboundRule {
     /// The convert chain, in order.
     pub converts: Vec<ConvertStep>,
     pub origin: Origin,
-    pub(crate) component: Shared<dyn Inbound>,
+    pub(crate) component: Opaque<dyn Inbound>,
     pub(crate) logged: Arc<[AtomicBool]>,
 }
 
@@ -202,7 +202,7 @@ impl InboundRule {
 pub struct ConvertStep {
     /// The class name, or `set` / `rename` / `remove`.
     pub class: String,
-    pub(crate) step: Shared<dyn Convert>,
+    pub(crate) step: Opaque<dyn Convert>,
 }
 
 impl ConvertStep {
@@ -226,7 +226,7 @@ pub struct OutboundRule {
     pub class: String,
     pub settings: OutboundSettings,
     pub origin: Origin,
-    pub(crate) component: Shared<dyn Outbound>,
+    pub(crate) component: Opaque<dyn Outbound>,
     pub(crate) failback_index: Option<usize>,
     /// `task_params` without duplicates, built-ins and fixed params (what the payload
     /// copies from the task).

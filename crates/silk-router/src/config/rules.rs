@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 use serde_json::Map;
 use silk_selector::{Selector, SelectorList};
 
-use super::{ConvertStep, InboundRule, Origin, OutboundRule, OutboundSettings, Shared};
+use super::{ConvertStep, InboundRule, Opaque, Origin, OutboundRule, OutboundSettings};
 use crate::error::ConfigError;
 use crate::read::{self, InitReader};
 use crate::registry::{Entry, Registry};
@@ -328,7 +328,7 @@ pub(super) fn inbound(ctx: &mut Ctx<'_>, node: &Node) -> Option<InboundRule> {
         threads,
         converts,
         origin: origin(ctx, node),
-        component: Shared(component),
+        component: Opaque(component),
         logged: flags(n),
     })
 }
@@ -372,7 +372,7 @@ fn convert_step(ctx: &mut Ctx<'_>, rule: &str, number: usize, node: &Node) -> Op
                 return match crate::components::convert::declarative(&key.text, value) {
                     Ok(step) => Some(ConvertStep {
                         class: key.text.clone(),
-                        step: Shared(step),
+                        step: Opaque(step),
                     }),
                     Err(m) => {
                         ctx.err(value.pos, rule, format!("{here}: `{}`: {m}", key.text));
@@ -461,7 +461,7 @@ fn convert_step(ctx: &mut Ctx<'_>, rule: &str, number: usize, node: &Node) -> Op
             let step = factory.build(&mut reader)?;
             Some(ConvertStep {
                 class,
-                step: Shared(step),
+                step: Opaque(step),
             })
         }
     }
@@ -598,7 +598,7 @@ pub(super) fn outbound(ctx: &mut Ctx<'_>, node: &Node) -> Option<OutboundRule> {
         class,
         settings,
         origin: origin(ctx, node),
-        component: Shared(component),
+        component: Opaque(component),
         failback_index: None,
         logged: flags(n),
     })

@@ -120,7 +120,7 @@ impl DemoConfig {
 
 /// What the request handlers of all hosts share.
 #[derive(Debug)]
-struct Shared {
+struct SiteCore {
     content: Content,
     recorder: Recorder,
     latency: Option<Duration>,
@@ -132,7 +132,7 @@ struct Shared {
 pub struct DemoSite {
     cfg: DemoConfig,
     port: u16,
-    shared: Arc<Shared>,
+    shared: Arc<SiteCore>,
     handle: ServerHandle,
 }
 
@@ -249,7 +249,7 @@ impl DemoSite {
         let (port, listeners) = bind_all(&cfg)?;
         let content = Content::new(cfg.seed, cfg.hosts, cfg.pages, port, cfg.crawl_delay_ms);
         let origins = (1..=cfg.hosts).map(|h| content.origin(h)).collect();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(SiteCore {
             content,
             recorder: Recorder::new(origins, cfg.record_timings),
             latency: cfg.latency_ms.map(Duration::from_millis),
@@ -338,14 +338,14 @@ impl DemoSite {
     }
 }
 
-async fn serve_host(listener: TcpListener, host: u32, shared: Arc<Shared>, signal: StopSignal) {
+async fn serve_host(listener: TcpListener, host: u32, shared: Arc<SiteCore>, signal: StopSignal) {
     accept_loop(listener, signal, move |stream| {
         serve_connection(stream, host, shared.clone())
     })
     .await;
 }
 
-async fn serve_connection(stream: TcpStream, host: u32, shared: Arc<Shared>) {
+async fn serve_connection(stream: TcpStream, host: u32, shared: Arc<SiteCore>) {
     let service = service_fn(move |req| {
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(handle(&shared, host, req).await) }
@@ -358,7 +358,7 @@ async fn serve_connection(stream: TcpStream, host: u32, shared: Arc<Shared>) {
     }
 }
 
-async fn handle(shared: &Shared, host: u32, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(shared: &SiteCore, host: u32, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let path_and_query = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
     let _in_flight = shared.recorder.start(host, path_and_query);
     if let Some(latency) = shared.latency {

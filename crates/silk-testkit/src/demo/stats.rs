@@ -6,8 +6,8 @@
 //! mutex per host plus atomics; the timing log can be switched off for benchmarks. It must
 //! not influence what is answered, and must never block on anything but its own mutexes.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -118,10 +118,10 @@ impl Recorder {
         }
         if self.record_timings {
             let us = self.epoch.elapsed().as_micros() as u64;
-            lock(&rec.starts_us).push(us);
+            rec.starts_us.lock().push(us);
         }
         {
-            let mut hits = lock(&rec.hits);
+            let mut hits = rec.hits.lock();
             match hits.get_mut(path_and_query) {
                 Some(n) => *n += 1,
                 None => {
@@ -157,10 +157,10 @@ impl Recorder {
                 .rsplit_once(':')
                 .map_or(origin.as_str(), |(ip, _)| ip)
                 .to_owned();
-            for (pq, n) in lock(&rec.hits).iter() {
+            for (pq, n) in rec.hits.lock().iter() {
                 stats.hits.insert(format!("{origin}{pq}"), *n);
             }
-            let mut starts = lock(&rec.starts_us).clone();
+            let mut starts = rec.starts_us.lock().clone();
             starts.sort_unstable();
             stats.per_host_starts.insert(ip.clone(), starts);
             stats
@@ -173,17 +173,12 @@ impl Recorder {
     pub(crate) fn reset(&self) {
         self.total.store(0, Ordering::Relaxed);
         for rec in &self.hosts {
-            lock(&rec.hits).clear();
-            lock(&rec.starts_us).clear();
+            rec.hits.lock().clear();
+            rec.starts_us.lock().clear();
             rec.max_in_flight
                 .store(rec.in_flight.load(Ordering::Relaxed), Ordering::Relaxed);
         }
     }
-}
-
-/// A poisoned mutex only means a panic elsewhere; the counters are still usable.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

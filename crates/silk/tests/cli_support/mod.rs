@@ -4,6 +4,7 @@
 //! `--data-dir .silk` finds the hub's admin token).
 #![allow(dead_code)]
 
+use silk_testkit::eventually_blocking;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -101,16 +102,14 @@ impl Proc {
 
     /// Waits for the process to exit (killing it past the deadline); its exit code.
     pub fn wait_exit(&mut self) -> Option<i32> {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            if Instant::now() > deadline {
+        let every = Duration::from_millis(20);
+        let child = &mut self.child;
+        match eventually_blocking(DEADLINE, every, || child.try_wait().unwrap()) {
+            Some(status) => status.code(),
+            None => {
                 self.kill();
                 panic!("{} did not exit; output:\n{}", self.name, self.output());
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -230,23 +229,24 @@ impl Platform {
         args: &[&str],
         check: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            let mut all = args.to_vec();
-            all.push("--json");
+        let mut all = args.to_vec();
+        all.push("--json");
+        let mut last = (serde_json::Value::Null, String::new());
+        let every = Duration::from_millis(100);
+        let passed = eventually_blocking(DEADLINE, every, || {
             let (out, stderr) = output(self.cli().args(&all));
-            let value: serde_json::Value =
-                serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-            if check(&value) {
-                return value;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; last answer: {value} {stderr}\n--- hub ---\n{}",
+            let value = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+            last = (value, stderr);
+            check(&last.0).then(|| last.0.clone())
+        });
+        passed.unwrap_or_else(|| {
+            panic!(
+                "timed out waiting for {what}; last answer: {} {}\n--- hub ---\n{}",
+                last.0,
+                last.1,
                 self.up.output()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            )
+        })
     }
 
     /// A spider of the demo site (`extra` lines appended), written to `name`.

@@ -1,4 +1,4 @@
-//! The runs an agent holds: one [`Allocation`] per run (its config as received, the compiled
+//! The runs an agent holds: one [`RunSlot`] per run (its config as received, the compiled
 //! form, the downloader built lazily from it, counters, last use), the runs whose allocation
 //! was refused (so that their downloads say why), and the allocations file behind them.
 //!
@@ -17,15 +17,16 @@ use crate::error::AgentError;
 use crate::runlog::Events;
 use crate::stats::{AgentEvent, ReleaseReason, RunCounters, RunStats};
 use crate::store::{AllocationStore, StoredAllocation};
+use parking_lot::Mutex;
 use silk_core::{Clock, RunId};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::OnceCell;
 
 /// One run's downloader on this agent.
-pub(crate) struct Allocation {
+pub(crate) struct RunSlot {
     run: RunId,
     raw: serde_json::Value,
     allocated_ms: u64,
@@ -35,7 +36,7 @@ pub(crate) struct Allocation {
     last_used_ms: AtomicU64,
 }
 
-impl Allocation {
+impl RunSlot {
     fn new(
         run: RunId,
         raw: serde_json::Value,
@@ -94,7 +95,7 @@ impl Allocation {
 /// A request's use of an allocation: keeps it from being released as idle, and marks it
 /// used when the request ends.
 pub(crate) struct UseGuard {
-    pub(crate) allocation: Arc<Allocation>,
+    pub(crate) allocation: Arc<RunSlot>,
     clock: Arc<dyn Clock>,
 }
 
@@ -111,10 +112,10 @@ impl Drop for UseGuard {
 /// What an `allocate` came to.
 pub(crate) enum Allocated {
     /// A new allocation (its downloader not built yet).
-    New(Arc<Allocation>),
+    New(Arc<RunSlot>),
     /// The run was allocated already: the existing allocation is kept (whatever config the
     /// repeated `allocate` carried).
-    Existing(Arc<Allocation>),
+    Existing(Arc<RunSlot>),
     /// The config was refused: why (every problem, each naming its key).
     Refused(String),
 }
@@ -129,8 +130,8 @@ pub(crate) enum Missing {
 }
 
 /// The runs of one agent.
-pub(crate) struct Registry {
-    runs: Mutex<HashMap<RunId, Arc<Allocation>>>,
+pub(crate) struct RunTable {
+    runs: Mutex<HashMap<RunId, Arc<RunSlot>>>,
     refused: Mutex<HashMap<RunId, String>>,
     store: AllocationStore,
     clock: Arc<dyn Clock>,
@@ -138,10 +139,6 @@ pub(crate) struct Registry {
     /// Which commands runs may use (also checked when stored allocations are reloaded: an
     /// agent restarted without a command drops the runs that need it).
     commands: CommandPolicy,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn compile(
@@ -152,7 +149,7 @@ fn compile(
     DownloaderConfig::from_json(run, raw.clone()).and_then(|c| c.compile(run, commands))
 }
 
-impl Registry {
+impl RunTable {
     pub(crate) fn new(
         data_dir: &Path,
         clock: Arc<dyn Clock>,
@@ -185,14 +182,9 @@ impl Registry {
         for (run, entry) in stored {
             match compile(&run, &entry.config, &self.commands) {
                 Ok(compiled) => {
-                    let alloc = Allocation::new(
-                        run.clone(),
-                        entry.config,
-                        compiled,
-                        now,
-                        entry.allocated_ms,
-                    );
-                    lock(&self.runs).insert(run.clone(), Arc::new(alloc));
+                    let alloc =
+                        RunSlot::new(run.clone(), entry.config, compiled, now, entry.allocated_ms);
+                    self.runs.lock().insert(run.clone(), Arc::new(alloc));
                     tracing::info!(run = %run, "allocation reloaded");
                     self.emit(AgentEvent::Allocated {
                         run,
@@ -221,7 +213,8 @@ impl Registry {
         let result = self
             .store
             .save(|| {
-                lock(&self.runs)
+                self.runs
+                    .lock()
                     .iter()
                     .map(|(run, a)| {
                         (
@@ -244,7 +237,7 @@ impl Registry {
     /// stores a new one, or records why the config was refused.
     pub(crate) async fn allocate(&self, run: &RunId, config: serde_json::Value) -> Allocated {
         let now = self.clock.now_ms();
-        let existing = lock(&self.runs).get(run).cloned();
+        let existing = self.runs.lock().get(run).cloned();
         if let Some(alloc) = existing {
             alloc.touch(now);
             if alloc.raw != config {
@@ -261,7 +254,7 @@ impl Registry {
             Err(e) => {
                 let reason = e.to_string();
                 tracing::error!(run = %run, error = %reason, "allocation refused");
-                lock(&self.refused).insert(run.clone(), reason.clone());
+                self.refused.lock().insert(run.clone(), reason.clone());
                 self.emit(AgentEvent::AllocationFailed {
                     run: run.clone(),
                     error: reason.clone(),
@@ -269,9 +262,9 @@ impl Registry {
                 Allocated::Refused(reason)
             }
             Ok(compiled) => {
-                let alloc = Arc::new(Allocation::new(run.clone(), config, compiled, now, now));
-                lock(&self.runs).insert(run.clone(), alloc.clone());
-                lock(&self.refused).remove(run);
+                let alloc = Arc::new(RunSlot::new(run.clone(), config, compiled, now, now));
+                self.runs.lock().insert(run.clone(), alloc.clone());
+                self.refused.lock().remove(run);
                 self.persist().await;
                 tracing::info!(run = %run, "downloader allocated");
                 self.emit(AgentEvent::Allocated {
@@ -286,8 +279,8 @@ impl Registry {
 
     /// Drops a run's allocation (and a refused one's reason); whether it existed.
     pub(crate) async fn release(&self, run: &RunId) -> bool {
-        lock(&self.refused).remove(run);
-        let removed = lock(&self.runs).remove(run).is_some();
+        self.refused.lock().remove(run);
+        let removed = self.runs.lock().remove(run).is_some();
         if removed {
             self.persist().await;
             tracing::info!(run = %run, "downloader released");
@@ -303,7 +296,7 @@ impl Registry {
     pub(crate) async fn release_idle(&self, idle_ms: u64) -> Vec<RunId> {
         let now = self.clock.now_ms();
         let released: Vec<RunId> = {
-            let mut runs = lock(&self.runs);
+            let mut runs = self.runs.lock();
             let idle: Vec<RunId> = runs
                 .iter()
                 .filter(|(_, a)| {
@@ -332,7 +325,7 @@ impl Registry {
 
     /// The allocation of `run`, marked in use until the guard is dropped.
     pub(crate) fn begin_use(&self, run: &RunId) -> Result<UseGuard, Missing> {
-        let runs = lock(&self.runs);
+        let runs = self.runs.lock();
         match runs.get(run) {
             Some(alloc) => {
                 alloc.touch(self.clock.now_ms());
@@ -342,7 +335,9 @@ impl Registry {
                     clock: self.clock.clone(),
                 })
             }
-            None => Err(lock(&self.refused)
+            None => Err(self
+                .refused
+                .lock()
                 .get(run)
                 .cloned()
                 .map_or(Missing::Unknown, Missing::Refused)),
@@ -351,12 +346,13 @@ impl Registry {
 
     /// How many runs are allocated.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.runs).len()
+        self.runs.lock().len()
     }
 
     /// The counters of every allocated run.
     pub(crate) fn stats(&self) -> BTreeMap<RunId, RunStats> {
-        lock(&self.runs)
+        self.runs
+            .lock()
             .iter()
             .map(|(run, a)| {
                 (
