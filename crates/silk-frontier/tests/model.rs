@@ -1,4 +1,5 @@
-//! Model test of the embedded frontier: random sequences of enqueue (random hosts, URLs with
+//! Model test of every frontier backend (the embedded store always; Redis on the server named
+//! by `SILK_TEST_REDIS`, each case under its own key prefix, deleted after it): random sequences of enqueue (random hosts, URLs with
 //! duplicates, priorities), lease, ack (Done / Retry / Failed / Dropped, stale ids too),
 //! clock advances, host delays, explicit expiry and reopen, checked step by step against a
 //! simple in-memory model:
@@ -16,10 +17,11 @@ use proptest::prelude::*;
 use silk_core::{ManualClock, Request};
 use silk_frontier::{
     AckResult, EmbeddedFrontier, FrontierConfig, FrontierStats, FrontierStore, Lease, LeaseId,
-    Outcome,
+    Outcome, RedisFrontier,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const HOSTS: [&str; 4] = ["a.test", "b.test", "c.test:8080", "d.test"];
 const T0: u64 = 20_000 * 86_400_000;
@@ -189,19 +191,38 @@ fn config() -> FrontierConfig {
     }
 }
 
+/// Where a case's frontier lives.
+enum Backend {
+    Embedded(tempfile::TempDir),
+    Redis { url: String, prefix: String },
+}
+
+impl Backend {
+    async fn open(&self, clock: &ManualClock) -> Arc<dyn FrontierStore> {
+        let clock = Arc::new(clock.clone());
+        match self {
+            Backend::Embedded(dir) => {
+                Arc::new(EmbeddedFrontier::open(dir.path(), config(), clock).expect("open"))
+            }
+            Backend::Redis { url, prefix } => Arc::new(
+                RedisFrontier::open(url, prefix, config(), clock)
+                    .await
+                    .expect("open"),
+            ),
+        }
+    }
+}
+
 struct Run {
-    dir: tempfile::TempDir,
+    backend: Backend,
     clock: ManualClock,
-    store: Arc<EmbeddedFrontier>,
+    store: Arc<dyn FrontierStore>,
     model: Model,
 }
 
 impl Run {
-    fn open(&mut self) {
-        self.store = Arc::new(
-            EmbeddedFrontier::open(self.dir.path(), config(), Arc::new(self.clock.clone()))
-                .expect("open"),
-        );
+    async fn open(&mut self) {
+        self.store = self.backend.open(&self.clock).await;
     }
 
     fn now(&self) -> u64 {
@@ -337,7 +358,7 @@ impl Run {
             }
             Op::Reopen => {
                 self.store.close().await.expect("close");
-                self.open();
+                self.open().await;
                 for r in self.model.reqs.values_mut() {
                     if let State::InFlight { .. } = r.state {
                         r.state = State::Pending { not_before: 0 };
@@ -441,12 +462,9 @@ impl Run {
     }
 }
 
-async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let dir = tempfile::tempdir().expect("tempdir");
+async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let clock = ManualClock::new(T0);
-    let store = Arc::new(
-        EmbeddedFrontier::open(dir.path(), config(), Arc::new(clock.clone())).expect("open"),
-    );
+    let store = backend.open(&clock).await;
     let model = Model {
         cfg: config(),
         seen: HashSet::new(),
@@ -458,7 +476,7 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         retries: 0,
     };
     let mut run = Run {
-        dir,
+        backend,
         clock,
         store,
         model,
@@ -471,12 +489,65 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Runs a case on Redis under a fresh prefix, and deletes the prefix (pass or fail).
+async fn run_on_redis(url: &str, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    static CASE: AtomicU64 = AtomicU64::new(0);
+    let prefix = format!(
+        "model-{}-{}",
+        std::process::id(),
+        CASE.fetch_add(1, Ordering::Relaxed)
+    );
+    let backend = Backend::Redis {
+        url: url.to_owned(),
+        prefix: prefix.clone(),
+    };
+    let result = run(backend, ops).await;
+    RedisFrontier::destroy(url, &prefix)
+        .await
+        .expect("destroy the case's keys");
+    result
+}
+
+fn redis_url() -> Option<String> {
+    match std::env::var("SILK_TEST_REDIS") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run this test: set SILK_TEST_REDIS"
+            );
+            println!("skipped: SILK_TEST_REDIS not set");
+            None
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     #[test]
     fn frontier_matches_model(ops in prop::collection::vec(op(), 1..80)) {
         let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-        rt.block_on(run(ops))?;
+        let dir = tempfile::tempdir().expect("tempdir");
+        rt.block_on(run(Backend::Embedded(dir), ops))?;
+    }
+}
+
+#[test]
+fn redis_frontier_matches_model() {
+    let Some(url) = redis_url() else { return };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 96,
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&prop::collection::vec(op(), 1..80), |ops| {
+        rt.block_on(run_on_redis(&url, ops))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
 }
