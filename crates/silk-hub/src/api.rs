@@ -135,6 +135,13 @@ impl IntoResponse for ApiError {
                 HeaderValue::from_static("Bearer realm=\"silk\""),
             );
         }
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was not read: the connection is closed after the answer,
+            // and saying so keeps clients from sending their next request on it.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }

@@ -725,6 +725,21 @@ async fn bad_bodies_get_clear_4xx_answers_and_the_hub_stays_up() {
         (413, Some("too_large")),
         "{body}"
     );
+    // The unread rest of the body ends the connection, and the answer says so: a client
+    // must not send its next request on it.
+    let mut req = api
+        .http
+        .post(format!("{}/api/v1/jobs", api.base))
+        .body(vec![b' '; 3 << 20]);
+    if let Some(t) = &api.token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("request");
+    assert_eq!(resp.status().as_u16(), 413);
+    assert_eq!(
+        resp.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..])
+    );
     let deep = format!(
         "{{\"spider\": \"x\", \"downloader\": {{\"a\": {}{}}}}}",
         "[".repeat(100_000),
