@@ -9,10 +9,12 @@
 //!   per frontier, cluster-safe), scheduler and dedup in memory as in the embedded one; one
 //!   owner at a time, and another process adopts a frontier by opening the same prefix.
 //!   Both pass the same [`conformance`] suite (`frontier_conformance_tests!`).
-//! - Logic a backend may reuse, both pure and in memory: the scheduler (`sched`: per-host
-//!   queues, readiness, aging, leases), dedup (`dedup`: per-segment Bloom filters and an
-//!   exact cache of recent fingerprints) and `shared` (the outcome of an ack with its
-//!   counter changes, applying a committed write to memory, the stats).
+//! - One core for every backend (`generic`): the scheduler (`sched`: per-host queues,
+//!   readiness, aging, leases), dedup (`dedup`: per-segment Bloom filters and an exact cache
+//!   of recent fingerprints), staging of enqueues and acks into one atomic write, the ack
+//!   plan and the stats (`plan`), and so the whole `FrontierStore` behaviour, over a small
+//!   storage trait. A backend implements only reads, the atomic commit, segment loading and
+//!   its `open`; the record encoding both write is the neutral `layout`.
 //!
 //! This crate must not fetch, parse pages, canonicalise URLs (requests arrive canonical,
 //! from `silk-core`) or know about runs, agents or the bus.
@@ -43,10 +45,11 @@ pub mod conformance;
 mod dedup;
 pub mod embedded;
 pub mod error;
+mod generic;
 pub(crate) mod layout;
+mod plan;
 pub mod redis;
 mod sched;
-mod shared;
 pub mod store;
 
 pub use config::{FrontierConfig, MAX_RETRY_BACKOFF_MS};

@@ -1,14 +1,15 @@
 //! [`RedisFrontier`]: the frontier of the distributed mode (design §2, "Frontier: Redis
-//! (cluster-safe keys)"), a [`FrontierStore`] whose state lives in Redis so that another hub
+//! (cluster-safe keys)"), a [`FrontierStore`](crate::FrontierStore) whose state lives in Redis so that another hub
 //! process can take a run over when its owner dies.
 //!
-//! It mirrors [`crate::EmbeddedFrontier`]: memory holds the scheduler (`sched`: per-host
-//! queues, politeness, aging, leases) and dedup (`dedup`: the segment's Bloom filter and the
-//! exact cache of recent fingerprints), rebuilt at [`RedisFrontier::open`] from a scan of
-//! Redis (`HSCAN` of the requests, `SSCAN` of the current segment's seen set); Redis holds
-//! everything that must survive the process. Request records use the embedded record
-//! encoding (`layout`: a fixed header with retries, not-before, created, priority
-//! and host key, then the request's JSON), so a retry rewrites the header only.
+//! It is the frontier core (`generic`, as [`crate::EmbeddedFrontier`] is) over Redis storage
+//! (`RedisStorage`): memory holds the scheduler (`sched`: per-host queues, politeness,
+//! aging, leases) and dedup (`dedup`: the segment's Bloom filter and the exact cache of
+//! recent fingerprints), rebuilt at [`RedisFrontier::open`] from a scan of Redis (`HSCAN` of
+//! the requests, `SSCAN` of the current segment's seen set); Redis holds everything that
+//! must survive the process. Request records use the neutral record encoding (`layout`: a
+//! fixed header with retries, not-before, created, priority and host key, then the
+//! request's JSON), so a retry rewrites the header only.
 //!
 //! # Key layout
 //!
@@ -39,7 +40,7 @@
 //! Every call that returned `Ok` has its writes applied in Redis by one Lua script (data and
 //! counters together; a script runs atomically), before returning. Surviving a crash of the
 //! *Redis server* is Redis' persistence (AOF with `appendfsync always`/`everysec`, or
-//! replicas); [`FrontierStore::sync`] asks `WAITAOF 1 0 0` (Redis 7.2+) and is a round trip
+//! replicas); [`FrontierStore::sync`](crate::FrontierStore::sync) asks `WAITAOF 1 0 0` (Redis 7.2+) and is a round trip
 //! otherwise. A write whose outcome is unknown (the connection failed during the call)
 //! *breaks* the handle: its memory may disagree with Redis, so every later call fails with a
 //! non-retryable error, and the owner reopens the prefix (adopts it again), which rebuilds
@@ -64,22 +65,17 @@
 //!   [`RedisFrontier::destroy`] removes them.
 
 use crate::config::FrontierConfig;
-use crate::dedup::{Probe, RecentSet, SegmentBlooms};
 use crate::error::{BoxError, FrontierError};
+use crate::generic::{Core, Mem, Storage, frontier_store_by_core};
 use crate::layout::{self, Counters};
-use crate::sched::{Entry, LeaseState, SchedConfig, Scheduler};
-use crate::shared::{self, Added, Finished};
-use crate::store::{
-    AckResult, EnqueueOutcome, FrontierStats, FrontierStore, Lease, LeaseId, Outcome,
-};
+use crate::sched::{Entry, SchedConfig, Scheduler};
 use ::redis::RedisError;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use async_trait::async_trait;
-use silk_core::{Clock, Fingerprint, Request};
+use silk_core::{Clock, Fingerprint};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, MutexGuard};
 
 /// The format marker this code writes and reads (`meta` field `format`).
 pub const FORMAT: &str = "silk-frontier-redis/1";
@@ -112,23 +108,7 @@ const COUNTER_FIELDS: [&str; 7] = [
 
 /// Claims the frontier: checks the format, increments `epoch`, makes it the `owner`.
 /// KEYS[1] = meta; ARGV[1] = format, ARGV[2] = fallback epoch if the stored one is garbage.
-const CLAIM: &str = r"
-local f = redis.call('HGET', KEYS[1], 'format')
-if f and f ~= ARGV[1] then
-  return redis.error_reply('SILKFORMAT ' .. f)
-end
-local stored = redis.call('HGET', KEYS[1], 'epoch')
-local e
-if stored == false then
-  e = 1
-else
-  e = tonumber(stored)
-  if e == nil then e = tonumber(ARGV[2]) else e = e + 1 end
-end
-local es = string.format('%d', e)
-redis.call('HSET', KEYS[1], 'format', ARGV[1], 'epoch', es, 'owner', es)
-return es
-";
+const CLAIM: &str = include_str!("redis/claim.lua");
 
 /// Applies a list of writes if this handle still owns the frontier; returns the seqs
 /// assigned to new records, in order. KEYS: 1 meta, 2 requests, 3 delays, 4 segments,
@@ -136,50 +116,7 @@ return es
 /// `H k field value` (HSET), `D k field` (HDEL), `S k member` (SADD),
 /// `I field n` (HINCRBY meta), `N record` (new request: seq from `next_seq`).
 /// The op list is validated before anything is written.
-const APPLY: &str = r"
-local owner = redis.call('HGET', KEYS[1], 'owner')
-if owner ~= ARGV[1] then
-  return redis.error_reply('SILKFENCED frontier adopted by another owner (epoch ' .. tostring(owner) .. ', this handle ' .. ARGV[1] .. ')')
-end
-local n = #ARGV
-local i = 2
-while i <= n do
-  local op = ARGV[i]
-  local w = 0
-  if op == 'H' then w = 4 elseif op == 'D' or op == 'S' or op == 'I' then w = 3 elseif op == 'N' then w = 2 end
-  if w == 0 or i + w - 1 > n then
-    return redis.error_reply('ERR silk frontier: malformed op list')
-  end
-  if (op == 'H' or op == 'D' or op == 'S') and KEYS[tonumber(ARGV[i + 1]) or 0] == nil then
-    return redis.error_reply('ERR silk frontier: bad key index')
-  end
-  i = i + w
-end
-local seqs = {}
-i = 2
-while i <= n do
-  local op = ARGV[i]
-  if op == 'H' then
-    redis.call('HSET', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], ARGV[i + 3])
-    i = i + 4
-  elseif op == 'D' then
-    redis.call('HDEL', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2])
-    i = i + 3
-  elseif op == 'S' then
-    redis.call('SADD', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2])
-    i = i + 3
-  elseif op == 'I' then
-    redis.call('HINCRBY', KEYS[1], ARGV[i + 1], ARGV[i + 2])
-    i = i + 3
-  else
-    local s = redis.call('HINCRBY', KEYS[1], 'next_seq', 1) - 1
-    redis.call('HSET', KEYS[2], string.format('%d', s), ARGV[i + 1])
-    seqs[#seqs + 1] = s
-    i = i + 2
-  end
-end
-return seqs
-";
+const APPLY: &str = include_str!("redis/apply.lua");
 
 /// Key indexes of the [`APPLY`] script.
 const K_REQUESTS: u8 = 2;
@@ -282,12 +219,8 @@ fn storage(location: &str, op: &'static str, retryable: bool, source: BoxError) 
     }
 }
 
-struct Inner {
-    sched: Scheduler,
-    blooms: SegmentBlooms,
-    recent: RecentSet,
-    counters: Counters,
-    stale_acks: u64,
+/// What a handle keeps besides the core's memory.
+pub(crate) struct RedisState {
     /// The `owner` value of this handle (its epoch).
     owner: String,
     /// Segments known to be listed in `segments`.
@@ -298,52 +231,33 @@ struct Inner {
     store_bytes: Option<(u64, u64)>,
 }
 
-/// The Redis frontier (see the module doc).
-pub struct RedisFrontier {
+/// The Redis storage of the frontier core: one server, one prefix.
+pub(crate) struct RedisStorage {
     location: String,
     keys: Keys,
-    cfg: FrontierConfig,
-    clock: Arc<dyn Clock>,
     conn: ConnectionManager,
     /// SHA1 of [`APPLY`] as the server loaded it.
     apply_sha: String,
-    inner: Mutex<Option<Inner>>,
 }
 
-impl std::fmt::Debug for RedisFrontier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisFrontier")
-            .field("location", &self.location)
-            .finish_non_exhaustive()
-    }
+/// The Redis frontier (see the module doc): the frontier core over Redis.
+pub struct RedisFrontier {
+    core: Core<RedisStorage>,
 }
 
-/// A write being built: the script's ops and what to apply to memory once it ran.
-struct Staged {
+frontier_store_by_core!(RedisFrontier);
+
+/// A write being built: the script's ops.
+pub(crate) struct RedisBatch {
     ops: Vec<Vec<u8>>,
-    counters: Counters,
-    now_ms: u64,
+    /// New requests staged (the script assigns their seqs).
+    new: usize,
     segment: u64,
-    added: Vec<Added>,
-    /// Leases finished; `Some` = re-queue with this not-before time.
-    finished: Finished,
-    stale: u64,
-    new_segment: Option<u64>,
+    /// Whether `segments` is known to list `segment` already.
+    segment_known: bool,
 }
 
-impl Staged {
-    fn new(inner: &Inner, now_ms: u64, cfg: &FrontierConfig) -> Self {
-        Self {
-            ops: Vec::new(),
-            counters: inner.counters,
-            now_ms,
-            segment: cfg.segment_of(now_ms),
-            added: Vec::new(),
-            finished: Vec::new(),
-            stale: 0,
-            new_segment: None,
-        }
-    }
+impl RedisBatch {
     fn op(&mut self, parts: &[&[u8]]) {
         self.ops.extend(parts.iter().map(|p| p.to_vec()));
     }
@@ -575,38 +489,31 @@ impl RedisFrontier {
             .query_async(&mut conn)
             .await
             .map_err(|e| err("open (load script)", e))?;
-        let me = Self {
+        let storage = RedisStorage {
             apply_sha,
             location,
             keys,
-            cfg: config.clone(),
-            clock,
             conn,
-            inner: Mutex::new(None),
         };
         if !ops.is_empty() {
-            me.apply(&owner, ops, 0)
+            storage
+                .apply(&owner, ops, 0)
                 .await
-                .map_err(|e| me.err("open (repair)", e))?;
+                .map_err(|e| storage.err("open (repair)", e))?;
         }
-        let mut inner = Inner {
-            sched,
-            blooms: SegmentBlooms::new(config.expected_urls, config.bloom_fp_rate),
-            recent: RecentSet::new(
-                usize::try_from(config.expected_urls / 4)
-                    .unwrap_or(usize::MAX)
-                    .clamp(1 << 10, 1 << 20),
-            ),
-            counters,
-            stale_acks: 0,
+        let state = RedisState {
             owner,
             segments: segments.iter().filter_map(|s| s.parse().ok()).collect(),
             broken: None,
             store_bytes: None,
         };
-        me.load_segment(&mut inner, config.segment_of(now)).await?;
-        *me.inner.lock().await = Some(inner);
-        Ok(me)
+        let mut mem = Mem::new(&config, sched, counters, None);
+        let segment = config.segment_of(now);
+        let fps = storage.load_segment(&state, segment).await?;
+        mem.blooms.load(segment, fps);
+        Ok(Self {
+            core: Core::new(storage, config, clock, mem, state),
+        })
     }
 
     /// Deletes every key of the frontier `prefix` (its requests, seen sets, counters,
@@ -638,24 +545,9 @@ impl RedisFrontier {
             .await
             .map_err(|e| err("destroy", e))
     }
+}
 
-    async fn lock(&self) -> Result<MutexGuard<'_, Option<Inner>>, FrontierError> {
-        let guard = self.inner.lock().await;
-        match guard.as_ref() {
-            None => Err(FrontierError::Closed),
-            Some(inner) => match &inner.broken {
-                Some(why) => Err(storage(
-                    &self.location,
-                    "use",
-                    false,
-                    format!("handle unusable: {why}; reopen the frontier to adopt its state")
-                        .into(),
-                )),
-                None => Ok(guard),
-            },
-        }
-    }
-
+impl RedisStorage {
     fn err(&self, op: &'static str, e: RedisError) -> FrontierError {
         redis_err(&self.location, op, e)
     }
@@ -700,16 +592,16 @@ impl RedisFrontier {
     /// the reply (the handle is marked broken before the wait and cleared after it).
     async fn write(
         &self,
-        inner: &mut Inner,
+        state: &mut RedisState,
         ops: Vec<Vec<u8>>,
         segment: u64,
         op: &'static str,
     ) -> Result<Vec<u64>, FrontierError> {
-        inner.broken = Some(format!(
+        state.broken = Some(format!(
             "a write ({op}) was cancelled before its outcome was known"
         ));
-        let r = self.apply(&inner.owner, ops, segment).await;
-        inner.broken = None;
+        let r = self.apply(&state.owner, ops, segment).await;
+        state.broken = None;
         r.map_err(|e| {
             let why = if e.code() == Some("SILKFENCED") {
                 format!("fenced: {}", e.detail().unwrap_or_default())
@@ -717,79 +609,47 @@ impl RedisFrontier {
                 format!("a write ({op}) failed with an unknown outcome: {e}")
             };
             tracing::error!(store = %self.location, %why, "frontier handle broken");
-            inner.broken = Some(why);
+            state.broken = Some(why);
             storage(&self.location, op, false, Box::new(e))
         })
     }
+}
 
-    /// Runs a staged write ([`Self::write`]) and applies it to memory.
-    async fn commit(
-        &self,
-        inner: &mut Inner,
-        st: Staged,
-        op: &'static str,
-    ) -> Result<(), FrontierError> {
-        let Staged {
-            mut ops,
-            counters,
-            now_ms,
-            segment,
-            added,
-            finished,
-            stale,
-            new_segment,
-        } = st;
-        inner.stale_acks += stale;
-        for ((name, old), new) in COUNTER_FIELDS
-            .iter()
-            .zip(counter_values(&inner.counters))
-            .zip(counter_values(&counters))
-        {
-            if new > old {
-                ops.extend([
-                    b"I".to_vec(),
-                    name.as_bytes().to_vec(),
-                    (new - old).to_string().into_bytes(),
-                ]);
-            }
-        }
-        if let Some(s) = new_segment {
-            ops.extend([
-                b"S".to_vec(),
-                K_SEGMENTS.to_string().into_bytes(),
-                s.to_string().into_bytes(),
-            ]);
-        }
-        let seqs = if ops.is_empty() {
-            Vec::new()
-        } else {
-            self.write(inner, ops, segment, op).await?
-        };
-        if seqs.len() != added.len() {
-            let why = format!(
-                "the write script assigned {} seqs for {} new requests",
-                seqs.len(),
-                added.len()
-            );
-            inner.broken = Some(why.clone());
-            return Err(storage(&self.location, op, false, why.into()));
-        }
-        inner.counters = Counters {
-            next_seq: inner.counters.next_seq,
-            epoch: inner.counters.epoch,
-            ..counters
-        };
-        if let Some(s) = new_segment {
-            inner.segments.insert(s);
-        }
-        let added = seqs.into_iter().zip(added);
-        let (sched, recent) = (&mut inner.sched, &mut inner.recent);
-        shared::apply_committed(sched, recent, segment, now_ms, finished, added);
-        Ok(())
+#[async_trait]
+impl Storage for RedisStorage {
+    type State = RedisState;
+    type Batch = RedisBatch;
+
+    fn location(&self) -> &str {
+        &self.location
     }
 
-    /// Builds the Bloom filter of `segment` from its stored seen set.
-    async fn load_segment(&self, inner: &mut Inner, segment: u64) -> Result<(), FrontierError> {
+    fn usable(&self, state: &RedisState) -> Result<(), FrontierError> {
+        match &state.broken {
+            None => Ok(()),
+            Some(why) => Err(storage(
+                &self.location,
+                "use",
+                false,
+                format!("handle unusable: {why}; reopen the frontier to adopt its state").into(),
+            )),
+        }
+    }
+
+    fn batch(&self, state: &RedisState, segment: u64) -> RedisBatch {
+        RedisBatch {
+            ops: Vec::new(),
+            new: 0,
+            segment,
+            segment_known: state.segments.contains(&segment),
+        }
+    }
+
+    async fn load_segment(
+        &self,
+        _state: &RedisState,
+        segment: u64,
+    ) -> Result<Vec<Fingerprint>, FrontierError> {
         let mut conn = self.conn.clone();
         let key = self.keys.seen(segment);
         let mut fps: Vec<Fingerprint> = Vec::new();
@@ -818,414 +678,183 @@ impl RedisFrontier {
         }
         fps.sort_unstable_by_key(|f| f.0);
         fps.dedup();
-        inner.blooms.load(segment, fps);
-        Ok(())
+        Ok(fps)
     }
 
-    async fn stage_enqueue(
+    async fn seen(
         &self,
-        inner: &mut Inner,
-        st: &mut Staged,
-        requests: Vec<Request>,
-    ) -> Result<EnqueueOutcome, FrontierError> {
-        let mut outcome = EnqueueOutcome::default();
-        if requests.is_empty() {
-            return Ok(outcome);
-        }
-        let segment = st.segment;
-        if !inner.blooms.has(segment) {
-            self.load_segment(inner, segment).await?;
-        }
-        enum Verdict {
-            Dup,
-            New,
-            Check,
-        }
-        let mut in_batch: HashSet<[u8; 16]> = HashSet::new();
-        let mut verdicts = Vec::with_capacity(requests.len());
-        let mut checks: Vec<Fingerprint> = Vec::new();
-        let mut fps = Vec::with_capacity(requests.len());
-        for request in &requests {
-            let fp = request.fingerprint();
-            let v = if inner.recent.contains(segment, &fp) || in_batch.contains(&fp.0) {
-                Verdict::Dup
-            } else {
-                in_batch.insert(fp.0);
-                match inner.blooms.probe_insert(segment, &fp) {
-                    Probe::New => Verdict::New,
-                    Probe::Maybe => {
-                        checks.push(fp);
-                        Verdict::Check
-                    }
-                }
-            };
-            verdicts.push(v);
-            fps.push(fp);
-        }
-        let mut seen_in_store = Vec::new();
-        if !checks.is_empty() {
-            let key = self.keys.seen(segment);
-            let mut pipe = ::redis::pipe();
-            for fp in &checks {
-                pipe.cmd("SISMEMBER").arg(&key).arg(&fp.0[..]);
-            }
-            let mut conn = self.conn.clone();
-            seen_in_store = pipe
-                .query_async::<Vec<bool>>(&mut conn)
-                .await
-                .map_err(|e| self.err("enqueue (seen lookup)", e))?;
-        }
-        let mut checked = seen_in_store.into_iter();
-        let seen_key_index = K_SEEN.to_string().into_bytes();
-        for ((mut request, fp), v) in requests.into_iter().zip(fps).zip(verdicts) {
-            let new = match v {
-                Verdict::Dup => false,
-                Verdict::New => true,
-                Verdict::Check => {
-                    let seen = checked.next().unwrap_or(true);
-                    if seen {
-                        inner.recent.insert(segment, &fp);
-                    } else {
-                        inner.blooms.confirm_new(segment);
-                    }
-                    !seen
-                }
-            };
-            if !new {
-                outcome.duplicates += 1;
-                continue;
-            }
-            if request.created_ms == 0 {
-                request.created_ms = st.now_ms;
-            }
-            let host = request.host_key();
-            let value = layout::encode_record(&request, &host, 0).map_err(|e| {
-                storage(
-                    &self.location,
-                    "enqueue (encode request)",
-                    false,
-                    Box::new(e),
-                )
-            })?;
-            st.ops.push(b"N".to_vec());
-            st.ops.push(value);
-            st.op(&[b"S", &seen_key_index, &fp.0]);
-            st.added.push(Added {
-                host,
-                priority: request.priority,
-                created_ms: request.created_ms,
-                fp,
-            });
-            outcome.added += 1;
-        }
-        if outcome.added > 0 && !inner.segments.contains(&segment) {
-            st.new_segment = Some(segment);
-        }
-        st.counters.total += outcome.added;
-        st.counters.duplicates += outcome.duplicates;
-        Ok(outcome)
-    }
-
-    async fn stage_acks(
-        &self,
-        inner: &mut Inner,
-        st: &mut Staged,
-        acks: Vec<(LeaseId, Outcome)>,
-    ) -> Result<Vec<AckResult>, FrontierError> {
-        let now = st.now_ms;
-        let ctx = shared::AckCtx {
-            cfg: &self.cfg,
-            now,
-            location: &self.location,
-        };
-        // Pass 1: lease states (in order, duplicates within the batch are Unknown).
-        let mut live: Vec<Option<Entry>> = Vec::with_capacity(acks.len());
-        let mut states = Vec::with_capacity(acks.len());
-        let mut taken: HashSet<u64> = HashSet::new();
-        for (id, _) in &acks {
-            let state = if taken.contains(&id.0) {
-                LeaseState::Unknown
-            } else {
-                inner.sched.check(id.0, now)
-            };
-            if let LeaseState::Live(e) = state {
-                taken.insert(id.0);
-                live.push(Some(e));
-            } else {
-                live.push(None);
-            }
-            states.push(state);
-        }
-        // The records of live retries, in one read.
-        let retry_seqs: Vec<u64> = acks
-            .iter()
-            .zip(&live)
-            .filter_map(|((_, o), e)| match (o, e) {
-                (Outcome::Retry { .. }, Some(e)) => Some(e.seq),
-                _ => None,
-            })
-            .collect();
-        let mut records: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
-        if !retry_seqs.is_empty() {
-            let mut conn = self.conn.clone();
-            let values: Vec<Option<Vec<u8>>> = ::redis::cmd("HMGET")
-                .arg(&self.keys.requests)
-                .arg(retry_seqs.iter().map(u64::to_string).collect::<Vec<_>>())
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.err("ack (read request)", e))?;
-            records.extend(retry_seqs.into_iter().zip(values));
-        }
-        let req_index = K_REQUESTS.to_string().into_bytes();
-        let mut results = Vec::with_capacity(acks.len());
-        for (((id, outcome), state), entry) in acks.into_iter().zip(states).zip(live) {
-            let Some(entry) = entry else {
-                st.stale += 1;
-                results.push(if state == LeaseState::Expired {
-                    AckResult::Expired
-                } else {
-                    AckResult::Unknown
-                });
-                continue;
-            };
-            let field = entry.seq.to_string().into_bytes();
-            let record = if shared::needs_record(&outcome) {
-                records.get(&entry.seq).cloned().flatten()
-            } else {
-                None
-            };
-            let plan = ctx.plan(outcome, entry.seq, record.as_deref(), &mut st.counters);
-            if let Some(value) = plan.rewrite {
-                st.op(&[b"H", &req_index, &field, &value]);
-            } else if plan.requeue_at.is_none() {
-                st.op(&[b"D", &req_index, &field]);
-            }
-            st.finished
-                .push((id.0, plan.requeue_at.map(|at| (entry, at))));
-            results.push(plan.result);
-        }
-        Ok(results)
-    }
-}
-
-#[async_trait]
-impl FrontierStore for RedisFrontier {
-    async fn enqueue(&self, requests: Vec<Request>) -> Result<EnqueueOutcome, FrontierError> {
-        let mut guard = self.lock().await?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let mut st = Staged::new(inner, self.clock.now_ms(), &self.cfg);
-        let outcome = self.stage_enqueue(inner, &mut st, requests).await?;
-        self.commit(inner, st, "enqueue").await?;
-        Ok(outcome)
-    }
-
-    async fn lease(&self, max: usize) -> Result<Vec<Lease>, FrontierError> {
-        let mut guard = self.lock().await?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let now = self.clock.now_ms();
-        let picks = inner.sched.lease(max, now);
-        if picks.is_empty() {
-            return Ok(Vec::new());
+        _state: &RedisState,
+        segment: u64,
+        fps: &[Fingerprint],
+    ) -> Result<Vec<bool>, FrontierError> {
+        let key = self.keys.seen(segment);
+        let mut pipe = ::redis::pipe();
+        for fp in fps {
+            pipe.cmd("SISMEMBER").arg(&key).arg(&fp.0[..]);
         }
         let mut conn = self.conn.clone();
-        let values: Result<Vec<Option<Vec<u8>>>, RedisError> = ::redis::cmd("HMGET")
+        pipe.query_async::<Vec<bool>>(&mut conn)
+            .await
+            .map_err(|e| self.err("enqueue (seen lookup)", e))
+    }
+
+    async fn records(
+        &self,
+        _state: &RedisState,
+        seqs: &[u64],
+    ) -> Result<Vec<Option<Vec<u8>>>, FrontierError> {
+        let mut conn = self.conn.clone();
+        ::redis::cmd("HMGET")
             .arg(&self.keys.requests)
-            .arg(
-                picks
-                    .iter()
-                    .map(|p| p.entry.seq.to_string())
-                    .collect::<Vec<_>>(),
-            )
+            .arg(seqs.iter().map(u64::to_string).collect::<Vec<_>>())
             .query_async(&mut conn)
-            .await;
-        let values = match values {
-            Ok(v) if v.len() == picks.len() => v,
-            Ok(_) => {
-                for p in &picks {
-                    inner.sched.release(p.lease_id, now);
-                }
-                return Err(storage(
-                    &self.location,
-                    "lease (read requests)",
-                    true,
-                    "HMGET returned a wrong number of values".into(),
-                ));
-            }
-            Err(e) => {
-                for p in &picks {
-                    inner.sched.release(p.lease_id, now);
-                }
-                return Err(self.err("lease (read requests)", e));
-            }
-        };
-        let mut out = Vec::with_capacity(picks.len());
-        let mut corrupt = Vec::new();
-        for (p, v) in picks.into_iter().zip(values) {
-            match v {
-                Some(v) => match layout::decode_record(&v) {
-                    Ok(request) => out.push(Lease {
-                        id: LeaseId(p.lease_id),
-                        request,
-                        deadline_ms: p.deadline_ms,
-                    }),
-                    Err(reason) => {
-                        tracing::error!(store = %self.location, seq = p.entry.seq, %reason, "corrupt request record skipped and counted failed");
-                        corrupt.push(p);
-                    }
-                },
-                None => {
-                    tracing::error!(store = %self.location, seq = p.entry.seq, "scheduled request missing from the store; skipped");
-                    inner.sched.discard(p.lease_id, now);
-                }
+            .await
+            .map_err(|e| self.err("read requests", e))
+    }
+
+    fn stage_new(
+        &self,
+        _state: &RedisState,
+        batch: &mut RedisBatch,
+        _seq: u64,
+        record: Vec<u8>,
+        _segment: u64,
+        fp: &Fingerprint,
+    ) {
+        // The script assigns the seq (`next_seq`), so that two writers never share one.
+        batch.ops.push(b"N".to_vec());
+        batch.ops.push(record);
+        batch.op(&[b"S", K_SEEN.to_string().as_bytes(), &fp.0]);
+        batch.new += 1;
+    }
+
+    fn stage_rewrite(
+        &self,
+        _state: &RedisState,
+        batch: &mut RedisBatch,
+        seq: u64,
+        record: Vec<u8>,
+    ) {
+        let field = seq.to_string();
+        batch.op(&[
+            b"H",
+            K_REQUESTS.to_string().as_bytes(),
+            field.as_bytes(),
+            &record,
+        ]);
+    }
+
+    fn stage_delete(&self, _state: &RedisState, batch: &mut RedisBatch, seq: u64) {
+        let field = seq.to_string();
+        batch.op(&[b"D", K_REQUESTS.to_string().as_bytes(), field.as_bytes()]);
+    }
+
+    async fn commit(
+        &self,
+        state: &mut RedisState,
+        batch: RedisBatch,
+        before: &Counters,
+        after: &Counters,
+        op: &'static str,
+    ) -> Result<Vec<u64>, FrontierError> {
+        let RedisBatch {
+            mut ops,
+            new,
+            segment,
+            segment_known,
+        } = batch;
+        for ((name, old), new) in COUNTER_FIELDS
+            .iter()
+            .zip(counter_values(before))
+            .zip(counter_values(after))
+        {
+            if new > old {
+                ops.extend([
+                    b"I".to_vec(),
+                    name.as_bytes().to_vec(),
+                    (new - old).to_string().into_bytes(),
+                ]);
             }
         }
-        if !corrupt.is_empty() {
-            let mut st = Staged::new(inner, now, &self.cfg);
-            let req_index = K_REQUESTS.to_string().into_bytes();
-            for p in &corrupt {
-                st.op(&[b"D", &req_index, p.entry.seq.to_string().as_bytes()]);
-                st.finished.push((p.lease_id, None));
-            }
-            st.counters.corrupt += corrupt.len() as u64;
-            st.counters.failed += corrupt.len() as u64;
-            self.commit(inner, st, "lease (drop corrupt records)")
-                .await?;
-        }
-        Ok(out)
-    }
-
-    async fn next_ready_ms(&self) -> Result<Option<u64>, FrontierError> {
-        let mut guard = self.lock().await?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        Ok(inner.sched.next_ready_ms(self.clock.now_ms()))
-    }
-
-    async fn ack(&self, lease: LeaseId, outcome: Outcome) -> Result<AckResult, FrontierError> {
-        Ok(self
-            .ack_many(vec![(lease, outcome)])
-            .await?
-            .pop()
-            .unwrap_or(AckResult::Unknown))
-    }
-
-    async fn ack_many(
-        &self,
-        acks: Vec<(LeaseId, Outcome)>,
-    ) -> Result<Vec<AckResult>, FrontierError> {
-        let mut guard = self.lock().await?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let mut st = Staged::new(inner, self.clock.now_ms(), &self.cfg);
-        let results = self.stage_acks(inner, &mut st, acks).await?;
-        self.commit(inner, st, "ack").await?;
-        Ok(results)
-    }
-
-    async fn ack_and_enqueue(
-        &self,
-        lease: LeaseId,
-        outcome: Outcome,
-        discovered: Vec<Request>,
-    ) -> Result<(AckResult, EnqueueOutcome), FrontierError> {
-        let mut guard = self.lock().await?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let mut st = Staged::new(inner, self.clock.now_ms(), &self.cfg);
-        let result = self
-            .stage_acks(inner, &mut st, vec![(lease, outcome)])
-            .await?
-            .pop()
-            .unwrap_or(AckResult::Unknown);
-        let enqueued = self.stage_enqueue(inner, &mut st, discovered).await?;
-        self.commit(inner, st, "ack and enqueue").await?;
-        Ok((result, enqueued))
-    }
-
-    async fn expire(&self) -> Result<usize, FrontierError> {
-        let mut guard = self.lock().await?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        Ok(inner.sched.advance(self.clock.now_ms()))
-    }
-
-    async fn set_host_delay(&self, host: &str, delay_ms: u64) -> Result<(), FrontierError> {
-        let mut guard = self.lock().await?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let now = self.clock.now_ms();
-        let mut ops = Vec::new();
-        let k = K_DELAYS.to_string().into_bytes();
-        if delay_ms == 0 {
-            ops.extend([b"D".to_vec(), k, host.as_bytes().to_vec()]);
-        } else {
+        let new_segment = new > 0 && !segment_known;
+        if new_segment {
             ops.extend([
+                b"S".to_vec(),
+                K_SEGMENTS.to_string().into_bytes(),
+                segment.to_string().into_bytes(),
+            ]);
+        }
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        let seqs = self.write(state, ops, segment, op).await?;
+        if seqs.len() != new {
+            let why = format!(
+                "the write script assigned {} seqs for {new} new requests",
+                seqs.len()
+            );
+            state.broken = Some(why.clone());
+            return Err(storage(&self.location, op, false, why.into()));
+        }
+        if new_segment {
+            state.segments.insert(segment);
+        }
+        Ok(seqs)
+    }
+
+    async fn set_host_delay(
+        &self,
+        state: &mut RedisState,
+        host: &str,
+        delay_ms: u64,
+        segment: u64,
+    ) -> Result<(), FrontierError> {
+        let k = K_DELAYS.to_string().into_bytes();
+        let ops = if delay_ms == 0 {
+            vec![b"D".to_vec(), k, host.as_bytes().to_vec()]
+        } else {
+            vec![
                 b"H".to_vec(),
                 k,
                 host.as_bytes().to_vec(),
                 delay_ms.to_string().into_bytes(),
-            ]);
+            ]
+        };
+        self.write(state, ops, segment, "set host delay")
+            .await
+            .map(drop)
+    }
+
+    async fn store_bytes(&self, state: &mut RedisState, now_ms: u64) -> Result<u64, FrontierError> {
+        if let Some((at, bytes)) = state.store_bytes
+            && now_ms.saturating_sub(at) < 1_000
+        {
+            return Ok(bytes);
         }
-        self.write(inner, ops, self.cfg.segment_of(now), "set host delay")
-            .await?;
-        let id = inner.sched.host_id(host);
-        inner.sched.set_host_delay(id, delay_ms, now);
-        Ok(())
+        let mut pipe = ::redis::pipe();
+        for k in [
+            &self.keys.meta,
+            &self.keys.requests,
+            &self.keys.delays,
+            &self.keys.segments,
+        ] {
+            pipe.cmd("MEMORY").arg("USAGE").arg(k);
+        }
+        for s in &state.segments {
+            pipe.cmd("MEMORY").arg("USAGE").arg(self.keys.seen(*s));
+        }
+        let mut conn = self.conn.clone();
+        // Some managed servers refuse MEMORY: then 0, not an error.
+        let bytes = match pipe.query_async::<Vec<Option<u64>>>(&mut conn).await {
+            Ok(v) => v.into_iter().flatten().sum(),
+            Err(e) if retryable(&e) => return Err(self.err("stats (memory usage)", e)),
+            Err(_) => 0,
+        };
+        state.store_bytes = Some((now_ms, bytes));
+        Ok(bytes)
     }
 
-    async fn stats(&self) -> Result<FrontierStats, FrontierError> {
-        let mut guard = self.lock().await?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let now = self.clock.now_ms();
-        let store_bytes = match inner.store_bytes {
-            Some((at, bytes)) if now.saturating_sub(at) < 1_000 => bytes,
-            _ => {
-                let mut pipe = ::redis::pipe();
-                for k in [
-                    &self.keys.meta,
-                    &self.keys.requests,
-                    &self.keys.delays,
-                    &self.keys.segments,
-                ] {
-                    pipe.cmd("MEMORY").arg("USAGE").arg(k);
-                }
-                for s in &inner.segments {
-                    pipe.cmd("MEMORY").arg("USAGE").arg(self.keys.seen(*s));
-                }
-                let mut conn = self.conn.clone();
-                // Some managed servers refuse MEMORY: then 0, not an error.
-                let bytes = match pipe.query_async::<Vec<Option<u64>>>(&mut conn).await {
-                    Ok(v) => v.into_iter().flatten().sum(),
-                    Err(e) if retryable(&e) => return Err(self.err("stats (memory usage)", e)),
-                    Err(_) => 0,
-                };
-                inner.store_bytes = Some((now, bytes));
-                bytes
-            }
-        };
-        Ok(shared::stats(
-            &inner.counters,
-            &inner.sched,
-            &inner.blooms,
-            &inner.recent,
-            inner.stale_acks,
-            store_bytes,
-        ))
-    }
-
-    async fn sync(&self) -> Result<(), FrontierError> {
-        let _guard = self.lock().await?;
+    async fn sync(&self, _state: &RedisState) -> Result<(), FrontierError> {
         let mut conn = self.conn.clone();
         let r: Result<::redis::Value, RedisError> = ::redis::cmd("WAITAOF")
             .arg(1)
@@ -1244,8 +873,7 @@ impl FrontierStore for RedisFrontier {
         }
     }
 
-    async fn close(&self) -> Result<(), FrontierError> {
-        self.inner.lock().await.take();
+    async fn close(&self, _state: RedisState) -> Result<(), FrontierError> {
         Ok(())
     }
 }

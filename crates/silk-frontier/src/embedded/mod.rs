@@ -1,5 +1,5 @@
 //! [`EmbeddedFrontier`]: the frontier of the embedded mode (`silk up`, `silk crawl`), a
-//! crash-safe [`FrontierStore`] in one directory, on the fjall LSM-tree engine.
+//! crash-safe [`FrontierStore`](crate::FrontierStore) in one directory, on the fjall LSM-tree engine.
 //!
 //! It must not be shared by two processes (fjall locks the directory) and must not hold the
 //! requests themselves in memory: memory holds the scheduler's compact entries (about 40
@@ -27,7 +27,7 @@
 //! With the guarantee the frontier needs (survive `kill -9`) fjall is ~80 times faster than
 //! redb; with an fsync per commit the disk decides. fjall is chosen; power-loss durability is
 //! offered as a periodic fsync ([`EmbeddedOptions::fsync_interval_ms`]) and
-//! [`FrontierStore::sync`].
+//! [`FrontierStore::sync`](crate::FrontierStore::sync).
 //!
 //! # Durability contract
 //!
@@ -39,9 +39,11 @@
 //!
 //! # Cost
 //!
-//! Calls do their work inline behind one mutex (microseconds, one `write(2)` per writing
-//! call); they do not yield. Duplicates are caught, in order, by the batch itself, an exact
-//! cache of recent fingerprints (`RecentSet`, one cache miss), the segment's Bloom filter,
+//! This module is only the storage (`Fjall`, `write.rs`) and the open; everything else is
+//! the frontier core (`generic`). Calls do their work inline behind the core's one mutex
+//! (microseconds, one `write(2)` per writing call); apart from waiting for that mutex they
+//! do not yield. Duplicates are caught, in order, by an exact cache of recent
+//! fingerprints (`RecentSet`, one cache miss), the batch itself, the segment's Bloom filter,
 //! and only then a store lookup. A new request adds a URL parse (host key), a JSON encode
 //! and two keys to the batch. Measured (`benches/frontier.rs`, loaded 2-vCPU VM): a cached
 //! duplicate 0.3–0.5 µs, an uncached one 5–8 µs, a new request 16–22 µs, a whole crawled
@@ -52,23 +54,18 @@
 mod write;
 
 use crate::config::FrontierConfig;
-use crate::dedup::{RecentSet, SegmentBlooms};
 use crate::error::{BoxError, FrontierError};
+use crate::generic::{Core, Mem, frontier_store_by_core};
 use crate::layout::{self, Counters};
 use crate::sched::{Entry, SchedConfig, Scheduler};
-use crate::store::{
-    AckResult, EnqueueOutcome, FrontierStats, FrontierStore, Lease, LeaseId, Outcome,
-};
-use async_trait::async_trait;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
-use parking_lot::{Mutex, MutexGuard};
-use silk_core::{Clock, Request};
+use parking_lot::Mutex;
+use silk_core::{Clock, Fingerprint};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use write::Staged;
 
 /// Lease ids are `epoch << LEASE_EPOCH_SHIFT | n`, `epoch` counting opens of the store.
 const LEASE_EPOCH_SHIFT: u32 = 40;
@@ -77,7 +74,7 @@ const LEASE_EPOCH_SHIFT: u32 = 40;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EmbeddedOptions {
     /// Also fsync the journal this often, ms, on a background thread (power-loss durability
-    /// within that window). `None` (default): only [`FrontierStore::sync`] and `close` fsync.
+    /// within that window). `None` (default): only [`FrontierStore::sync`](crate::FrontierStore::sync) and `close` fsync.
     pub fsync_interval_ms: Option<u64>,
     /// fjall block cache size, bytes (`None`: fjall's default).
     pub cache_bytes: Option<u64>,
@@ -87,16 +84,18 @@ pub struct EmbeddedOptions {
     pub dedup_cache_entries: Option<usize>,
 }
 
-struct Inner {
+/// The embedded storage of the frontier core: where it is, and the periodic fsync.
+pub(crate) struct Fjall {
+    location: String,
+    fsync: Mutex<Option<Fsync>>,
+}
+
+/// The open database, dropped at close (which releases fjall's directory lock).
+pub(crate) struct FjallState {
     db: Database,
     requests: Keyspace,
     seen: Keyspace,
     meta: Keyspace,
-    sched: Scheduler,
-    blooms: SegmentBlooms,
-    recent: RecentSet,
-    counters: Counters,
-    stale_acks: u64,
     /// `disk_space()` walks the store's files: read at most once a second (by the clock),
     /// since callers poll `stats` often. `(read at ms, bytes)`.
     disk_space: Option<(u64, u64)>,
@@ -107,22 +106,12 @@ struct Fsync {
     thread: JoinHandle<()>,
 }
 
-/// The embedded, crash-safe frontier (see the module doc).
+/// The embedded, crash-safe frontier (see the module doc): the frontier core over fjall.
 pub struct EmbeddedFrontier {
-    location: String,
-    cfg: FrontierConfig,
-    clock: Arc<dyn Clock>,
-    inner: Mutex<Option<Inner>>,
-    fsync: Mutex<Option<Fsync>>,
+    core: Core<Fjall>,
 }
 
-impl std::fmt::Debug for EmbeddedFrontier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedFrontier")
-            .field("location", &self.location)
-            .finish_non_exhaustive()
-    }
-}
+frontier_store_by_core!(EmbeddedFrontier);
 
 impl EmbeddedFrontier {
     /// Opens (or creates) the frontier stored in `dir`.
@@ -268,27 +257,21 @@ impl EmbeddedFrontier {
         batch.insert(&meta, layout::COUNTERS_KEY, counters.encode());
         batch.commit().map_err(|e| err("write counters", e))?;
 
-        let mut inner = Inner {
+        let state = FjallState {
             db,
             requests,
             seen,
             meta,
-            sched,
-            blooms: SegmentBlooms::new(config.expected_urls, config.bloom_fp_rate),
-            recent: RecentSet::new(options.dedup_cache_entries.unwrap_or_else(|| {
-                usize::try_from(config.expected_urls / 4)
-                    .unwrap_or(usize::MAX)
-                    .clamp(1 << 10, 1 << 20)
-            })),
-            counters,
-            stale_acks: 0,
             disk_space: None,
         };
-        load_segment(&mut inner, config.segment_of(now), &location)?;
+        let mut mem = Mem::new(&config, sched, counters, options.dedup_cache_entries);
+        let segment = config.segment_of(now);
+        mem.blooms
+            .load(segment, load_segment(&state, segment, &location)?);
 
         let fsync = options.fsync_interval_ms.filter(|ms| *ms > 0).map(|ms| {
             let (stop, rx) = mpsc::channel::<()>();
-            let db = inner.db.clone();
+            let db = state.db.clone();
             let loc = location.clone();
             let thread = std::thread::spawn(move || {
                 while let Err(mpsc::RecvTimeoutError::Timeout) =
@@ -301,28 +284,17 @@ impl EmbeddedFrontier {
             });
             Fsync { stop, thread }
         });
-
-        Ok(Self {
+        let storage = Fjall {
             location,
-            cfg: config,
-            clock,
-            inner: Mutex::new(Some(inner)),
             fsync: Mutex::new(fsync),
+        };
+        Ok(Self {
+            core: Core::new(storage, config, clock, mem, state),
         })
     }
+}
 
-    fn lock(&self) -> Result<MutexGuard<'_, Option<Inner>>, FrontierError> {
-        let guard = self.inner.lock();
-        if guard.is_none() {
-            return Err(FrontierError::Closed);
-        }
-        Ok(guard)
-    }
-
-    fn err(&self, op: &'static str, retryable: bool, e: fjall::Error) -> FrontierError {
-        storage_error(&self.location, op, retryable, e)
-    }
-
+impl Fjall {
     fn stop_fsync(&self) {
         let fsync = self.fsync.lock().take();
         if let Some(f) = fsync {
@@ -332,71 +304,11 @@ impl EmbeddedFrontier {
             }
         }
     }
+}
 
-    fn lease_sync(&self, max: usize) -> Result<Vec<Lease>, FrontierError> {
-        let mut guard = self.lock()?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let now = self.clock.now_ms();
-        let picks = inner.sched.lease(max, now);
-        let mut out = Vec::with_capacity(picks.len());
-        let mut corrupt = Vec::new();
-        let mut read_error = None;
-        for p in picks {
-            if read_error.is_some() {
-                inner.sched.release(p.lease_id, now);
-                continue;
-            }
-            let key = layout::request_key(p.entry.seq);
-            match inner.requests.get(key) {
-                Ok(Some(v)) => match layout::decode_record(&v) {
-                    Ok(request) => out.push(Lease {
-                        id: LeaseId(p.lease_id),
-                        request,
-                        deadline_ms: p.deadline_ms,
-                    }),
-                    Err(reason) => {
-                        tracing::error!(store = %self.location, seq = p.entry.seq, %reason, "corrupt request record skipped and counted failed");
-                        corrupt.push(p);
-                    }
-                },
-                Ok(None) => {
-                    tracing::error!(store = %self.location, seq = p.entry.seq, "scheduled request missing from the store; skipped");
-                    inner.sched.discard(p.lease_id, now);
-                }
-                Err(e) => {
-                    inner.sched.release(p.lease_id, now);
-                    read_error = Some(self.err("lease (read request)", true, e));
-                }
-            }
-        }
-        if !corrupt.is_empty() {
-            let mut counters = inner.counters;
-            let mut batch = inner.db.batch().durability(Some(PersistMode::Buffer));
-            for p in &corrupt {
-                batch.remove(&inner.requests, layout::request_key(p.entry.seq));
-            }
-            counters.corrupt += corrupt.len() as u64;
-            counters.failed += corrupt.len() as u64;
-            batch.insert(&inner.meta, layout::COUNTERS_KEY, counters.encode());
-            match batch.commit() {
-                Ok(()) => {
-                    inner.counters = counters;
-                    for p in &corrupt {
-                        inner.sched.discard(p.lease_id, now);
-                    }
-                }
-                // Left in flight: they expire and are met again.
-                Err(e) => {
-                    tracing::error!(store = %self.location, error = %e, "could not drop corrupt records")
-                }
-            }
-        }
-        match read_error {
-            Some(e) if out.is_empty() => Err(e),
-            _ => Ok(out),
-        }
+impl Drop for Fjall {
+    fn drop(&mut self) {
+        self.stop_fsync();
     }
 }
 
@@ -415,10 +327,14 @@ fn storage_error(
     }
 }
 
-/// Builds the Bloom filter of `segment` from the stored seen set.
-fn load_segment(inner: &mut Inner, segment: u64, location: &str) -> Result<(), FrontierError> {
+/// The fingerprints of the stored seen set of `segment`.
+fn load_segment(
+    state: &FjallState,
+    segment: u64,
+    location: &str,
+) -> Result<Vec<Fingerprint>, FrontierError> {
     let mut fps = Vec::new();
-    for kv in inner.seen.prefix(layout::seen_prefix(segment)) {
+    for kv in state.seen.prefix(layout::seen_prefix(segment)) {
         let k = kv
             .key()
             .map_err(|e| storage_error(location, "scan seen", true, e))?;
@@ -427,175 +343,15 @@ fn load_segment(inner: &mut Inner, segment: u64, location: &str) -> Result<(), F
             None => tracing::error!(store = %location, "corrupt seen key skipped"),
         }
     }
-    inner.blooms.load(segment, fps);
-    Ok(())
-}
-
-#[async_trait]
-impl FrontierStore for EmbeddedFrontier {
-    async fn enqueue(&self, requests: Vec<Request>) -> Result<EnqueueOutcome, FrontierError> {
-        let mut guard = self.lock()?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let now = self.clock.now_ms();
-        let mut staged = Staged::new(inner, now, &self.cfg);
-        let outcome = self.stage_enqueue(inner, &mut staged, requests)?;
-        self.commit(inner, staged, "enqueue")?;
-        Ok(outcome)
-    }
-
-    async fn lease(&self, max: usize) -> Result<Vec<Lease>, FrontierError> {
-        self.lease_sync(max)
-    }
-
-    async fn next_ready_ms(&self) -> Result<Option<u64>, FrontierError> {
-        let mut guard = self.lock()?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        Ok(inner.sched.next_ready_ms(self.clock.now_ms()))
-    }
-
-    async fn ack(&self, lease: LeaseId, outcome: Outcome) -> Result<AckResult, FrontierError> {
-        Ok(self
-            .ack_many(vec![(lease, outcome)])
-            .await?
-            .pop()
-            .unwrap_or(AckResult::Unknown))
-    }
-
-    async fn ack_many(
-        &self,
-        acks: Vec<(LeaseId, Outcome)>,
-    ) -> Result<Vec<AckResult>, FrontierError> {
-        let mut guard = self.lock()?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let now = self.clock.now_ms();
-        let mut staged = Staged::new(inner, now, &self.cfg);
-        let results = self.stage_acks(inner, &mut staged, acks)?;
-        self.commit(inner, staged, "ack")?;
-        Ok(results)
-    }
-
-    async fn ack_and_enqueue(
-        &self,
-        lease: LeaseId,
-        outcome: Outcome,
-        discovered: Vec<Request>,
-    ) -> Result<(AckResult, EnqueueOutcome), FrontierError> {
-        let mut guard = self.lock()?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let now = self.clock.now_ms();
-        let mut staged = Staged::new(inner, now, &self.cfg);
-        let result = self
-            .stage_acks(inner, &mut staged, vec![(lease, outcome)])?
-            .pop()
-            .unwrap_or(AckResult::Unknown);
-        let enqueued = self.stage_enqueue(inner, &mut staged, discovered)?;
-        self.commit(inner, staged, "ack and enqueue")?;
-        Ok((result, enqueued))
-    }
-
-    async fn expire(&self) -> Result<usize, FrontierError> {
-        let mut guard = self.lock()?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        Ok(inner.sched.advance(self.clock.now_ms()))
-    }
-
-    async fn set_host_delay(&self, host: &str, delay_ms: u64) -> Result<(), FrontierError> {
-        let mut guard = self.lock()?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let mut batch = inner.db.batch().durability(Some(PersistMode::Buffer));
-        let key = layout::delay_key(host);
-        if delay_ms == 0 {
-            batch.remove(&inner.meta, key);
-        } else {
-            batch.insert(&inner.meta, key, delay_ms.to_le_bytes());
-        }
-        batch
-            .commit()
-            .map_err(|e| self.err("set host delay", false, e))?;
-        let id = inner.sched.host_id(host);
-        inner
-            .sched
-            .set_host_delay(id, delay_ms, self.clock.now_ms());
-        Ok(())
-    }
-
-    async fn stats(&self) -> Result<FrontierStats, FrontierError> {
-        let mut guard = self.lock()?;
-        let Some(inner) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
-        let now = self.clock.now_ms();
-        let store_bytes = match inner.disk_space {
-            Some((at, bytes)) if now.saturating_sub(at) < 1_000 => bytes,
-            _ => {
-                let bytes = inner
-                    .db
-                    .disk_space()
-                    .map_err(|e| self.err("stats (disk space)", true, e))?;
-                inner.disk_space = Some((now, bytes));
-                bytes
-            }
-        };
-        Ok(crate::shared::stats(
-            &inner.counters,
-            &inner.sched,
-            &inner.blooms,
-            &inner.recent,
-            inner.stale_acks,
-            store_bytes,
-        ))
-    }
-
-    async fn sync(&self) -> Result<(), FrontierError> {
-        let guard = self.lock()?;
-        let Some(inner) = guard.as_ref() else {
-            return Err(FrontierError::Closed);
-        };
-        inner
-            .db
-            .persist(PersistMode::SyncAll)
-            .map_err(|e| self.err("sync", true, e))
-    }
-
-    async fn close(&self) -> Result<(), FrontierError> {
-        self.stop_fsync();
-        let inner = self.inner.lock().take();
-        match inner {
-            None => Ok(()),
-            Some(inner) => {
-                let r = inner
-                    .db
-                    .persist(PersistMode::SyncAll)
-                    .map_err(|e| self.err("close", false, e));
-                drop(inner);
-                r
-            }
-        }
-    }
-}
-
-impl Drop for EmbeddedFrontier {
-    fn drop(&mut self) {
-        self.stop_fsync();
-    }
+    Ok(fps)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FrontierStore;
     use silk_core::ManualClock;
+    use silk_core::Request;
 
     fn block<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()

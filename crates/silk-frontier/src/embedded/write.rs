@@ -1,239 +1,174 @@
-//! The embedded frontier's write paths: enqueue and ack are *staged* into one fjall write
-//! batch (data and counters together), committed with one `write(2)`, and only then applied
-//! to the in-memory scheduler and dedup cache, so that memory never runs ahead of the disk.
-//! `ack_and_enqueue` stages both into the same batch: a page's links are stored if and only
-//! if its ack is.
-//!
-//! This module must not touch memory state that a failed commit would leave wrong: before
-//! the commit it may only add to the Bloom filters (a stray bit costs a store read later,
-//! never a URL) and process lease expiries (which write nothing).
+//! The embedded frontier's [`Storage`]: a write is *staged* into one fjall write batch (data
+//! and counters together) and committed with one `write(2)` (`PersistMode::Buffer`, so it
+//! survives `kill -9`); reads go to the keyspaces directly. The core ([`crate::generic`])
+//! applies a write to memory only after its commit.
 
-use super::{EmbeddedFrontier, Inner};
-use crate::config::FrontierConfig;
-use crate::dedup::Probe;
+use super::{Fjall, FjallState, storage_error};
 use crate::error::FrontierError;
-use crate::layout;
-use crate::sched::LeaseState;
-use crate::shared::{self, Added, Finished};
-use crate::store::{AckResult, EnqueueOutcome, LeaseId, Outcome};
+use crate::generic::Storage;
+use crate::layout::{self, Counters};
+use async_trait::async_trait;
 use fjall::{OwnedWriteBatch, PersistMode};
-use layout::Counters;
-use silk_core::{Fingerprint, Request};
-use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
+use silk_core::Fingerprint;
 
-/// A hasher for fingerprints, which are already uniform hashes.
-#[derive(Default)]
-struct FpHasher(u64);
-
-impl Hasher for FpHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.0 ^= u64::from_le_bytes(b);
-        }
-    }
-}
-
-type FpSet = HashSet<[u8; 16], BuildHasherDefault<FpHasher>>;
-
-/// One write batch being built, and what to apply to memory once it is committed.
-pub(super) struct Staged {
+/// A fjall batch being built, with the seqs of its new requests.
+pub(crate) struct FjallBatch {
     batch: OwnedWriteBatch,
-    counters: Counters,
-    now_ms: u64,
-    segment: u64,
-    /// Whether the batch must be written (the counters changed).
-    dirty: bool,
-    /// New requests, by seq.
-    added: Vec<(u64, Added)>,
-    /// Leases finished by this batch; `Some` = re-queue with this not-before time.
-    finished: Finished,
-    stale: u64,
+    seqs: Vec<u64>,
 }
 
-impl Staged {
-    pub(super) fn new(inner: &Inner, now_ms: u64, cfg: &FrontierConfig) -> Self {
-        Self {
-            batch: inner.db.batch().durability(Some(PersistMode::Buffer)),
-            counters: inner.counters,
-            now_ms,
-            segment: cfg.segment_of(now_ms),
-            dirty: false,
-            added: Vec::new(),
-            finished: Vec::new(),
-            stale: 0,
-        }
-    }
-}
+#[async_trait]
+impl Storage for Fjall {
+    type State = FjallState;
+    type Batch = FjallBatch;
 
-impl EmbeddedFrontier {
-    /// Stages new requests; duplicates are counted and dropped.
-    pub(super) fn stage_enqueue(
-        &self,
-        inner: &mut Inner,
-        st: &mut Staged,
-        requests: Vec<Request>,
-    ) -> Result<EnqueueOutcome, FrontierError> {
-        let mut outcome = EnqueueOutcome::default();
-        if requests.is_empty() {
-            return Ok(outcome);
-        }
-        let segment = st.segment;
-        if !inner.blooms.has(segment) {
-            super::load_segment(inner, segment, &self.location)?;
-        }
-        let mut in_batch = FpSet::default();
-        // Known duplicates first (exact, one cache line each; probed in a tight loop so that
-        // the cache misses overlap), then the Bloom filter (one miss per hash function),
-        // then the store.
-        let fps: Vec<Fingerprint> = requests.iter().map(Request::fingerprint).collect();
-        let recent: Vec<bool> = fps
-            .iter()
-            .map(|fp| inner.recent.contains(segment, fp))
-            .collect();
-        for ((mut request, fp), recent) in requests.into_iter().zip(fps).zip(recent) {
-            if request.created_ms == 0 {
-                request.created_ms = st.now_ms;
-            }
-            let known = recent || in_batch.contains(&fp.0);
-            let new = !known
-                && match inner.blooms.probe_insert(segment, &fp) {
-                    Probe::New => true,
-                    Probe::Maybe => {
-                        let key = layout::seen_key(segment, &fp);
-                        let seen = inner
-                            .seen
-                            .contains_key(key)
-                            .map_err(|e| self.err("enqueue (seen lookup)", true, e))?;
-                        if seen {
-                            inner.recent.insert(segment, &fp);
-                        } else {
-                            inner.blooms.confirm_new(segment);
-                        }
-                        !seen
-                    }
-                };
-            if !new {
-                outcome.duplicates += 1;
-                continue;
-            }
-            in_batch.insert(fp.0);
-            let host = request.host_key();
-            let seq = st.counters.next_seq;
-            st.counters.next_seq += 1;
-            let value =
-                layout::encode_record(&request, &host, 0).map_err(|e| FrontierError::Storage {
-                    location: self.location.clone(),
-                    op: "enqueue (encode request)",
-                    retryable: false,
-                    source: Box::new(e),
-                })?;
-            st.batch
-                .insert(&inner.requests, layout::request_key(seq), value);
-            st.batch
-                .insert(&inner.seen, layout::seen_key(segment, &fp), []);
-            st.added.push((
-                seq,
-                Added {
-                    host,
-                    priority: request.priority,
-                    created_ms: request.created_ms,
-                    fp,
-                },
-            ));
-            outcome.added += 1;
-        }
-        st.counters.total += outcome.added;
-        st.counters.duplicates += outcome.duplicates;
-        st.dirty = true;
-        Ok(outcome)
+    fn location(&self) -> &str {
+        &self.location
     }
 
-    /// Stages acks; stale ones are reported and change nothing.
-    pub(super) fn stage_acks(
+    fn batch(&self, state: &FjallState, _segment: u64) -> FjallBatch {
+        FjallBatch {
+            batch: state.db.batch().durability(Some(PersistMode::Buffer)),
+            seqs: Vec::new(),
+        }
+    }
+
+    async fn load_segment(
         &self,
-        inner: &mut Inner,
-        st: &mut Staged,
-        acks: Vec<(LeaseId, Outcome)>,
-    ) -> Result<Vec<AckResult>, FrontierError> {
-        let now = st.now_ms;
-        let ctx = shared::AckCtx {
-            cfg: &self.cfg,
-            now,
-            location: &self.location,
-        };
-        let mut results = Vec::with_capacity(acks.len());
-        for (id, outcome) in acks {
-            let state = inner.sched.check(id.0, now);
-            let entry = match state {
-                _ if st.finished.iter().any(|(l, _)| *l == id.0) => None,
-                LeaseState::Live(entry) => Some(entry),
-                LeaseState::Expired => {
-                    st.stale += 1;
-                    results.push(AckResult::Expired);
-                    continue;
-                }
-                LeaseState::Unknown => None,
-            };
-            let Some(entry) = entry else {
-                st.stale += 1;
-                results.push(AckResult::Unknown);
-                continue;
-            };
-            st.dirty = true;
-            let key = layout::request_key(entry.seq);
-            let record = if shared::needs_record(&outcome) {
-                inner
+        state: &FjallState,
+        segment: u64,
+    ) -> Result<Vec<Fingerprint>, FrontierError> {
+        super::load_segment(state, segment, &self.location)
+    }
+
+    async fn seen(
+        &self,
+        state: &FjallState,
+        segment: u64,
+        fps: &[Fingerprint],
+    ) -> Result<Vec<bool>, FrontierError> {
+        fps.iter()
+            .map(|fp| {
+                state
+                    .seen
+                    .contains_key(layout::seen_key(segment, fp))
+                    .map_err(|e| self.err("enqueue (seen lookup)", true, e))
+            })
+            .collect()
+    }
+
+    async fn records(
+        &self,
+        state: &FjallState,
+        seqs: &[u64],
+    ) -> Result<Vec<Option<Vec<u8>>>, FrontierError> {
+        seqs.iter()
+            .map(|seq| {
+                state
                     .requests
-                    .get(key)
-                    .map_err(|e| self.err("ack (read request)", true, e))?
-            } else {
-                None
-            };
-            let plan = ctx.plan(outcome, entry.seq, record.as_deref(), &mut st.counters);
-            if let Some(value) = plan.rewrite {
-                st.batch.insert(&inner.requests, key, value);
-            } else if plan.requeue_at.is_none() {
-                st.batch.remove(&inner.requests, key);
-            }
-            st.finished
-                .push((id.0, plan.requeue_at.map(|at| (entry, at))));
-            results.push(plan.result);
-        }
-        Ok(results)
+                    .get(layout::request_key(*seq))
+                    .map(|v| v.map(|v| v.to_vec()))
+                    .map_err(|e| self.err("read request", true, e))
+            })
+            .collect()
     }
 
-    /// Writes the batch (if anything changed) and applies it to memory.
-    pub(super) fn commit(
+    fn stage_new(
         &self,
-        inner: &mut Inner,
-        st: Staged,
+        state: &FjallState,
+        batch: &mut FjallBatch,
+        seq: u64,
+        record: Vec<u8>,
+        segment: u64,
+        fp: &Fingerprint,
+    ) {
+        let b = &mut batch.batch;
+        b.insert(&state.requests, layout::request_key(seq), record);
+        b.insert(&state.seen, layout::seen_key(segment, fp), []);
+        batch.seqs.push(seq);
+    }
+
+    fn stage_rewrite(&self, state: &FjallState, batch: &mut FjallBatch, seq: u64, record: Vec<u8>) {
+        batch
+            .batch
+            .insert(&state.requests, layout::request_key(seq), record);
+    }
+
+    fn stage_delete(&self, state: &FjallState, batch: &mut FjallBatch, seq: u64) {
+        batch
+            .batch
+            .remove(&state.requests, layout::request_key(seq));
+    }
+
+    async fn commit(
+        &self,
+        state: &mut FjallState,
+        batch: FjallBatch,
+        _before: &Counters,
+        after: &Counters,
         op: &'static str,
-    ) -> Result<(), FrontierError> {
-        let Staged {
-            mut batch,
-            counters,
-            now_ms,
-            segment,
-            dirty,
-            added,
-            finished,
-            stale,
-        } = st;
-        inner.stale_acks += stale;
-        if !dirty {
-            return Ok(());
-        }
-        batch.insert(&inner.meta, layout::COUNTERS_KEY, counters.encode());
+    ) -> Result<Vec<u64>, FrontierError> {
+        let FjallBatch { mut batch, seqs } = batch;
+        batch.insert(&state.meta, layout::COUNTERS_KEY, after.encode());
         batch.commit().map_err(|e| self.err(op, false, e))?;
-        inner.counters = counters;
-        let (sched, recent) = (&mut inner.sched, &mut inner.recent);
-        shared::apply_committed(sched, recent, segment, now_ms, finished, added);
-        Ok(())
+        Ok(seqs)
+    }
+
+    async fn set_host_delay(
+        &self,
+        state: &mut FjallState,
+        host: &str,
+        delay_ms: u64,
+        _segment: u64,
+    ) -> Result<(), FrontierError> {
+        let mut batch = state.db.batch().durability(Some(PersistMode::Buffer));
+        let key = layout::delay_key(host);
+        if delay_ms == 0 {
+            batch.remove(&state.meta, key);
+        } else {
+            batch.insert(&state.meta, key, delay_ms.to_le_bytes());
+        }
+        batch
+            .commit()
+            .map_err(|e| self.err("set host delay", false, e))
+    }
+
+    async fn store_bytes(&self, state: &mut FjallState, now_ms: u64) -> Result<u64, FrontierError> {
+        // `disk_space()` walks the store's files: read at most once a second, since callers
+        // poll `stats` often.
+        match state.disk_space {
+            Some((at, bytes)) if now_ms.saturating_sub(at) < 1_000 => Ok(bytes),
+            _ => {
+                let bytes = state
+                    .db
+                    .disk_space()
+                    .map_err(|e| self.err("stats (disk space)", true, e))?;
+                state.disk_space = Some((now_ms, bytes));
+                Ok(bytes)
+            }
+        }
+    }
+
+    async fn sync(&self, state: &FjallState) -> Result<(), FrontierError> {
+        state
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| self.err("sync", true, e))
+    }
+
+    async fn close(&self, state: FjallState) -> Result<(), FrontierError> {
+        self.stop_fsync();
+        let r = state
+            .db
+            .persist(PersistMode::SyncAll)
+            .map_err(|e| self.err("close", false, e));
+        drop(state);
+        r
+    }
+}
+
+impl Fjall {
+    fn err(&self, op: &'static str, retryable: bool, e: fjall::Error) -> FrontierError {
+        storage_error(&self.location, op, retryable, e)
     }
 }

@@ -1,8 +1,7 @@
-//! Logic both backends share, apart from their storage: what an ack does to a leased
-//! request and its counters ([`AckCtx::plan`], pure), how a committed write is applied to
-//! the in-memory scheduler and dedup cache ([`apply_committed`]), and the stats built from
-//! the counters and that in-memory state ([`stats`]). Each backend applies an ack's plan to
-//! its own storage (a fjall write batch, a Redis op list) and measures its own store size.
+//! The pure parts of the frontier core (`generic`): what an ack does to a leased request and
+//! its counters ([`AckCtx::plan`]), how a committed write is applied to the in-memory
+//! scheduler and dedup cache ([`apply_committed`]), and the stats built from the counters
+//! and that in-memory state ([`stats`]). No storage, no I/O.
 
 use crate::config::FrontierConfig;
 use crate::dedup::{RecentSet, SegmentBlooms};
