@@ -13,6 +13,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 use silk_router::{Config, Reason, Router};
+use silk_testkit::{POLL_EVERY, eventually};
 
 async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).expect("redis url");
@@ -562,14 +563,12 @@ outbound:
     let _: () = conn.rpush(&key, &task).await.expect("rpush");
     let router = Router::start(config).await.expect("starts");
     let in_processing = processing(&key, "queue", 0);
-    let mut seen: Vec<String> = Vec::new();
-    for _ in 0..150 {
-        seen = conn.lrange(&in_processing, 0, -1).await.expect("lrange");
-        if !seen.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let seen: Vec<String> = eventually(Duration::from_secs(3), POLL_EVERY, async || {
+        let seen: Vec<String> = conn.lrange(&in_processing, 0, -1).await.expect("lrange");
+        (!seen.is_empty()).then_some(seen)
+    })
+    .await
+    .unwrap_or_default();
     assert_eq!(
         seen,
         std::slice::from_ref(&task),
@@ -591,15 +590,12 @@ outbound:
         })
         .await;
     assert!(done, "{}", router.metrics_text());
-    let mut empty = false;
-    for _ in 0..150 {
+    let empty = eventually(Duration::from_secs(3), POLL_EVERY, async || {
         let len: u64 = conn.llen(&in_processing).await.expect("llen");
-        if len == 0 {
-            empty = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (len == 0).then_some(())
+    })
+    .await
+    .is_some();
     assert!(empty, "removed from the processing list once routed");
     router.shutdown().await;
     cleanup(&mut conn, &prefix).await;

@@ -391,17 +391,16 @@ async fn hosts_share_one_port_on_their_own_ip_and_drop_stops_them() {
         assert!(body.contains(&format!("<h1 class=\"title\">Host {}</h1>", k + 1)));
     }
     drop(site);
-    let mut refused = false;
-    for _ in 0..50 {
-        if tokio::net::TcpStream::connect(("127.0.0.3", port))
-            .await
-            .is_err()
-        {
-            refused = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let refused = silk_testkit::eventually(
+        Duration::from_secs(1),
+        silk_testkit::POLL_EVERY,
+        async || {
+            let connect = tokio::net::TcpStream::connect(("127.0.0.3", port)).await;
+            connect.is_err().then_some(())
+        },
+    )
+    .await
+    .is_some();
     assert!(refused, "port {port} still open after drop");
 }
 
