@@ -18,6 +18,7 @@
 pub mod bus;
 pub mod conformance;
 pub mod error;
+pub mod faulty;
 pub mod in_process;
 pub mod nats;
 pub mod subject;

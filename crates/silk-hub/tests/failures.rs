@@ -13,20 +13,19 @@
 use parking_lot::Mutex;
 use serde_json::Value;
 use silk_agent::AgentHandle;
+use silk_bus::faulty::{Fault, Faults, FaultyBus};
 use silk_bus::{
-    AllocationReply, Bus, BusConfig, BusError, Command, Envelope, FetchOutcome, Heartbeat,
-    InProcessBus, LeasedRequest, Message, Register, RetryPolicy, RunResult, Subject, SubjectClass,
-    SubscribeOpts, Subscription, TtlPolicy,
+    AllocationReply, Bus, BusConfig, Command, FetchOutcome, Heartbeat, InProcessBus, LeasedRequest,
+    Message, Register, RetryPolicy, RunResult, Subject, SubjectClass, SubscribeOpts, Subscription,
+    TtlPolicy,
 };
 use silk_core::{AgentId, Clock, RunId, SystemClock};
 use silk_hub::{Hub, HubHandle, OnAgentLost, RunRequest, RunState, Strategy};
 use silk_testkit::demo::DemoSite;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::future::Future;
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tempfile::TempDir;
 use tokio::sync::{mpsc, oneshot};
@@ -323,84 +322,14 @@ impl FakeAgent {
     }
 }
 
-/// A [`Bus`] that delegates to an in-process bus but, once `broken` is set, fails every
-/// publish of a command (to any agent) the way a bus that is down does: retryable failures
-/// until its retries are used up.
-struct CommandsBreak {
-    inner: InProcessBus,
-    broken: Arc<AtomicBool>,
-}
-
-type BusFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, BusError>> + Send + 'a>>;
-
-// `Bus` is declared with `#[async_trait]`; this is what that macro expands an impl to.
-impl Bus for CommandsBreak {
-    fn namespace(&self) -> &str {
-        self.inner.namespace()
-    }
-
-    fn publish<'life0, 'life1, 'life2, 'async_trait>(
-        &'life0 self,
-        subject: &'life1 Subject,
-        envelope: &'life2 Envelope,
-    ) -> BusFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        'life2: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            if subject.class() == SubjectClass::AgentCommands && self.broken.load(Ordering::SeqCst)
-            {
-                let full = subject.full(self.inner.namespace());
-                let policy = RetryPolicy {
-                    retries: 2,
-                    backoff_initial_ms: 10,
-                    backoff_max_ms: 50,
-                };
-                return policy
-                    .run("publish", &full, || {
-                        let subject = full.clone();
-                        async move {
-                            Err(BusError::unavailable(
-                                "publish",
-                                subject,
-                                "link to the agents broken by the test",
-                            ))
-                        }
-                    })
-                    .await;
-            }
-            self.inner.publish(subject, envelope).await
-        })
-    }
-
-    fn publish_raw<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        subject: &'life1 Subject,
-        payload: axum::body::Bytes,
-    ) -> BusFuture<'async_trait, ()>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move { self.inner.publish_raw(subject, payload).await })
-    }
-
-    fn subscribe<'life0, 'life1, 'async_trait>(
-        &'life0 self,
-        subject: &'life1 Subject,
-        opts: SubscribeOpts,
-    ) -> BusFuture<'async_trait, Subscription>
-    where
-        'life0: 'async_trait,
-        'life1: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move { self.inner.subscribe(subject, opts).await })
-    }
+/// How the hub's command publishes fail once the test breaks the bus: as a bus that is down
+/// (retryable failures until the retries are used up).
+fn broken_commands() -> Fault {
+    Fault::Unavailable(RetryPolicy {
+        retries: 2,
+        backoff_initial_ms: 10,
+        backoff_max_ms: 50,
+    })
 }
 
 /// The spider of these tests: the demo site from `start_urls`, leases of `lease_ms`
@@ -803,24 +732,21 @@ async fn breakable_hub(
     dir: &Path,
 ) -> (
     HubHandle,
-    Arc<AtomicBool>,
+    Faults,
     Arc<FakeAgent>,
     mpsc::UnboundedReceiver<Download>,
     Tasks,
 ) {
     let bus = bus();
-    let broken = Arc::new(AtomicBool::new(false));
-    let hub_bus = CommandsBreak {
-        inner: bus.clone(),
-        broken: broken.clone(),
-    };
+    let faults = Faults::default();
+    let hub_bus = FaultyBus::new(bus.clone(), faults.clone());
     let hub = Hub::start(hub_config(dir), Arc::new(hub_bus), Arc::new(SystemClock))
         .await
         .expect("hub starts");
     let backend = Backend::start(dir).await;
     let (fake, downloads, tasks) = FakeAgent::start(&bus, "f1", Some(backend)).await;
     within("the fake agent live", 10, hub.wait_for_live_agents(1)).await;
-    (hub, broken, fake, downloads, tasks)
+    (hub, faults, fake, downloads, tasks)
 }
 
 /// Failure matrix: "bus publish from the hub → retry N times, then the run fails with the
@@ -832,7 +758,7 @@ async fn breakable_hub(
 async fn a_bus_that_cannot_carry_commands_fails_the_run_and_loses_nothing() {
     let dir = TempDir::new().unwrap();
     let site = site(20, 0).await;
-    let (hub, broken, fake, mut downloads, _tasks) = breakable_hub(dir.path()).await;
+    let (hub, faults, fake, mut downloads, _tasks) = breakable_hub(dir.path()).await;
     // One request out at a time: when the seed's result is in, nothing else is out.
     let run = hub
         .submit(request(spider(&site, &[site.start_url()], 1_500), 1))
@@ -840,13 +766,13 @@ async fn a_bus_that_cannot_carry_commands_fails_the_run_and_loses_nothing() {
         .expect("run starts");
 
     let behaviour = {
-        let (fake, broken) = (fake.clone(), broken.clone());
+        let (fake, faults) = (fake.clone(), faults.clone());
         tokio::spawn(async move {
             let mut first = true;
             while let Some(d) = downloads.recv().await {
                 let result = fake.fetch(&d).await;
                 if std::mem::take(&mut first) {
-                    broken.store(true, Ordering::SeqCst);
+                    faults.set(SubjectClass::AgentCommands, broken_commands());
                 }
                 fake.answer(&result).await;
             }
@@ -875,7 +801,7 @@ async fn a_bus_that_cannot_carry_commands_fails_the_run_and_loses_nothing() {
     assert_eq!(s.success + s.failed + s.dropped + s.left, s.total, "{s:?}");
 
     // Nothing lost: the bus works again, and a restart on the same frontier finishes it.
-    broken.store(false, Ordering::SeqCst);
+    faults.heal(SubjectClass::AgentCommands);
     let again = hub.restart(&run.id, true).await.expect("restart");
     let done = within("the restarted run", 60, hub.wait_run(&again.id))
         .await
@@ -898,7 +824,7 @@ async fn a_bus_that_cannot_carry_commands_fails_the_run_and_loses_nothing() {
 async fn a_run_failed_by_the_bus_gives_back_the_leases_out_at_agents() {
     let dir = TempDir::new().unwrap();
     let site = site(20, 0).await;
-    let (hub, broken, fake, mut downloads, _tasks) = breakable_hub(dir.path()).await;
+    let (hub, faults, fake, mut downloads, _tasks) = breakable_hub(dir.path()).await;
     let starts: Vec<String> = (0..4).map(|i| site.page_url(1, i)).collect();
     let run = hub
         .submit(request(spider(&site, &starts, 1_500), 2))
@@ -906,12 +832,12 @@ async fn a_run_failed_by_the_bus_gives_back_the_leases_out_at_agents() {
         .expect("run starts");
 
     let behaviour = {
-        let (fake, broken) = (fake.clone(), broken.clone());
+        let (fake, faults) = (fake.clone(), faults.clone());
         tokio::spawn(async move {
             let _held = downloads.recv().await.expect("a first download");
             let d = downloads.recv().await.expect("a second download");
             let result = fake.fetch(&d).await;
-            broken.store(true, Ordering::SeqCst);
+            faults.set(SubjectClass::AgentCommands, broken_commands());
             fake.answer(&result).await;
             // Keep the receiver (and the held request) until the test ends.
             while downloads.recv().await.is_some() {}
