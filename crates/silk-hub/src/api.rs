@@ -37,11 +37,11 @@
 use crate::auth::{NewToken, Principal, TokenView};
 use crate::error::HubError;
 use crate::hub::{HubHandle, RunQuery};
+use crate::items::ItemsPage;
 use crate::jobs::{Job, JobSpec};
 use crate::registry::AgentView;
 use crate::run::{RunRequest, RunState, RunView};
 use crate::scheduler::TriggerRequest;
-use crate::sinks::ItemsPage;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -914,21 +914,9 @@ async fn run_items(
     Query(params): Query<ItemsParams>,
 ) -> ApiResult<Json<ItemsPage>> {
     let id = run_id(&id)?;
-    let view = hub.run(&id).await?;
     let limit = params.limit.unwrap_or(100).clamp(1, 1000) as usize;
     let cursor = params.cursor.unwrap_or(0);
-    if view.frontier == "redis" {
-        // A run of the cluster's shared mode keeps its items in the store (every hub that
-        // drove it wrote there); the cursor is the store's item sequence.
-        let page = crate::sinks::read_stored_items(hub.store().as_ref(), &id, cursor, limit);
-        return Ok(Json(page.await?));
-    }
-    let path = view.items_path.clone();
-    let page = tokio::task::spawn_blocking(move || crate::sinks::read_items(&path, cursor, limit))
-        .await
-        .map_err(|e| internal_error("internal", &e))?
-        .map_err(|e| internal_error("storage", &e))?;
-    Ok(Json(page))
+    Ok(Json(hub.run_items(&id, cursor, limit).await?))
 }
 
 /// API tokens (admin only; no secrets).

@@ -1042,6 +1042,19 @@ impl HubHandle {
         )
     }
 
+    /// At most `limit` of a run's items after `cursor`, from its one item log.
+    pub async fn run_items(
+        &self,
+        id: &RunId,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<crate::items::ItemsPage, HubError> {
+        let record = self.stored_record(id).await?;
+        let log = crate::items::ItemLog::of(&record, &self.shared.files);
+        log.read(self.shared.store.as_ref(), id, cursor, limit)
+            .await
+    }
+
     /// The stored record of a run (active or not).
     pub(crate) async fn stored_record(&self, id: &RunId) -> Result<RunRecord, HubError> {
         if let Some(run) = self.shared.active_run(id) {

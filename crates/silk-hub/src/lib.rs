@@ -41,6 +41,7 @@ pub mod error;
 mod files;
 pub mod health;
 pub mod hub;
+mod items;
 pub mod jobs;
 mod logs;
 mod outcomes;
@@ -62,6 +63,7 @@ pub use error::HubError;
 pub use files::KnownAgent;
 pub use health::FailIf;
 pub use hub::{Hub, HubConfig, HubHandle, RunQuery};
+pub use items::ItemsPage;
 pub use jobs::{Job, JobSpec};
 pub use phi::{AgentState, PhiConfig, PhiDetector};
 pub use registry::{

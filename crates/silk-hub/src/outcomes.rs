@@ -162,7 +162,7 @@ mod tests {
         drop(f);
         let log = OutcomeLog::open(&path).unwrap();
         log.append(&line("http://h/2")).unwrap();
-        let page = crate::sinks::read_items(&path, 0, 10).unwrap();
+        let page = crate::items::read_items(&path, 0, 10).unwrap();
         let urls: Vec<&str> = page
             .items
             .iter()

@@ -15,91 +15,18 @@
 
 use crate::error::HubError;
 use crate::hub::HubCore;
+use crate::items::ItemLog;
 use crate::run::{RunRecord, WebhookSink};
 use crate::runner::Run;
 use crate::tailer::{self, Backoff, Page, Tail, Writer};
 use serde::{Deserialize, Serialize};
 use silk_core::RunId;
 use silk_store::Level;
-use std::io::{BufRead, Seek, SeekFrom};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The marker of a run whose sinks have not delivered everything yet.
 pub(crate) const PENDING: &str = "sinks.pending";
-
-/// Most bytes of item lines read at once.
-const MAX_READ_BYTES: usize = 4 << 20;
-
-/// A page of items read from a run's JSON Lines file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ItemsPage {
-    /// The items.
-    #[schema(value_type = Vec<Object>)]
-    pub items: Vec<serde_json::Value>,
-    /// The cursor of the next page (a byte offset in the file).
-    pub next_cursor: u64,
-    /// Whether the file holds nothing more right now.
-    pub done: bool,
-}
-
-/// Reads at most `limit` complete lines of `path` from byte `cursor`. A line that is not
-/// JSON (a torn last line after a crash is never complete, so this is damage) is skipped.
-pub(crate) fn read_items(path: &Path, cursor: u64, limit: usize) -> Result<ItemsPage, String> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(ItemsPage {
-                items: Vec::new(),
-                next_cursor: cursor,
-                done: true,
-            });
-        }
-        Err(e) => return Err(format!("{}: {e}", path.display())),
-    };
-    let len = file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .len();
-    if cursor >= len {
-        return Ok(ItemsPage {
-            items: Vec::new(),
-            next_cursor: cursor.min(len),
-            done: true,
-        });
-    }
-    let mut reader = std::io::BufReader::new(file);
-    reader
-        .seek(SeekFrom::Start(cursor))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut items = Vec::new();
-    let mut pos = cursor;
-    let mut read = 0usize;
-    let mut line = Vec::new();
-    while items.len() < limit && read < MAX_READ_BYTES {
-        line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        if n == 0 || line.last() != Some(&b'\n') {
-            break; // end, or a line still being written
-        }
-        pos += n as u64;
-        read += n;
-        match serde_json::from_slice::<serde_json::Value>(&line) {
-            Ok(v) => items.push(v),
-            Err(e) => {
-                tracing::warn!(file = %path.display(), offset = pos - n as u64, error = %e, "unreadable item line skipped")
-            }
-        }
-    }
-    Ok(ItemsPage {
-        items,
-        next_cursor: pos,
-        done: pos >= len,
-    })
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Offset {
@@ -180,28 +107,6 @@ impl Target {
     }
 }
 
-/// A page of a run's items from the store's items table (a run with a shared frontier keeps
-/// them there): at most `limit` after the item sequence `cursor`.
-pub(crate) async fn read_stored_items(
-    store: &dyn silk_store::MetaStore,
-    run: &RunId,
-    cursor: u64,
-    limit: usize,
-) -> Result<ItemsPage, HubError> {
-    let after = i64::try_from(cursor).unwrap_or(i64::MAX);
-    let limit = limit.clamp(1, silk_store::MAX_PAGE as usize);
-    let rows = store.list_items(run.as_str(), after, limit as u32).await?;
-    let done = rows.len() < limit;
-    let next_cursor = rows
-        .last()
-        .map_or(cursor, |r| u64::try_from(r.seq).unwrap_or(cursor));
-    Ok(ItemsPage {
-        items: rows.into_iter().map(|r| r.data).collect(),
-        next_cursor,
-        done,
-    })
-}
-
 /// The item's key as a string (the sink writes only items that have one).
 pub(crate) fn item_key(item: &serde_json::Value, field: &str) -> String {
     match item.get(field) {
@@ -215,9 +120,9 @@ pub(crate) fn item_key(item: &serde_json::Value, field: &str) -> String {
 /// delivered). Each ends once the run is over and every item is delivered.
 pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), HubError> {
     let mut targets = Vec::new();
-    // A run with a shared frontier writes its items to the store's table itself.
-    let in_store = record.shared_frontier.is_some();
-    if record.sinks.sql && !in_store {
+    let log = ItemLog::of(record, &shared.files);
+    // A run whose item log is the store's table has the SQL sink's rows already.
+    if record.sinks.sql && log != ItemLog::Store {
         targets.push(Target::Sql);
     }
     if let Some(w) = &record.sinks.webhook {
@@ -242,7 +147,7 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
             key_field.clone(),
             target,
             remaining.clone(),
-            in_store,
+            log.clone(),
         ));
     }
     Ok(())
@@ -274,9 +179,7 @@ struct SinkTail {
     key_field: String,
     target: Target,
     remaining: Arc<std::sync::atomic::AtomicUsize>,
-    /// The run's items are in the store's table (a shared frontier), not its file.
-    in_store: bool,
-    path: std::path::PathBuf,
+    log: ItemLog,
     state_file: String,
     at: Offset,
 }
@@ -297,17 +200,11 @@ impl Tail for SinkTail {
     }
 
     async fn read(&mut self, offset: u64) -> Result<Page<serde_json::Value>, String> {
-        // A run with a shared frontier is tailed in the store (every hub that drove it wrote
-        // there; the offset is then the item sequence, and a hub that adopts the run
-        // delivers from its own offset: at least once).
-        let page = if self.in_store {
-            let store = self.shared.store.as_ref();
-            read_stored_items(store, &self.run, offset, self.target.batch())
-                .await
-                .map_err(|e| e.to_string())?
-        } else {
-            read_items(&self.path, offset, self.target.batch())?
-        };
+        // In the store, the offset is the item sequence, and a hub that adopts the run
+        // delivers from its own offset: at least once.
+        let store = self.shared.store.as_ref();
+        let page = self.log.read(store, &self.run, offset, self.target.batch());
+        let page = page.await.map_err(|e| e.to_string())?;
         Ok(Page {
             entries: page.items,
             next: page.next_cursor,
@@ -377,7 +274,7 @@ async fn tail(
     key_field: String,
     target: Target,
     remaining: Arc<std::sync::atomic::AtomicUsize>,
-    in_store: bool,
+    log: ItemLog,
 ) {
     let state_file = format!("sink-{}.json", target.name());
     let at = match shared.files.read_state::<Offset>(&run, &state_file) {
@@ -389,13 +286,12 @@ async fn tail(
     };
     let mut stop = shared.stop.subscribe();
     let mut log = SinkTail {
-        path: shared.files.items_path(&run),
         shared,
         run,
         key_field,
         target,
         remaining,
-        in_store,
+        log,
         state_file,
         at,
     };
@@ -407,34 +303,4 @@ async fn tail(
         let _ = stop.wait_for(|s| *s).await;
     };
     tailer::tail(&mut log, at.offset, backoff, stopped).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    #[test]
-    fn pages_follow_complete_lines_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("items.jsonl");
-        let page = read_items(&path, 0, 10).unwrap();
-        assert!(page.items.is_empty() && page.done);
-        let mut f = std::fs::File::create(&path).unwrap();
-        for i in 0..5 {
-            writeln!(f, "{{\"url\": \"u{i}\"}}").unwrap();
-        }
-        write!(f, "{{\"url\": \"torn").unwrap();
-        let a = read_items(&path, 0, 3).unwrap();
-        assert_eq!(a.items.len(), 3);
-        assert!(!a.done);
-        let b = read_items(&path, a.next_cursor, 10).unwrap();
-        assert_eq!(b.items.len(), 2);
-        assert_eq!(b.items[1]["url"], "u4");
-        let c = read_items(&path, b.next_cursor, 10).unwrap();
-        assert!(c.items.is_empty());
-        assert_eq!(c.next_cursor, b.next_cursor);
-        let past = read_items(&path, 1 << 40, 10).unwrap();
-        assert!(past.items.is_empty() && past.done);
-    }
 }

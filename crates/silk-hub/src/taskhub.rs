@@ -21,10 +21,10 @@
 
 use crate::error::HubError;
 use crate::hub::{HubCore, HubHandle};
+use crate::items::read_items;
 use crate::outcomes::{self, OutcomeLine};
 use crate::run::Feed;
 use crate::runner::{FeedError, Run};
-use crate::sinks::read_items;
 use crate::tailer::{self, Backoff, Page, Tail, Writer};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
