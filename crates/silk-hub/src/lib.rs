@@ -37,6 +37,7 @@
 pub mod allocation;
 pub mod api;
 pub mod auth;
+mod dispatch;
 pub mod error;
 mod files;
 pub mod health;

@@ -28,6 +28,8 @@
 //!   taken over ends `Disowned`: nothing is written, no agent is released.
 
 use crate::allocation::{Allocation, Route, Strategy};
+pub(crate) use crate::dispatch::Desired;
+use crate::dispatch::{self, End, Step, Turn};
 use crate::error::HubError;
 use crate::hub::HubCore;
 use crate::outcomes::{OutcomeLine, OutcomeLog};
@@ -51,27 +53,6 @@ const PROGRESS_LOG_MS: u64 = 10_000;
 
 /// Most requests in one `download` command.
 const MAX_BATCH: usize = 64;
-
-/// What a user wants of the run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Desired {
-    Run,
-    Pause,
-    Cancel,
-}
-
-/// How the dispatch loop ended.
-#[derive(Debug)]
-enum End {
-    Succeeded,
-    Failed(String),
-    Cancelled,
-    /// The hub is stopping: the run stays as it is and resumes at the next start.
-    HubStopping,
-    /// Another hub holds the run's lease now: it drives the run, this hub lets go without
-    /// writing anything.
-    Disowned(String),
-}
 
 /// A request out at an agent.
 struct Out {
@@ -919,30 +900,16 @@ impl Run {
             });
         let mut progress_logged_ms = hub.clock.now_ms();
         loop {
-            if *hub.stop.borrow() {
-                return Ok(End::HubStopping);
-            }
-            let disowned = self.disowned.lock().clone();
-            if let Some(reason) = disowned {
-                return Ok(End::Disowned(reason));
-            }
-            let fatal = self.fatal.lock().take();
-            if let Some(reason) = fatal {
-                return Ok(End::Failed(reason));
-            }
-            let desired = *self.desired.borrow();
-            match desired {
-                Desired::Cancel => return Ok(End::Cancelled),
-                Desired::Pause => {
-                    self.last_progress_ms
-                        .store(hub.clock.now_ms(), Ordering::Relaxed);
-                    self.wait(hub, Duration::from_millis(500)).await;
-                    continue;
-                }
-                Desired::Run => {}
-            }
             let now = hub.clock.now_ms();
-            if now.saturating_sub(progress_logged_ms) >= PROGRESS_LOG_MS {
+            let stopping = *hub.stop.borrow();
+            let disowned = self.disowned.lock().clone();
+            let fatal = self.fatal.lock().take();
+            let desired = *self.desired.borrow();
+            // Only a run that goes on logs progress, expires silent requests and asks its
+            // frontier; the others only end or wait.
+            let goes_on =
+                !stopping && disowned.is_none() && fatal.is_none() && desired == Desired::Run;
+            if goes_on && now.saturating_sub(progress_logged_ms) >= PROGRESS_LOG_MS {
                 progress_logged_ms = now;
                 let s = self.stats(now).await;
                 hub.logs.hub(
@@ -954,97 +921,76 @@ impl Run {
                     ),
                 );
             }
-            self.expire_silent(hub, now).await?;
-            let success = self.success_before + self.counters.succeeded.load(Ordering::Relaxed);
-            let out_now = self.out.lock().len();
-            if max_pages.is_some_and(|m| success >= m) || deadline.is_some_and(|d| now >= d) {
-                if out_now == 0 {
-                    return Ok(End::Succeeded);
-                }
-                self.wait(hub, Duration::from_millis(100)).await;
-                continue;
+            if goes_on {
+                self.expire_silent(hub, now).await?;
             }
-            let stalled_for = now.saturating_sub(self.last_progress_ms.load(Ordering::Relaxed));
+            let out = self.out.lock().len();
             let live = hub.live_agents();
-            if let Some(idle_ms) = fed_idle_ms
+            let fed_drained = goes_on
+                && fed_idle_ms.is_some()
                 && live.is_empty()
-                && out_now == 0
-                && self.left().await? == 0
-            {
-                // Nothing to fetch: no agent is needed, so this is idleness, not a stall.
-                if let Some(end) = self.idle(hub, idle_ms).await? {
-                    return Ok(end);
-                }
-                continue;
-            }
-            if live.is_empty() {
-                if stalled_for > stall_ms {
-                    return Err(format!(
-                        "stalled: no live agent for {} s (stall_timeout)",
-                        stall_ms / 1000
-                    ));
-                }
-                self.wait(hub, Duration::from_millis(200)).await;
-                continue;
-            }
-            if out_now > 0 && stalled_for > stall_ms {
-                return Err(format!(
-                    "stalled: {out_now} requests out and no result for {} s (stall_timeout)",
-                    stall_ms / 1000
-                ));
-            }
-            if out_now >= max_pending {
-                self.wait(hub, Duration::from_millis(100)).await;
-                continue;
-            }
-            let mut room = max_pending - out_now;
-            if let Some(m) = max_pages {
-                room = room.min(m.saturating_sub(success + out_now as u64) as usize);
-            }
-            if room == 0 {
-                // The last requests that count towards max_pages are out: wait for them.
-                self.wait(hub, Duration::from_millis(200)).await;
-                continue;
-            }
-            let leases = self
-                .frontier
-                .lease(room)
-                .await
-                .map_err(|e| format!("frontier: {e}"))?;
-            if leases.is_empty() {
-                if out_now == 0 {
-                    let next = self
+                && out == 0
+                && self.left().await? == 0;
+            let turn = Turn {
+                now_ms: now,
+                stopping,
+                disowned,
+                fatal,
+                desired,
+                success: self.success_before + self.counters.succeeded.load(Ordering::Relaxed),
+                out,
+                max_pending,
+                max_pages,
+                deadline_ms: deadline,
+                stall_ms,
+                stalled_for_ms: now.saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)),
+                live_agents: live.len(),
+                fed_idle_ms,
+                fed_drained,
+            };
+            let step = match dispatch::decide(&turn) {
+                Step::Lease(room) => {
+                    let leases = self
                         .frontier
-                        .next_ready_ms()
+                        .lease(room)
                         .await
                         .map_err(|e| format!("frontier: {e}"))?;
-                    match next {
-                        None => match fed_idle_ms {
-                            None => return Ok(End::Succeeded),
-                            Some(idle_ms) => {
-                                if let Some(end) = self.idle(hub, idle_ms).await? {
-                                    return Ok(end);
-                                }
-                            }
-                        },
-                        Some(at) => {
-                            // Idle, waiting for politeness or a back-off: not a stall.
+                    if !leases.is_empty() {
+                        if out == 0 {
                             self.last_progress_ms.store(now, Ordering::Relaxed);
-                            let wait = at.saturating_sub(now).clamp(1, 200);
-                            self.wait(hub, Duration::from_millis(wait)).await;
                         }
+                        self.send(hub, leases, &live).await?;
+                        continue;
                     }
-                } else {
-                    let next = self.frontier.next_ready_ms().await.ok().flatten();
-                    let wait = next.map_or(200, |at| at.saturating_sub(now).clamp(1, 200));
-                    self.wait(hub, Duration::from_millis(wait)).await;
+                    let next = if out == 0 {
+                        self.frontier
+                            .next_ready_ms()
+                            .await
+                            .map_err(|e| format!("frontier: {e}"))?
+                    } else {
+                        self.frontier.next_ready_ms().await.ok().flatten()
+                    };
+                    dispatch::after_empty_lease(now, out, next, fed_idle_ms)
                 }
-                continue;
+                step => step,
+            };
+            match step {
+                Step::End(end) => return Ok(end),
+                Step::Fail(reason) => return Err(reason),
+                Step::Wait { ms, progress } => {
+                    if progress {
+                        self.last_progress_ms.store(now, Ordering::Relaxed);
+                    }
+                    self.wait(hub, Duration::from_millis(ms)).await;
+                }
+                Step::Idle(idle_ms) => {
+                    if let Some(end) = self.idle(hub, idle_ms).await? {
+                        return Ok(end);
+                    }
+                }
+                // (`after_empty_lease` never asks for a lease: the next turn decides.)
+                Step::Lease(_) => {}
             }
-            if out_now == 0 {
-                self.last_progress_ms.store(now, Ordering::Relaxed);
-            }
-            self.send(hub, leases, &live).await?;
         }
     }
 
