@@ -123,22 +123,57 @@ async fn until<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
         .unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn jobs_runs_logs_items_events_tokens_over_http() {
+/// A hub with one live agent (`a1`), its API over HTTP on loopback, and a demo site of
+/// `pages` pages: the fixture of the control-plane tests below. Bind every field when taking
+/// it apart: a field left to `..` is dropped at once (the data dir deleted, the agent gone).
+struct Served {
+    _dir: TempDir,
+    _agent: silk_agent::AgentHandle,
+    site: DemoSite,
+    hub: HubHandle,
+    api: Api,
+}
+
+async fn served(pages: u32) -> Served {
     let dir = TempDir::new().unwrap();
     let bus = bus();
-    let site = site(30, 0).await;
+    let site = site(pages, 0).await;
     let hub = start_hub(dir.path(), &bus).await;
-    let _a = start_agent(dir.path(), &bus, "a1").await;
+    let agent = start_agent(dir.path(), &bus, "a1").await;
     within("a live agent", 10, hub.wait_for_live_agents(1)).await;
     let api = Api::serve(&hub).await;
+    Served {
+        _dir: dir,
+        _agent: agent,
+        site,
+        hub,
+        api,
+    }
+}
 
+/// Creates the job `shop` of the demo site; its id.
+async fn create_shop_job(api: &Api, site: &DemoSite) -> String {
+    let spec =
+        json!({"name": "shop", "spider": SPIDER, "args": site_args(site), "remarks": "daily"});
+    let (status, job) = api.post("/api/v1/jobs", spec).await;
+    assert_eq!(status, 201, "{job}");
+    job["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_are_created_checked_read_patched_and_deleted_keeping_their_runs() {
+    let Served {
+        _dir,
+        _agent,
+        site,
+        hub,
+        api,
+    } = served(10).await;
     // Jobs: create, conflicts and bad input named, read by id and name, patch.
+    let job_id = create_shop_job(&api, &site).await;
     let spec =
         json!({"name": "shop", "spider": SPIDER, "args": site_args(&site), "remarks": "daily"});
-    let (status, job) = api.post("/api/v1/jobs", spec.clone()).await;
-    assert_eq!(status, 201, "{job}");
-    let job_id = job["id"].as_str().unwrap().to_owned();
+    let (_, job) = api.get(&format!("/api/v1/jobs/{job_id}")).await;
     assert_eq!(job["spider_name"], "shop");
     assert_eq!(job["enabled"], true);
     let (status, dup) = api.post("/api/v1/jobs", spec.clone()).await;
@@ -191,6 +226,44 @@ async fn jobs_runs_logs_items_events_tokens_over_http() {
     assert!(patched["next_fire_ms"].as_u64().is_some());
     let (_, jobs) = api.get("/api/v1/jobs").await;
     assert_eq!(jobs.as_array().unwrap().len(), 1);
+
+    let (status, run) = api
+        .post(&format!("/api/v1/jobs/{job_id}/runs"), json!({}))
+        .await;
+    assert_eq!(status, 201, "{run}");
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    within(
+        "the run",
+        30,
+        hub.wait_run(&silk_core::RunId::new(run_id.clone())),
+    )
+    .await
+    .unwrap();
+
+    // Delete the job; its runs stay.
+    let (status, _) = api
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/jobs/{job_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(api.get(&format!("/api/v1/jobs/{job_id}")).await.0, 404);
+    assert_eq!(api.get(&format!("/api/v1/runs/{run_id}")).await.0, 200);
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_triggered_run_streams_its_events_and_pages_its_logs_and_items_then_restarts() {
+    let Served {
+        _dir,
+        _agent,
+        site,
+        hub,
+        api,
+    } = served(30).await;
+    let job_id = create_shop_job(&api, &site).await;
 
     // Trigger: a run of the job; its event stream ends with it and carries logs.
     let (status, run) = api
@@ -348,6 +421,18 @@ async fn jobs_runs_logs_items_events_tokens_over_http() {
         "newest first"
     );
 
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn health_readiness_metrics_and_openapi_are_public_and_the_rest_is_not() {
+    let Served {
+        _dir,
+        _agent,
+        site: _site,
+        hub,
+        api,
+    } = served(10).await;
     // Health, readiness, metrics, OpenAPI (public).
     let public = api.with_token(None);
     assert_eq!(public.get("/healthz").await.0, 200);
@@ -380,6 +465,18 @@ async fn jobs_runs_logs_items_events_tokens_over_http() {
     assert!(doc["components"]["schemas"].get("RunView").is_some());
     assert_eq!(public.get("/api/v1/jobs").await.0, 401);
 
+    hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_admin_makes_tokens_that_cannot_manage_tokens_and_deletes_them() {
+    let Served {
+        _dir,
+        _agent,
+        site: _site,
+        hub,
+        api,
+    } = served(10).await;
     // Tokens: an admin makes one; it works but cannot manage tokens; deleted, it is refused.
     let (status, made) = api.post("/api/v1/tokens", json!({"name": "ci"})).await;
     assert_eq!(status, 201, "{made}");
@@ -402,17 +499,6 @@ async fn jobs_runs_logs_items_events_tokens_over_http() {
     assert_eq!(status, 204);
     assert_eq!(ci.get("/api/v1/jobs").await.0, 401);
 
-    // Delete the job; its runs stay.
-    let (status, _) = api
-        .call(
-            reqwest::Method::DELETE,
-            &format!("/api/v1/jobs/{job_id}"),
-            None,
-        )
-        .await;
-    assert_eq!(status, 204);
-    assert_eq!(api.get(&format!("/api/v1/jobs/{job_id}")).await.0, 404);
-    assert_eq!(api.get(&format!("/api/v1/runs/{run_id}")).await.0, 200);
     hub.shutdown().await;
 }
 
