@@ -29,7 +29,7 @@ fn lines(text: &str) -> Vec<&str> {
 }
 
 #[test]
-fn jobs_from_files_trigger_logs_and_items() {
+fn jobs_from_files_are_created_listed_updated_and_deleted_keeping_their_runs() {
     let p = Platform::start(30);
     let file = job_file(&p, "shop", "per_host_delay_ms: 0\n", "args: {cat: books}\n");
     let file = file.to_str().unwrap();
@@ -86,6 +86,42 @@ fn jobs_from_files_trigger_logs_and_items() {
         shown.contains("made by the CLI test") && shown.contains("spider: |"),
         "{shown}"
     );
+
+    let run = p.ok(&["jobs", "trigger", "shop", "--wait"]);
+    let run = run.trim();
+
+    // Update: disable, then change a field from a patch file (null clears).
+    p.ok(&["jobs", "update", "shop", "--disable"]);
+    let table = p.ok(&["jobs", "list"]);
+    assert!(lines(&table)[1].contains(" no "), "{table}");
+    std::fs::write(p.path("patch.yaml"), "remarks: null\nargs: {cat: games}\n").unwrap();
+    let patched = p.json(&["jobs", "update", "shop", "-f", "patch.yaml", "--enable"]);
+    assert_eq!(patched["enabled"], true, "{patched}");
+    assert_eq!(patched["args"]["cat"], "games", "{patched}");
+    assert!(
+        patched["remarks"].is_null() || patched["remarks"] == "",
+        "cleared: {patched}"
+    );
+
+    // Delete: gone; its runs stay.
+    p.ok(&["jobs", "delete", "shop"]);
+    assert_eq!(p.json(&["jobs", "list"]), serde_json::json!([]));
+    let (out, stderr) = output(p.cli().args(["jobs", "show", "shop"]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(not_found, HTTP 404)"), "{stderr}");
+    assert!(p.ok(&["runs"]).contains(run));
+}
+
+#[test]
+fn a_triggered_job_run_is_listed_and_its_logs_and_items_are_read() {
+    let p = Platform::start(30);
+    let file = job_file(&p, "shop", "per_host_delay_ms: 0\n", "args: {cat: books}\n");
+    let file = file.to_str().unwrap();
+    p.ok(&["jobs", "create", "-f", file]);
+    let id = p.json(&["jobs", "show", "shop"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     // Trigger and wait: the run id on stdout, exit 0 when it succeeded.
     let run = p.ok(&["jobs", "trigger", "shop", "--arg", "extra=1", "--wait"]);
@@ -195,27 +231,6 @@ fn jobs_from_files_trigger_logs_and_items() {
         agents.contains("local-1") && agents.contains("alive"),
         "{agents}"
     );
-
-    // Update: disable, then change a field from a patch file (null clears).
-    p.ok(&["jobs", "update", "shop", "--disable"]);
-    let table = p.ok(&["jobs", "list"]);
-    assert!(lines(&table)[1].contains(" no "), "{table}");
-    std::fs::write(p.path("patch.yaml"), "remarks: null\nargs: {cat: games}\n").unwrap();
-    let patched = p.json(&["jobs", "update", "shop", "-f", "patch.yaml", "--enable"]);
-    assert_eq!(patched["enabled"], true, "{patched}");
-    assert_eq!(patched["args"]["cat"], "games", "{patched}");
-    assert!(
-        patched["remarks"].is_null() || patched["remarks"] == "",
-        "cleared: {patched}"
-    );
-
-    // Delete: gone; its runs stay.
-    p.ok(&["jobs", "delete", "shop"]);
-    assert_eq!(p.json(&["jobs", "list"]), serde_json::json!([]));
-    let (out, stderr) = output(p.cli().args(["jobs", "show", "shop"]));
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("(not_found, HTTP 404)"), "{stderr}");
-    assert!(p.ok(&["runs"]).contains(run));
 }
 
 #[test]
