@@ -52,6 +52,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
+use silk_api::ErrorCode;
 use silk_core::RunId;
 use silk_store::{Level, LogQuery};
 use std::convert::Infallible;
@@ -74,53 +75,46 @@ impl Default for ApiOptions {
     }
 }
 
-/// An API error: `{"code": "...", "message": "..."}`.
+/// An API error: `{"code": "...", "message": "..."}`; the code (`silk_api::ErrorCode`, shared
+/// with the router) decides the status.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ApiError {
-    /// Machine-readable code.
-    code: String,
+    /// Machine-readable code (`bad_request`, `not_found`, `conflict`, …).
+    #[schema(value_type = String)]
+    code: ErrorCode,
     /// For people.
     message: String,
-    #[serde(skip)]
-    status: StatusCode,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            code: code.into(),
+            code,
             message: message.into(),
-            status,
         }
+    }
+
+    fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
 impl From<HubError> for ApiError {
     fn from(e: HubError) -> Self {
         let code = e.code();
-        let status = match code {
-            "bad_request" => StatusCode::BAD_REQUEST,
-            "not_found" => StatusCode::NOT_FOUND,
-            "wrong_state" | "allocation_failed" | "conflict" | "owned_elsewhere" => {
-                StatusCode::CONFLICT
-            }
-            "bus" | "shutting_down" => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        if status == StatusCode::INTERNAL_SERVER_ERROR {
+        if code.is_server_error() {
             return internal_error(code, &e);
         }
-        ApiError::new(status, code, e.to_string())
+        ApiError::new(code, e.to_string())
     }
 }
 
 /// A `500`: the detail (a store error, a path in the data dir) goes to the hub's log under
 /// an incident id, and the answer says only the code and that id.
-fn internal_error(code: &str, detail: &dyn std::fmt::Display) -> ApiError {
+fn internal_error(code: ErrorCode, detail: &dyn std::fmt::Display) -> ApiError {
     let incident = uuid::Uuid::now_v7().simple().to_string();
-    tracing::error!(incident = %incident, code, error = %detail, "request failed inside the hub");
+    tracing::error!(incident = %incident, code = %code, error = %detail, "request failed inside the hub");
     ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
         code,
         format!("internal error in the hub ({code}); the hub's log has it as incident {incident}"),
     )
@@ -128,14 +122,15 @@ fn internal_error(code: &str, detail: &dyn std::fmt::Display) -> ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(&self)).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
+        let status = self.status();
+        let mut response = (status, Json(&self)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"silk\""),
             );
         }
-        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
             // The rest of the body was not read: the connection is closed after the answer,
             // and saying so keeps clients from sending their next request on it.
             response
@@ -223,7 +218,7 @@ pub(crate) fn router(hub: HubHandle, options: ApiOptions) -> Router {
             }),
         )
         .merge(api)
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .with_state(hub)
         .merge(crate::ui::routes())
 }
@@ -240,7 +235,7 @@ async fn authenticate(
         // clients that are not browsers, which send no `Origin`).
         if let Some(why) = cross_site(&request) {
             tracing::warn!(method = %request.method(), path = %request.uri().path(), "{why}");
-            return ApiError::new(StatusCode::FORBIDDEN, "forbidden", why).into_response();
+            return ApiError::new(ErrorCode::Forbidden, why).into_response();
         }
         request.extensions_mut().insert(Principal {
             token_id: "none".into(),
@@ -257,8 +252,7 @@ async fn authenticate(
             .or_else(|| h.strip_prefix("bearer "))
     }) else {
         return ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "missing bearer token (Authorization: Bearer TOKEN)",
         )
         .into_response();
@@ -268,9 +262,7 @@ async fn authenticate(
             request.extensions_mut().insert(principal);
             next.run(request).await
         }
-        Ok(None) => {
-            ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "invalid token").into_response()
-        }
+        Ok(None) => ApiError::new(ErrorCode::Unauthorized, "invalid token").into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
 }
@@ -311,8 +303,7 @@ fn require_admin(principal: &Principal) -> ApiResult<()> {
         Ok(())
     } else {
         Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             "only an admin token may manage tokens",
         ))
     }
@@ -341,8 +332,7 @@ fn check_commands(
     if !principal.admin {
         tracing::warn!(token = %principal.token_id, fields = %fields.join(", "), "raw command refused: not an admin token");
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!(
                 "{}: only an admin token may send a raw command; name a command defined on \
                  the agents instead: {{\"command\": NAME}}",
@@ -357,9 +347,7 @@ fn check_commands(
 async fn readyz(State(hub): State<HubHandle>) -> Response {
     match hub.ready().await {
         Ok(()) => "ready".into_response(),
-        Err(reason) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", reason).into_response()
-        }
+        Err(reason) => ApiError::new(ErrorCode::NotReady, reason).into_response(),
     }
 }
 
@@ -377,13 +365,11 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
         match Bytes::from_request(request, state).await {
             Ok(bytes) => Ok(Body(bytes)),
             Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
+                ErrorCode::TooLarge,
                 format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
             )),
             Err(e) => Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
+                ErrorCode::BadRequest,
                 format!("the request body could not be read: {}", e.body_text()),
             )),
         }
@@ -402,8 +388,7 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
             format!("`{path}`: ")
         };
         ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
+            ErrorCode::BadRequest,
             format!("invalid request body: {at}{inner}"),
         )
     })
@@ -427,11 +412,7 @@ fn run_id(id: &str) -> ApiResult<RunId> {
     if valid {
         Ok(RunId::new(id))
     } else {
-        Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no run `{id}`"),
-        ))
+        Err(ApiError::new(ErrorCode::NotFound, format!("no run `{id}`")))
     }
 }
 
@@ -517,8 +498,7 @@ fn parse_states(text: Option<&str>) -> ApiResult<Vec<RunState>> {
         .map(|s| {
             serde_json::from_value(serde_json::Value::String(s.trim().to_owned())).map_err(|_| {
                 ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_request",
+                    ErrorCode::BadRequest,
                     format!("state `{s}`: expected pending, allocating, running, paused, stopping, succeeded, failed or cancelled"),
                 )
             })
@@ -708,7 +688,7 @@ struct LogParams {
 fn parse_level(text: Option<&str>) -> ApiResult<Option<Level>> {
     text.map(|t| {
         t.parse::<Level>()
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_request", e.to_string()))
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, e.to_string()))
     })
     .transpose()
 }
@@ -728,8 +708,7 @@ async fn run_logs(
         Some("desc") => true,
         Some(other) => {
             return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
+                ErrorCode::BadRequest,
                 format!("order `{other}`: expected asc or desc"),
             ));
         }

@@ -1,6 +1,7 @@
 //! [`HubError`]: everything that can go wrong in the hub.
 
 use crate::allocation::AllocationError;
+use silk_api::ErrorCode;
 use silk_core::RunId;
 use std::path::PathBuf;
 use thiserror::Error;
@@ -98,26 +99,28 @@ pub enum HubError {
 
 impl HubError {
     /// A short machine-readable code for API errors.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            HubError::Allocation(AllocationError::NotEnoughAgents { .. }) => "allocation_failed",
+            HubError::Allocation(AllocationError::NotEnoughAgents { .. }) => {
+                ErrorCode::AllocationFailed
+            }
             HubError::Allocation(_)
             | HubError::BadLabelFilter { .. }
             | HubError::BadRun(_)
-            | HubError::BadJob(_) => "bad_request",
-            HubError::BadConfig(_) => "bad_config",
-            HubError::AllocationFailed { .. } => "allocation_failed",
+            | HubError::BadJob(_) => ErrorCode::BadRequest,
+            HubError::BadConfig(_) => ErrorCode::BadConfig,
+            HubError::AllocationFailed { .. } => ErrorCode::AllocationFailed,
             HubError::NoSuchRun(_) | HubError::NoSuchJob(_) | HubError::NoSuchToken(_) => {
-                "not_found"
+                ErrorCode::NotFound
             }
-            HubError::Conflict(_) => "conflict",
-            HubError::WrongState { .. } => "wrong_state",
-            HubError::OwnedElsewhere { .. } => "owned_elsewhere",
+            HubError::Conflict(_) => ErrorCode::Conflict,
+            HubError::WrongState { .. } => ErrorCode::WrongState,
+            HubError::OwnedElsewhere { .. } => ErrorCode::OwnedElsewhere,
             HubError::Storage { .. } | HubError::RunStorage { .. } | HubError::Store(_) => {
-                "storage"
+                ErrorCode::Storage
             }
-            HubError::Bus(_) => "bus",
-            HubError::ShuttingDown => "shutting_down",
+            HubError::Bus(_) => ErrorCode::Bus,
+            HubError::ShuttingDown => ErrorCode::ShuttingDown,
         }
     }
 }

@@ -20,24 +20,11 @@ use serde_json::{Value, json};
 use crate::decide::Decision;
 use crate::error::RouterError;
 use crate::router::{Outcome, Router};
+pub use silk_api::ErrorCode;
 
-/// The small set of error codes the API answers with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    BadRequest,
-    NotFound,
-    Unavailable,
-}
-
-impl ErrorCode {
-    fn status(self) -> StatusCode {
-        match self {
-            ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
-            ErrorCode::NotFound => StatusCode::NOT_FOUND,
-            ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        }
-    }
+/// The HTTP status of `code` (`silk_api::ErrorCode::status`).
+fn status_of(code: ErrorCode) -> StatusCode {
+    StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// An error answer.
@@ -50,7 +37,7 @@ pub struct ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.code.status(), Json(body)).into_response()
+        (status_of(self.code), Json(body)).into_response()
     }
 }
 
@@ -137,7 +124,7 @@ async fn submit(
                     }
                 })
                 .collect();
-            let status = failed.map_or(StatusCode::OK, ErrorCode::status);
+            let status = failed.map_or(StatusCode::OK, status_of);
             Ok((status, Json(answers)).into_response())
         }
         task @ Value::Object(_) => {

@@ -6,6 +6,7 @@ use std::process::Command;
 
 /// The silk-* crates each crate may depend on (normal dependencies; tests may use more).
 const ALLOWED: &[(&str, &[&str])] = &[
+    ("silk-api", &[]),
     ("silk-core", &[]),
     ("silk-selector", &[]),
     ("silk-testkit", &[]),
@@ -19,11 +20,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "silk-crawl",
         &["silk-core", "silk-frontier", "silk-fetch", "silk-items"],
     ),
-    ("silk-router", &["silk-core", "silk-selector"]),
+    ("silk-router", &["silk-api", "silk-core", "silk-selector"]),
     ("silk-agent", &["silk-core", "silk-fetch", "silk-bus"]),
     (
         "silk-hub",
         &[
+            "silk-api",
             "silk-core",
             "silk-frontier",
             "silk-items",
