@@ -455,6 +455,15 @@ impl HubCore {
         }
     }
 
+    /// The writer of a run's logs (items, outcomes), for a tailer: the run while it is
+    /// active here, over once it is not.
+    pub(crate) fn run_writer(&self, id: &RunId) -> crate::tailer::Writer<Arc<Run>> {
+        match self.active_run(id) {
+            Some(run) => crate::tailer::Writer::Active(run),
+            None => crate::tailer::Writer::Over,
+        }
+    }
+
     /// The active run `id`.
     pub(crate) fn active_run(&self, id: &RunId) -> Option<Arc<Run>> {
         self.runs.lock().get(id).cloned()

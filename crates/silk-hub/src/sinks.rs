@@ -189,10 +189,7 @@ impl Tail for SinkTail {
     type Waker = Arc<Run>;
 
     fn writer(&self) -> Writer<Arc<Run>> {
-        match self.shared.active_run(&self.run) {
-            Some(run) => Writer::Active(run),
-            None => Writer::Over,
-        }
+        self.shared.run_writer(&self.run)
     }
 
     async fn written(run: &Arc<Run>) {

@@ -124,8 +124,9 @@ async fn until<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
 }
 
 /// A hub with one live agent (`a1`), its API over HTTP on loopback, and a demo site of
-/// `pages` pages: the fixture of the control-plane tests below. Bind every field when taking
-/// it apart: a field left to `..` is dropped at once (the data dir deleted, the agent gone).
+/// `pages` pages: the fixture of the control-plane tests below. Keep it whole while the test
+/// runs (borrow its fields): a field moved out and dropped deletes the data dir or stops the
+/// agent.
 struct Served {
     _dir: TempDir,
     _agent: silk_agent::AgentHandle,
@@ -162,17 +163,12 @@ async fn create_shop_job(api: &Api, site: &DemoSite) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_are_created_checked_read_patched_and_deleted_keeping_their_runs() {
-    let Served {
-        _dir,
-        _agent,
-        site,
-        hub,
-        api,
-    } = served(10).await;
+    let served = served(10).await;
+    let (site, hub, api) = (&served.site, &served.hub, &served.api);
     // Jobs: create, conflicts and bad input named, read by id and name, patch.
-    let job_id = create_shop_job(&api, &site).await;
+    let job_id = create_shop_job(api, site).await;
     let spec =
-        json!({"name": "shop", "spider": SPIDER, "args": site_args(&site), "remarks": "daily"});
+        json!({"name": "shop", "spider": SPIDER, "args": site_args(site), "remarks": "daily"});
     let (_, job) = api.get(&format!("/api/v1/jobs/{job_id}")).await;
     assert_eq!(job["spider_name"], "shop");
     assert_eq!(job["enabled"], true);
@@ -185,7 +181,7 @@ async fn jobs_are_created_checked_read_patched_and_deleted_keeping_their_runs() 
     let (status, bad) = api
         .post(
             "/api/v1/jobs",
-            json!({"name": "x", "spider": SPIDER, "args": site_args(&site), "cron": "61 * * * *"}),
+            json!({"name": "x", "spider": SPIDER, "args": site_args(site), "cron": "61 * * * *"}),
         )
         .await;
     assert_eq!(status, 400, "{bad}");
@@ -256,14 +252,9 @@ async fn jobs_are_created_checked_read_patched_and_deleted_keeping_their_runs() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_triggered_run_streams_its_events_and_pages_its_logs_and_items_then_restarts() {
-    let Served {
-        _dir,
-        _agent,
-        site,
-        hub,
-        api,
-    } = served(30).await;
-    let job_id = create_shop_job(&api, &site).await;
+    let served = served(30).await;
+    let (site, hub, api) = (&served.site, &served.hub, &served.api);
+    let job_id = create_shop_job(api, site).await;
 
     // Trigger: a run of the job; its event stream ends with it and carries logs.
     let (status, run) = api
@@ -426,13 +417,8 @@ async fn a_triggered_run_streams_its_events_and_pages_its_logs_and_items_then_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn health_readiness_metrics_and_openapi_are_public_and_the_rest_is_not() {
-    let Served {
-        _dir,
-        _agent,
-        site: _site,
-        hub,
-        api,
-    } = served(10).await;
+    let served = served(10).await;
+    let (hub, api) = (&served.hub, &served.api);
     // Health, readiness, metrics, OpenAPI (public).
     let public = api.with_token(None);
     assert_eq!(public.get("/healthz").await.0, 200);
@@ -470,13 +456,8 @@ async fn health_readiness_metrics_and_openapi_are_public_and_the_rest_is_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_admin_makes_tokens_that_cannot_manage_tokens_and_deletes_them() {
-    let Served {
-        _dir,
-        _agent,
-        site: _site,
-        hub,
-        api,
-    } = served(10).await;
+    let served = served(10).await;
+    let (hub, api) = (&served.hub, &served.api);
     // Tokens: an admin makes one; it works but cannot manage tokens; deleted, it is refused.
     let (status, made) = api.post("/api/v1/tokens", json!({"name": "ci"})).await;
     assert_eq!(status, 201, "{made}");
