@@ -37,9 +37,9 @@ use crate::stats::{AgentEvent, RunCounters};
 use base64::Engine as _;
 use parking_lot::RwLock;
 use silk_bus::{BodyEncoding, FetchOutcome, LogLevel, ResultBody, ResultError};
-use silk_core::{Clock, Request, RunId};
+use silk_core::{Clock, OutcomeCode, Request, RunId};
 use silk_fetch::robots::{RobotsCache, RobotsVerdict};
-use silk_fetch::{FetchError, Fetcher, Response, Retry, Wants, decode_html_cow};
+use silk_fetch::{FetchError, Fetcher, Response, Retry, Verdict, Wants, decode_html_cow};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -381,66 +381,29 @@ impl Downloader {
             );
         }
         let spider = &self.cfg.spider;
-        if resp.is_redirect() {
-            // A 3xx without Location is not a redirect to the page itself (an empty target
-            // would resolve to it, and loop up to max_redirects): it is a failed request.
-            let Some(location) = resp.location.as_deref() else {
-                return with_error(
-                    &format!("http_{status}_without_location"),
-                    format!("{}: {status} without a Location header", req.url),
-                    false,
-                );
-            };
-            if req.redirects >= spider.spec.max_redirects {
-                return with_error(
-                    "too_many_redirects",
-                    format!(
-                        "{}: more than {} redirects",
-                        req.url, spider.spec.max_redirects
-                    ),
-                    false,
-                );
+        match silk_fetch::judge(spider, req, url, &resp) {
+            Verdict::Page => {}
+            Verdict::Redirect(next) => {
+                // The target goes back as the only link, one hop more: the hub enqueues it
+                // (its dedup collapses a redirect to a page fetched anyway).
+                out.links = vec![next.url];
+                out.redirects = next.redirects;
+                return out;
             }
-            return match Request::get(location, Some(url), &spider.canon) {
-                Err(e) => with_error("invalid_redirect", format!("{}: {e}", req.url), false),
-                Ok(next) if !spider.canonical_host_allowed(&next.url) => {
-                    tracing::debug!(run = %self.run, from = %req.url, to = %next.url, "redirect off the allowed domains dropped");
-                    self.events.log(&self.run, LogLevel::Debug, || {
-                        format!(
-                            "{}: redirect to {} dropped: not on the allowed domains (status {status})",
-                            req.url, next.url
-                        )
-                    });
+            Verdict::Ended {
+                code,
+                retryable,
+                detail,
+            } => {
+                if code == OutcomeCode::RedirectOffDomain {
                     // Dropped, as the local engine drops it: nothing was fetched.
-                    with_error(
-                        "redirect_off_domain",
-                        format!(
-                            "{}: redirect to {} is off the allowed domains",
-                            req.url, next.url
-                        ),
-                        false,
-                    )
+                    tracing::debug!(run = %self.run, %detail, "redirect off the allowed domains dropped");
+                    self.events.log(&self.run, LogLevel::Debug, || {
+                        format!("{detail}: dropped (status {status})")
+                    });
                 }
-                Ok(next) => {
-                    out.links = vec![next.url];
-                    out.redirects = req.redirects + 1;
-                    out
-                }
-            };
-        }
-        if let Some(retry) = resp.retry(&spider.spec.retry_statuses) {
-            return with_error(
-                &format!("http_{status}"),
-                format!("{}: http status {status}", req.url),
-                retry != Retry::Permanent,
-            );
-        }
-        if !(200..300).contains(&status) {
-            return with_error(
-                &format!("http_{status}"),
-                format!("{}: http status {status}", req.url),
-                false,
-            );
+                return with_error(&code.as_str(), detail, retryable);
+            }
         }
         let parse_started = Instant::now();
         // On a blocking thread of its own, with a deadline: a page that takes longer fails
@@ -466,7 +429,7 @@ impl Downloader {
             Ok(Err(e)) => {
                 let mut out = before;
                 out.error = Some(silk_bus::ResultError {
-                    code: silk_core::OutcomeCode::ParseFailed,
+                    code: OutcomeCode::ParseFailed,
                     message: format!("{}: parsing failed: {e}", req.url),
                     retryable: false,
                 });
@@ -514,7 +477,7 @@ impl PageJob {
         self.events
             .log(&self.run, LogLevel::Warn, || message.clone());
         out.error = Some(silk_bus::ResultError {
-            code: silk_core::OutcomeCode::ParseBudget,
+            code: OutcomeCode::ParseBudget,
             message,
             retryable: false,
         });

@@ -14,7 +14,7 @@ use serde::Serialize;
 use silk_core::spider::Spider;
 use silk_core::{Clock, OutcomeCode, Request};
 use silk_fetch::robots::{RobotsCache, RobotsVerdict};
-use silk_fetch::{Extractor, FetchConfig, Fetcher, Retry};
+use silk_fetch::{Extractor, FetchConfig, Fetcher, Retry, Verdict};
 use silk_frontier::{
     AckResult, EmbeddedFrontier, FrontierConfig, FrontierStats, FrontierStore, Lease, Outcome,
 };
@@ -478,42 +478,12 @@ impl CrawlCore {
         self.fetched.fetch_add(1, Ordering::Relaxed);
         self.bytes
             .fetch_add(resp.body.len() as u64, Ordering::Relaxed);
-        let status = resp.status;
-        if resp.is_redirect() {
-            let Some(location) = resp.location.as_deref() else {
-                return done(Outcome::ended(
-                    &OutcomeCode::RedirectWithoutLocation(status),
-                    false,
-                ));
-            };
-            if req.redirects >= spec.max_redirects {
-                return done(Outcome::ended(&OutcomeCode::TooManyRedirects, false));
-            }
-            // The target goes through the frontier like a link: its dedup collapses a
-            // redirect to a page that is (or will be) fetched anyway.
-            let mut next = match Request::get(location, Some(&url), &self.spider.canon) {
-                Ok(next) => next,
-                Err(_) => {
-                    return done(Outcome::ended(&OutcomeCode::InvalidRedirect, false));
-                }
-            };
-            if !self.spider.canonical_host_allowed(&next.url) {
-                return done(Outcome::ended(&OutcomeCode::RedirectOffDomain, false));
-            }
-            next.depth = req.depth;
-            next.priority = req.priority;
-            next.redirects = req.redirects + 1;
-            next.meta = req.meta.clone();
-            return Ok((Outcome::Done, vec![next]));
-        }
-        if let Some(retry) = resp.retry(&spec.retry_statuses) {
-            return done(Outcome::ended(
-                &OutcomeCode::Http(status),
-                retry != Retry::Permanent,
-            ));
-        }
-        if !(200..300).contains(&status) {
-            return done(Outcome::ended(&OutcomeCode::Http(status), false));
+        match silk_fetch::judge(&self.spider, req, &url, &resp) {
+            Verdict::Page => {}
+            Verdict::Redirect(next) => return Ok((Outcome::Done, vec![next])),
+            Verdict::Ended {
+                code, retryable, ..
+            } => return done(Outcome::ended(&code, retryable)),
         }
         // On a blocking thread of its own, with a deadline: a page that takes longer than
         // `parse_timeout_ms` fails and its thread is abandoned (the parse budget bounds its

@@ -22,6 +22,7 @@ pub mod extract;
 pub mod fetcher;
 pub mod proxy;
 pub mod robots;
+pub mod verdict;
 
 pub use config::FetchConfig;
 pub use decode::{decode_html, decode_html_cow, sniff_encoding};
@@ -30,3 +31,4 @@ pub use extract::{Extractor, Page, Wants};
 pub use fetcher::{Fetch, Fetcher, Response};
 pub use proxy::ProxyPool;
 pub use robots::{Robots, RobotsCache, RobotsVerdict};
+pub use verdict::{Verdict, judge};

@@ -1,0 +1,176 @@
+//! What a response means for its request before anything is parsed, decided in one place for
+//! the local engine (`silk-crawl`) and the agent's downloader (whose answer the hub reads):
+//! a redirect (its target request, or why it is not followed: no `Location`, too many hops,
+//! an unparsable target, a target off the allowed domains), an HTTP failure (retryable when
+//! the status is in the spider's `retry_statuses`), or a page to parse. Pure: no I/O.
+
+use crate::error::Retry;
+use crate::fetcher::Response;
+use silk_core::Request;
+use silk_core::outcome::OutcomeCode;
+use silk_core::spider::Spider;
+use url::Url;
+
+/// What a response means for its request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// A 2xx: parse it.
+    Page,
+    /// A redirect to follow: the target, canonical, on the allowed domains, with the
+    /// request's depth, priority and meta and one more redirect hop.
+    Redirect(Request),
+    /// The request ended here: why, whether a retry may help, and a line for people.
+    Ended {
+        code: OutcomeCode,
+        retryable: bool,
+        detail: String,
+    },
+}
+
+fn ended(code: OutcomeCode, retryable: bool, detail: String) -> Verdict {
+    Verdict::Ended {
+        code,
+        retryable,
+        detail,
+    }
+}
+
+/// Judges `resp`, the answer to `req` (whose parsed URL is `url`), for `spider`.
+pub fn judge(spider: &Spider, req: &Request, url: &Url, resp: &Response) -> Verdict {
+    let status = resp.status;
+    if (300..400).contains(&status) {
+        // A 3xx without Location is not a redirect to the page itself (an empty target
+        // would resolve to it, and loop up to max_redirects): it is a failed request.
+        let Some(location) = resp.location.as_deref() else {
+            let detail = format!("{}: {status} without a Location header", req.url);
+            return ended(OutcomeCode::RedirectWithoutLocation(status), false, detail);
+        };
+        let max = spider.spec.max_redirects;
+        if req.redirects >= max {
+            let detail = format!("{}: more than {max} redirects", req.url);
+            return ended(OutcomeCode::TooManyRedirects, false, detail);
+        }
+        // The target goes through the frontier like a link: its dedup collapses a redirect
+        // to a page that is (or will be) fetched anyway.
+        let mut next = match Request::get(location, Some(url), &spider.canon) {
+            Ok(next) => next,
+            Err(e) => {
+                let detail = format!("{}: {e}", req.url);
+                return ended(OutcomeCode::InvalidRedirect, false, detail);
+            }
+        };
+        if !spider.canonical_host_allowed(&next.url) {
+            let detail = format!(
+                "{}: redirect to {} is off the allowed domains",
+                req.url, next.url
+            );
+            return ended(OutcomeCode::RedirectOffDomain, false, detail);
+        }
+        next.depth = req.depth;
+        next.priority = req.priority;
+        next.redirects = req.redirects + 1;
+        next.meta = req.meta.clone();
+        return Verdict::Redirect(next);
+    }
+    let failed = |retryable| {
+        let detail = format!("{}: http status {status}", req.url);
+        ended(OutcomeCode::Http(status), retryable, detail)
+    };
+    if let Some(retry) = resp.retry(&spider.spec.retry_statuses) {
+        return failed(retry != Retry::Permanent);
+    }
+    if !(200..300).contains(&status) {
+        return failed(false);
+    }
+    Verdict::Page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use reqwest::header::HeaderMap;
+
+    fn spider() -> Spider {
+        Spider::from_yaml(
+            "name: t\nstart_urls: ['http://a.test/']\nallowed_domains: [a.test]\nmax_redirects: 2\n",
+            "spider.yaml",
+        )
+        .expect("spider")
+    }
+
+    fn response(status: u16, location: Option<&str>) -> Response {
+        Response {
+            status,
+            url: "http://a.test/x".into(),
+            version: reqwest::Version::HTTP_11,
+            headers: HeaderMap::new(),
+            content_type: None,
+            location: location.map(str::to_owned),
+            retry_after: None,
+            body: Bytes::new(),
+            elapsed_ms: 0,
+            wire_bytes: 0,
+            proxy: None,
+        }
+    }
+
+    fn code(v: &Verdict) -> Option<(String, bool)> {
+        match v {
+            Verdict::Ended {
+                code, retryable, ..
+            } => Some((code.to_string(), *retryable)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_table() {
+        let spider = spider();
+        let mut req = Request::from_canonical("http://a.test/x".into());
+        req.depth = 3;
+        req.priority = 7;
+        let url = Url::parse(&req.url).unwrap();
+        let judge = |req: &Request, status, location| {
+            judge(&spider, req, &url, &response(status, location))
+        };
+
+        assert_eq!(judge(&req, 200, None), Verdict::Page);
+        assert_eq!(
+            code(&judge(&req, 404, None)),
+            Some(("http_404".into(), false))
+        );
+        assert_eq!(
+            code(&judge(&req, 503, None)),
+            Some(("http_503".into(), true))
+        );
+        assert_eq!(
+            code(&judge(&req, 101, None)),
+            Some(("http_101".into(), false))
+        );
+        assert_eq!(
+            code(&judge(&req, 302, None)),
+            Some(("http_302_without_location".into(), false))
+        );
+        assert_eq!(
+            code(&judge(&req, 301, Some("http://b.test/"))),
+            Some(("redirect_off_domain".into(), false))
+        );
+        assert_eq!(
+            code(&judge(&req, 301, Some("http://[::1"))),
+            Some(("invalid_redirect".into(), false))
+        );
+        match judge(&req, 301, Some("/y#frag")) {
+            Verdict::Redirect(next) => {
+                assert_eq!(next.url, "http://a.test/y");
+                assert_eq!((next.depth, next.priority, next.redirects), (3, 7, 1));
+            }
+            other => panic!("{other:?}"),
+        }
+        req.redirects = 2;
+        assert_eq!(
+            code(&judge(&req, 301, Some("/y"))),
+            Some(("too_many_redirects".into(), false))
+        );
+    }
+}
