@@ -26,7 +26,7 @@ use silk_core::{Clock, Fingerprint, Request};
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
 
 /// The in-memory state of an open frontier, rebuilt by the backend's `open`.
 pub(crate) struct Mem {
@@ -192,7 +192,7 @@ pub(crate) struct Core<S: Storage> {
     inner: Mutex<Option<(Mem, S::State)>>,
 }
 
-type Guard<'a, S> = MutexGuard<'a, Option<(Mem, <S as Storage>::State)>>;
+type Guard<'a, S> = MappedMutexGuard<'a, (Mem, <S as Storage>::State)>;
 
 impl<S: Storage> Core<S> {
     /// A frontier over `storage`, with the memory and state its `open` rebuilt.
@@ -215,15 +215,12 @@ impl<S: Storage> Core<S> {
         self.storage.location()
     }
 
+    /// The open frontier's memory and storage state, locked; `Closed` after `close`.
     async fn lock(&self) -> Result<Guard<'_, S>, FrontierError> {
-        let guard = self.inner.lock().await;
-        match guard.as_ref() {
-            None => Err(FrontierError::Closed),
-            Some((_, state)) => {
-                self.storage.usable(state)?;
-                Ok(guard)
-            }
-        }
+        let guard = MutexGuard::try_map(self.inner.lock().await, Option::as_mut)
+            .map_err(|_| FrontierError::Closed)?;
+        self.storage.usable(&guard.1)?;
+        Ok(guard)
     }
 
     fn staged(&self, mem: &Mem, state: &S::State) -> Staged<S::Batch> {
@@ -490,9 +487,7 @@ impl<S: Storage> Core<S> {
         requests: Vec<Request>,
     ) -> Result<EnqueueOutcome, FrontierError> {
         let mut guard = self.lock().await?;
-        let Some((mem, state)) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
+        let (mem, state) = &mut *guard;
         let mut st = self.staged(mem, state);
         let outcome = self.stage_enqueue(mem, state, &mut st, requests).await?;
         self.commit(mem, state, st, "enqueue").await?;
@@ -501,9 +496,7 @@ impl<S: Storage> Core<S> {
 
     pub(crate) async fn lease(&self, max: usize) -> Result<Vec<Lease>, FrontierError> {
         let mut guard = self.lock().await?;
-        let Some((mem, state)) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
+        let (mem, state) = &mut *guard;
         let now = self.clock.now_ms();
         let picks = mem.sched.lease(max, now);
         if picks.is_empty() {
@@ -570,9 +563,7 @@ impl<S: Storage> Core<S> {
 
     pub(crate) async fn next_ready_ms(&self) -> Result<Option<u64>, FrontierError> {
         let mut guard = self.lock().await?;
-        let Some((mem, _)) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
+        let (mem, _) = &mut *guard;
         Ok(mem.sched.next_ready_ms(self.clock.now_ms()))
     }
 
@@ -581,9 +572,7 @@ impl<S: Storage> Core<S> {
         acks: Vec<(LeaseId, Outcome)>,
     ) -> Result<Vec<AckResult>, FrontierError> {
         let mut guard = self.lock().await?;
-        let Some((mem, state)) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
+        let (mem, state) = &mut *guard;
         let mut st = self.staged(mem, state);
         let results = self.stage_acks(mem, state, &mut st, acks).await?;
         self.commit(mem, state, st, "ack").await?;
@@ -609,9 +598,7 @@ impl<S: Storage> Core<S> {
         discovered: Vec<Request>,
     ) -> Result<(AckResult, EnqueueOutcome), FrontierError> {
         let mut guard = self.lock().await?;
-        let Some((mem, state)) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
+        let (mem, state) = &mut *guard;
         let mut st = self.staged(mem, state);
         let result = self
             .stage_acks(mem, state, &mut st, vec![(lease, outcome)])
@@ -625,9 +612,7 @@ impl<S: Storage> Core<S> {
 
     pub(crate) async fn expire(&self) -> Result<usize, FrontierError> {
         let mut guard = self.lock().await?;
-        let Some((mem, _)) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
+        let (mem, _) = &mut *guard;
         Ok(mem.sched.advance(self.clock.now_ms()))
     }
 
@@ -637,9 +622,7 @@ impl<S: Storage> Core<S> {
         delay_ms: u64,
     ) -> Result<(), FrontierError> {
         let mut guard = self.lock().await?;
-        let Some((mem, state)) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
+        let (mem, state) = &mut *guard;
         let now = self.clock.now_ms();
         let segment = self.cfg.segment_of(now);
         self.storage
@@ -652,9 +635,7 @@ impl<S: Storage> Core<S> {
 
     pub(crate) async fn stats(&self) -> Result<FrontierStats, FrontierError> {
         let mut guard = self.lock().await?;
-        let Some((mem, state)) = guard.as_mut() else {
-            return Err(FrontierError::Closed);
-        };
+        let (mem, state) = &mut *guard;
         let store_bytes = self.storage.store_bytes(state, self.clock.now_ms()).await?;
         Ok(plan::stats(
             &mem.counters,
@@ -668,9 +649,7 @@ impl<S: Storage> Core<S> {
 
     pub(crate) async fn sync(&self) -> Result<(), FrontierError> {
         let guard = self.lock().await?;
-        let Some((_, state)) = guard.as_ref() else {
-            return Err(FrontierError::Closed);
-        };
+        let (_, state) = &*guard;
         self.storage.sync(state).await
     }
 

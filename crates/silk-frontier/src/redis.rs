@@ -118,11 +118,12 @@ const CLAIM: &str = include_str!("redis/claim.lua");
 /// The op list is validated before anything is written.
 const APPLY: &str = include_str!("redis/apply.lua");
 
-/// Key indexes of the [`APPLY`] script.
-const K_REQUESTS: u8 = 2;
-const K_DELAYS: u8 = 3;
-const K_SEGMENTS: u8 = 4;
-const K_SEEN: u8 = 5;
+/// Key indexes of the [`APPLY`] script, as its ops write them (decimal).
+const K_META: &[u8] = b"1";
+const K_REQUESTS: &[u8] = b"2";
+const K_DELAYS: &[u8] = b"3";
+const K_SEGMENTS: &[u8] = b"4";
+const K_SEEN: &[u8] = b"5";
 
 /// The key names of one frontier.
 #[derive(Debug, Clone)]
@@ -438,11 +439,7 @@ impl RedisFrontier {
         counters.corrupt += corrupt_fields.len() as u64;
         counters.failed += corrupt_fields.len() as u64;
         for f in &corrupt_fields {
-            ops.extend([
-                b"D".to_vec(),
-                K_REQUESTS.to_string().into_bytes(),
-                f.clone(),
-            ]);
+            ops.extend([b"D".to_vec(), K_REQUESTS.to_vec(), f.clone()]);
         }
         if counters_ok {
             for ((name, old), new) in COUNTER_FIELDS
@@ -462,7 +459,7 @@ impl RedisFrontier {
             for (name, value) in COUNTER_FIELDS.iter().zip(counter_values(&counters)) {
                 ops.extend([
                     b"H".to_vec(),
-                    b"1".to_vec(),
+                    K_META.to_vec(),
                     name.as_bytes().to_vec(),
                     value.to_string().into_bytes(),
                 ]);
@@ -474,7 +471,7 @@ impl RedisFrontier {
             counters.next_seq = m + 1;
             ops.extend([
                 b"H".to_vec(),
-                b"1".to_vec(),
+                K_META.to_vec(),
                 b"next_seq".to_vec(),
                 counters.next_seq.to_string().into_bytes(),
             ]);
@@ -724,7 +721,7 @@ impl Storage for RedisStorage {
         // The script assigns the seq (`next_seq`), so that two writers never share one.
         batch.ops.push(b"N".to_vec());
         batch.ops.push(record);
-        batch.op(&[b"S", K_SEEN.to_string().as_bytes(), &fp.0]);
+        batch.op(&[b"S", K_SEEN, &fp.0]);
         batch.new += 1;
     }
 
@@ -736,17 +733,12 @@ impl Storage for RedisStorage {
         record: Vec<u8>,
     ) {
         let field = seq.to_string();
-        batch.op(&[
-            b"H",
-            K_REQUESTS.to_string().as_bytes(),
-            field.as_bytes(),
-            &record,
-        ]);
+        batch.op(&[b"H", K_REQUESTS, field.as_bytes(), &record]);
     }
 
     fn stage_delete(&self, _state: &RedisState, batch: &mut RedisBatch, seq: u64) {
         let field = seq.to_string();
-        batch.op(&[b"D", K_REQUESTS.to_string().as_bytes(), field.as_bytes()]);
+        batch.op(&[b"D", K_REQUESTS, field.as_bytes()]);
     }
 
     async fn commit(
@@ -780,7 +772,7 @@ impl Storage for RedisStorage {
         if new_segment {
             ops.extend([
                 b"S".to_vec(),
-                K_SEGMENTS.to_string().into_bytes(),
+                K_SEGMENTS.to_vec(),
                 segment.to_string().into_bytes(),
             ]);
         }
@@ -809,7 +801,7 @@ impl Storage for RedisStorage {
         delay_ms: u64,
         segment: u64,
     ) -> Result<(), FrontierError> {
-        let k = K_DELAYS.to_string().into_bytes();
+        let k = K_DELAYS.to_vec();
         let ops = if delay_ms == 0 {
             vec![b"D".to_vec(), k, host.as_bytes().to_vec()]
         } else {

@@ -141,14 +141,25 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
     shared.files.write_state(&record.id, PENDING, &true)?;
     let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(targets.len()));
     for target in targets {
-        tokio::spawn(tail(
-            shared.clone(),
-            record.id.clone(),
-            key_field.clone(),
+        let state_file = format!("sink-{}.json", target.name());
+        let at = match shared.files.read_state::<Offset>(&record.id, &state_file) {
+            Ok(Some(o)) => o,
+            _ => Offset {
+                offset: 0,
+                delivered: 0,
+            },
+        };
+        let sink = SinkTail {
+            shared: shared.clone(),
+            run: record.id.clone(),
+            key_field: key_field.clone(),
             target,
-            remaining.clone(),
-            log.clone(),
-        ));
+            remaining: remaining.clone(),
+            log: log.clone(),
+            state_file,
+            at,
+        };
+        tokio::spawn(sink.run());
     }
     Ok(())
 }
@@ -265,39 +276,19 @@ impl Tail for SinkTail {
     }
 }
 
-async fn tail(
-    shared: Arc<HubCore>,
-    run: RunId,
-    key_field: String,
-    target: Target,
-    remaining: Arc<std::sync::atomic::AtomicUsize>,
-    log: ItemLog,
-) {
-    let state_file = format!("sink-{}.json", target.name());
-    let at = match shared.files.read_state::<Offset>(&run, &state_file) {
-        Ok(Some(o)) => o,
-        _ => Offset {
-            offset: 0,
-            delivered: 0,
-        },
-    };
-    let mut stop = shared.stop.subscribe();
-    let mut log = SinkTail {
-        shared,
-        run,
-        key_field,
-        target,
-        remaining,
-        log,
-        state_file,
-        at,
-    };
-    let backoff = Backoff {
-        initial: Duration::from_secs(1),
-        max: Duration::from_secs(60),
-    };
-    let stopped = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    tailer::tail(&mut log, at.offset, backoff, stopped).await;
+impl SinkTail {
+    /// Delivers the run's items from the stored offset until all are delivered or the hub
+    /// stops.
+    async fn run(mut self) {
+        let mut stop = self.shared.stop.subscribe();
+        let backoff = Backoff {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(60),
+        };
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let from = self.at.offset;
+        tailer::tail(&mut self, from, backoff, stopped).await;
+    }
 }
