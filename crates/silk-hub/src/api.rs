@@ -38,10 +38,9 @@ use crate::auth::{NewToken, Principal, TokenView};
 use crate::error::HubError;
 use crate::hub::{HubHandle, RunQuery};
 use crate::items::ItemsPage;
-use crate::jobs::{Job, JobSpec};
+use crate::jobs::{Job, JobSpec, TriggerRequest};
 use crate::registry::AgentView;
 use crate::run::{RunRequest, RunState, RunView};
-use crate::scheduler::TriggerRequest;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -192,6 +191,18 @@ fn api_routes() -> (Router<HubHandle>, utoipa::openapi::OpenApi) {
 /// The OpenAPI document of the API.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     api_routes().1
+}
+
+impl HubHandle {
+    /// The HTTP app (API with bearer-token auth, web UI, health, metrics; see `api`).
+    pub fn router(&self) -> axum::Router {
+        router(self.clone(), ApiOptions::default())
+    }
+
+    /// The HTTP app with `options` (e.g. without auth).
+    pub fn router_with(&self, options: ApiOptions) -> axum::Router {
+        router(self.clone(), options)
+    }
 }
 
 /// The whole HTTP app: API (with auth per `options`), UI, health, metrics.

@@ -1,61 +1,47 @@
-//! The hub process: [`Hub::start`] and its [`HubHandle`].
+//! The hub's facade: [`Hub::start`] opens the data dir and the store, builds the shared
+//! state and starts the services; [`HubHandle`] is what the API, the router classes and the
+//! binary call. Its methods are thin: each checks, delegates to a service (`launch`,
+//! `scheduler`, `runner` through the active run) or reads the state, and answers.
 //!
-//! Tasks, each independent so that an outage of one input never blocks another:
-//! - **presence**: a durable subscription to `registrations` (registrations sent while the hub
-//!   was away are processed when it is back; they never expire) and a live one to
-//!   `heartbeats` (stale ones are dropped by the bus when read), both fed to the
-//!   [`AgentRegistry`]. Registered agents are remembered in the metadata store (its agent
-//!   documents), so a restarted hub knows them before they register again.
-//! - **ticker**: every `tick_ms`, the registry's state transitions (phi accrual, capped by
-//!   `dead_after_ms`); an agent that turns dead is reported to every active run
-//!   ([`Run::on_agent_dead`]).
-//! - **results**: a durable subscription to the hub's own `results.{hub id}` (the agents
-//!   answer the hub that sent the download) and a shared one to `results` (downloads that
-//!   named no hub: agents of older builds); each result goes to its run
-//!   ([`Run::on_result`]) and is acked on the bus after the run recorded it. A result of an
-//!   unknown or finished run is acked and ignored.
-//! - **allocation replies**: a live subscription to `allocations`, handing each reply to the
-//!   submit call waiting for it.
-//! - one **dispatch loop** per active run (`runner::drive`).
-//!
-//! - **logs**: a durable subscription to `logs` (the agents' run log batches), queued to the
-//!   store with the hub's own run events (`logs`).
-//! - **scheduler**: jobs' cron fires, retries, timeouts, queued fires (`scheduler`).
+//! Tasks started here, each independent so that an outage of one input never blocks
+//! another: the subscriptions and the ticker of `presence`; the renewal and adoption loop
+//! of `ownership`; the `scheduler`; the log writer and log retention (`logs`); one driver per
+//! active run (`runner`); the sinks of runs with items to deliver (`sinks`).
 //!
 //! What must survive a restart is in the metadata store (`silk-store`: runs, jobs, agents,
 //! allocations, logs, tokens); each run's frontier and items are files of the data dir
-//! (`files`).
+//! (`files`), or in Redis and the store for a run with a shared frontier.
 //!
 //! Submitting a run ([`HubHandle::submit`]) is synchronous: the allocation is decided from
 //! the live agents, the `allocate` commands sent, and their replies awaited (at most
 //! `allocate_timeout_ms`); a run that cannot be allocated is stored as `failed` with the
 //! reason and the call returns [`HubError::AllocationFailed`].
 
-use crate::allocation::{OnAgentLost, Strategy, allocate};
+use crate::dispatch::Desired;
 use crate::error::HubError;
 use crate::files::{HubFiles, KnownAgent};
+use crate::jobs::{Job, JobSpec, TriggerRequest};
+use crate::launch::{NewRun, start_run};
+use crate::live::Run;
 use crate::logs::RunLogs;
-use crate::phi::{AgentState, PhiConfig};
-use crate::registry::{AgentRegistry, AgentView, Applied, LabelFilter, RegisterOutcome};
-use crate::run::{
-    DEFAULT_MAX_PENDING, DEFAULT_STALL_TIMEOUT_MS, RunRecord, RunRequest, RunState, RunView,
-};
-use crate::runner::{Desired, Run, downloader_config, drive};
+use crate::presence::{subscription_loop, tick_loop};
+use crate::registry::{AgentRegistry, AgentView};
+use crate::repo::{RunRepo, record_of};
+use crate::run::{RunRecord, RunRequest, RunState, RunView};
+use crate::scheduler;
+use crate::state::HubCore;
 use parking_lot::Mutex;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use silk_bus::{
-    AllocationReply, Bus, BusError, Command, Delivery, Message, Subject, SubscribeOpts, TtlPolicy,
-};
-use silk_core::spider::Spider;
+use silk_bus::{Bus, Subject, SubscribeOpts};
 use silk_core::{AgentId, Clock, RunId};
-use silk_store::{AgentRow, AllocationRow, Level, MetaStore, RunFilter, RunRow};
+use silk_store::{Level, MetaStore, RunFilter};
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+
+pub use crate::config::HubConfig;
 
 /// Results pulled from the bus at once: one pull round trip per this many results (the hub
 /// handles a batch in milliseconds, far within the bus's ack wait).
@@ -66,121 +52,6 @@ const LOGS_BATCH: usize = 64;
 
 /// The bus subscriptions of a ready hub.
 const SUBSCRIPTIONS: usize = 6;
-
-/// The hub's settings.
-#[derive(Debug, Clone)]
-pub struct HubConfig {
-    /// Where runs, frontiers, items and known agents are kept.
-    pub data_dir: PathBuf,
-    /// Failure detection (phi threshold, `dead_after_ms`, …).
-    pub phi: PhiConfig,
-    /// Message TTLs (must match the agents' heartbeat interval).
-    pub ttl: TtlPolicy,
-    /// How often agent states are re-evaluated, ms.
-    pub tick_ms: u64,
-    /// How long a run start waits for its agents' allocation replies, ms.
-    pub allocate_timeout_ms: u64,
-    /// Wait between attempts to (re)subscribe while the bus is down, ms (doubling up to
-    /// 5 s).
-    pub resubscribe_initial_ms: u64,
-    /// The metadata store: `sqlite://PATH` or `postgres://…`; default the SQLite file
-    /// `DATA_DIR/silk.db`.
-    pub store_url: Option<String>,
-    /// Run log lines older than this are deleted, ms (default 30 days).
-    pub log_retention_ms: u64,
-    /// How often the scheduler looks at jobs, ms (default 1000).
-    pub schedule_tick_ms: u64,
-    /// Write each fetched request's final outcome to `runs/{id}/outcomes.jsonl`, for the
-    /// router's `silk.RunResultsInbound` (default false; `silk hub --router` sets it when
-    /// the router config has such an inbound).
-    pub record_outcomes: bool,
-    /// This hub's id in the cluster (a single token of at most 40 `[A-Za-z0-9_-]`
-    /// characters): the holder of its run leases, its results subject `results.{id}` and its
-    /// durable names. Default: the id kept in `DATA_DIR/hub.id`, made at first start.
-    pub hub_id: Option<String>,
-    /// The cluster's Redis (`redis://…`) for run frontiers: new runs keep their frontier
-    /// there (`RedisFrontier`, prefix `{frontier_prefix}:{run id}`), so another hub can
-    /// adopt them when this one dies; their items go to the store before each ack. `None`:
-    /// frontiers are embedded stores in the data dir.
-    pub frontier_url: Option<String>,
-    /// The first part of the Redis key prefix of run frontiers (default `silk`).
-    pub frontier_prefix: String,
-    /// How long a run's lease in the store lasts without renewal, ms (default 15 s): a hub
-    /// that dies loses its runs to the other hubs this long after its last renewal. Renewed
-    /// every third of it.
-    pub ownership_ttl_ms: u64,
-    /// A request whose agent is lost while fetching it this many times is given up as
-    /// poison (failed, reason `poison`) instead of being sent to another agent again: a
-    /// page that crashes its agent would otherwise take the fleet down one agent at a time,
-    /// forever. Default 3. (A request whose lease expires uses up a retry each time, so
-    /// `max_retries` bounds that case.)
-    pub poison_after_losses: u32,
-}
-
-impl HubConfig {
-    /// Defaults (`dead_after` 11 s, heartbeats every 1 s) with `data_dir`.
-    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        Self {
-            data_dir: data_dir.into(),
-            phi: PhiConfig::default(),
-            ttl: TtlPolicy::default(),
-            tick_ms: 250,
-            allocate_timeout_ms: 10_000,
-            resubscribe_initial_ms: 100,
-            store_url: None,
-            log_retention_ms: 30 * 24 * 3600 * 1000,
-            schedule_tick_ms: 1000,
-            record_outcomes: false,
-            hub_id: None,
-            frontier_url: None,
-            frontier_prefix: "silk".into(),
-            ownership_ttl_ms: 15_000,
-            poison_after_losses: 3,
-        }
-    }
-}
-
-/// What the hub's tasks share.
-pub(crate) struct HubCore {
-    pub(crate) config: HubConfig,
-    pub(crate) bus: Arc<dyn Bus>,
-    pub(crate) clock: Arc<dyn Clock>,
-    /// The clock of cron fires and retries (the hub's clock unless a test injects one).
-    pub(crate) schedule_clock: Arc<dyn Clock>,
-    pub(crate) files: HubFiles,
-    pub(crate) store: Arc<dyn MetaStore>,
-    pub(crate) logs: Arc<RunLogs>,
-    pub(crate) registry: Mutex<AgentRegistry>,
-    pub(crate) rng: Mutex<StdRng>,
-    /// The runs active on this hub (terminal ones are in the store only).
-    pub(crate) runs: Mutex<BTreeMap<RunId, Arc<Run>>>,
-    waiters: Mutex<HashMap<RunId, mpsc::UnboundedSender<AllocationReply>>>,
-    /// Job changes are serialised (the scheduler and the API).
-    pub(crate) jobs_lock: tokio::sync::Mutex<()>,
-    /// Ended runs, for the scheduler (last run, retries, queued fires).
-    pub(crate) ended: mpsc::UnboundedSender<RunRecord>,
-    /// Scheduler ticks done (tests wait for them).
-    pub(crate) schedule_ticks: watch::Sender<u64>,
-    /// Subscriptions open now (readiness).
-    pub(crate) subscribed: std::sync::atomic::AtomicUsize,
-    /// The log writer, awaited at shutdown so that the last lines are stored.
-    log_writer: Mutex<Option<JoinHandle<()>>>,
-    pub(crate) stop: watch::Sender<bool>,
-    /// The live agents as of the last tick.
-    live: watch::Sender<Vec<AgentId>>,
-    drivers: Mutex<Vec<JoinHandle<()>>>,
-    /// Finding or starting a job's fed run is serialised (two outbounds feeding one job
-    /// get one run).
-    pub(crate) feed_lock: tokio::sync::Mutex<()>,
-    /// Bumped whenever a run's driver starts (outcome readers look for new runs).
-    pub(crate) runs_started: watch::Sender<u64>,
-    /// This hub's id in the cluster (`HubConfig::hub_id`).
-    pub(crate) hub_id: String,
-    /// Runs this hub is creating (not active yet): adoption leaves them alone.
-    pub(crate) starting: Mutex<std::collections::HashSet<RunId>>,
-    /// Runs seen open in the store that this hub cannot drive (logged once).
-    pub(crate) undrivable: Mutex<std::collections::HashSet<RunId>>,
-}
 
 /// Starts hubs.
 #[derive(Debug)]
@@ -259,12 +130,14 @@ impl Hub {
         let (logs, log_rx) = RunLogs::new(clock.clone());
         let log_writer = tokio::spawn(crate::logs::writer(logs.clone(), log_rx, store.clone()));
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        let repo = RunRepo::new(store.clone(), hub_id.clone(), config.ownership_ttl_ms);
         let shared = Arc::new(HubCore {
             config,
             bus,
             clock,
             schedule_clock,
             files,
+            repo,
             store,
             logs,
             registry: Mutex::new(registry),
@@ -337,656 +210,6 @@ impl Hub {
     }
 }
 
-/// What a new run is made of besides its request.
-#[derive(Debug, Clone)]
-pub(crate) struct NewRun {
-    pub(crate) request: RunRequest,
-    /// The job (id, name).
-    pub(crate) job: Option<(String, String)>,
-    pub(crate) attempt: u32,
-    pub(crate) restart_of: Option<RunId>,
-    pub(crate) args: BTreeMap<String, String>,
-    pub(crate) timeout_ms: Option<u64>,
-    /// Take over this (ended) run's frontier.
-    pub(crate) frontier_from: Option<RunId>,
-    /// Fed by the router instead of seeded.
-    pub(crate) feed: Option<crate::run::Feed>,
-}
-
-/// Checks a run request; the compiled spider.
-pub(crate) fn check_request(request: &RunRequest) -> Result<Spider, HubError> {
-    let spider = Spider::from_yaml(&request.spider, "spider")
-        .map_err(|e| HubError::BadRun(e.to_string()))?;
-    if request.max_pending == Some(0) {
-        return Err(HubError::BadRun("max_pending must be at least 1".into()));
-    }
-    if request.stall_timeout_ms == Some(0) {
-        return Err(HubError::BadRun(
-            "stall_timeout_ms must be at least 1".into(),
-        ));
-    }
-    if let Some(d) = &request.downloader
-        && d.contains_key("spider")
-    {
-        return Err(HubError::BadRun(
-            "downloader.spider is not allowed: the run's spider is sent to the agents".into(),
-        ));
-    }
-    if let Some(sinks) = &request.sinks {
-        sinks.validate().map_err(HubError::BadRun)?;
-    }
-    if let Some(fail_if) = &request.fail_if {
-        let problems = fail_if.problems();
-        if !problems.is_empty() {
-            return Err(HubError::BadRun(problems.join("; ")));
-        }
-    }
-    Ok(spider)
-}
-
-/// The store row of a run record.
-pub(crate) fn run_row(record: &RunRecord) -> Result<RunRow, HubError> {
-    Ok(RunRow {
-        id: record.id.to_string(),
-        job_id: record.job_id.clone(),
-        state: record.state.as_str().to_owned(),
-        created_ms: record.created_ms,
-        finished_ms: record.finished_ms,
-        record: serde_json::to_value(record)
-            .map_err(|e| HubError::Store(format!("run `{}`: {e}", record.id)))?,
-    })
-}
-
-/// The run record of a store row.
-pub(crate) fn record_of(row: RunRow) -> Result<RunRecord, HubError> {
-    serde_json::from_value(row.record)
-        .map_err(|e| HubError::Store(format!("run `{}` is unreadable: {e}", row.id)))
-}
-
-impl HubCore {
-    /// The live agents now.
-    pub(crate) fn live_agents(&self) -> Vec<AgentId> {
-        let now = self.clock.now_ms();
-        self.registry.lock().live_agents(now, &LabelFilter::any())
-    }
-
-    /// Stores a run record (and its allocation), only while this hub holds the run's lease
-    /// (`ownership`): a hub that lost the run to another hub gets
-    /// [`HubError::OwnedElsewhere`] and writes nothing.
-    pub(crate) async fn save_run(&self, record: &RunRecord) -> Result<(), HubError> {
-        let lease = crate::ownership::run_lease(&record.id);
-        if self
-            .store
-            .put_run_held(&run_row(record)?, &lease, &self.hub_id)
-            .await?
-        {
-            return Ok(());
-        }
-        let holder = self.store.get_lease(&lease).await?.map_or_else(
-            || "none (the lease was given back)".to_owned(),
-            |l| l.holder,
-        );
-        Err(HubError::OwnedElsewhere {
-            run: record.id.clone(),
-            hub: holder,
-        })
-    }
-
-    /// Sends a command to one agent (the bus retries per its policy).
-    pub(crate) async fn send_command(
-        &self,
-        agent: &AgentId,
-        command: Command,
-    ) -> Result<(), BusError> {
-        let subject = Subject::agent_commands(agent)?;
-        let envelope = self.config.ttl.envelope(command, self.clock.now_ms());
-        self.bus.publish(&subject, &envelope).await
-    }
-
-    /// Called by a run's driver when it has ended.
-    pub(crate) fn run_finished(&self, run: &Run) {
-        let record = run.record();
-        if record.state.is_terminal() {
-            self.runs.lock().remove(&run.id);
-            let _ = self.ended.send(record);
-        } else if run.is_disowned() {
-            // Another hub drives it now.
-            self.runs.lock().remove(&run.id);
-        }
-    }
-
-    /// The writer of a run's logs (items, outcomes), for a tailer: the run while it is
-    /// active here, over once it is not.
-    pub(crate) fn run_writer(&self, id: &RunId) -> crate::tailer::Writer<Arc<Run>> {
-        match self.active_run(id) {
-            Some(run) => crate::tailer::Writer::Active(run),
-            None => crate::tailer::Writer::Over,
-        }
-    }
-
-    /// The active run `id`.
-    pub(crate) fn active_run(&self, id: &RunId) -> Option<Arc<Run>> {
-        self.runs.lock().get(id).cloned()
-    }
-
-    /// The active runs of a job that its schedule or a user started (not the run the
-    /// router feeds: that one lives beside them and overlap rules ignore it).
-    pub(crate) fn active_runs_of(&self, job_id: &str) -> Vec<Arc<Run>> {
-        self.runs
-            .lock()
-            .values()
-            .filter(|r| r.job_id() == Some(job_id) && !r.is_fed())
-            .cloned()
-            .collect()
-    }
-
-    /// The job's run that the router feeds and that still takes requests.
-    pub(crate) fn fed_run_of(&self, job_id: &str) -> Option<Arc<Run>> {
-        self.runs
-            .lock()
-            .values()
-            .find(|r| r.job_id() == Some(job_id) && r.is_fed() && !r.is_closing())
-            .cloned()
-    }
-
-    /// The ids of the runs active now.
-    pub(crate) fn runs_now(&self) -> Vec<RunId> {
-        self.runs.lock().keys().cloned().collect()
-    }
-
-    pub(crate) fn spawn_driver(self: &Arc<Self>, run: Arc<Run>) {
-        self.runs.lock().insert(run.id.clone(), run.clone());
-        let handle = tokio::spawn(drive(self.clone(), run));
-        {
-            let mut drivers = self.drivers.lock();
-            drivers.retain(|h| !h.is_finished());
-            drivers.push(handle);
-        }
-        self.runs_started.send_modify(|n| *n += 1);
-    }
-
-    /// Stores a run as failed (it never ran, or could not resume) and tells the scheduler.
-    pub(crate) async fn fail_stored(&self, mut record: RunRecord, reason: String) -> RunRecord {
-        record.state = RunState::Failed;
-        record.reason = Some(reason.clone());
-        record.finished_ms = Some(self.clock.now_ms());
-        if let Err(e) = self.save_run(&record).await {
-            tracing::error!(run = %record.id, error = %e, "run state not stored");
-        }
-        self.logs
-            .hub(&record.id, Level::Error, format!("run failed: {reason}"));
-        self.release_run(&record.id).await;
-        let _ = self.ended.send(record.clone());
-        record
-    }
-
-    async fn on_register(&self, delivery: &Delivery) {
-        let now = self.clock.now_ms();
-        let envelope = &delivery.envelope;
-        let Message::Register(register) = &envelope.body else {
-            return;
-        };
-        let outcome = self
-            .registry
-            .lock()
-            .register(register, envelope.sent_ms, now);
-        match outcome {
-            RegisterOutcome::Outdated => return,
-            RegisterOutcome::New => {
-                tracing::info!(agent = %register.agent, host = %register.host, capacity = register.capacity, "agent registered")
-            }
-            RegisterOutcome::Revived => {
-                tracing::info!(agent = %register.agent, "agent registered again after it was dead")
-            }
-            RegisterOutcome::Refreshed => {}
-        }
-        let known = KnownAgent {
-            register: register.clone(),
-            sent_ms: envelope.sent_ms,
-        };
-        let row = serde_json::to_value(&known).map(|register| AgentRow {
-            id: known.register.agent.to_string(),
-            register,
-            sent_ms: envelope.sent_ms,
-            updated_ms: now,
-        });
-        match row {
-            Ok(row) => {
-                if let Err(e) = self.store.put_agent(&row).await {
-                    tracing::warn!(agent = %row.id, error = %e, "known agent not stored");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "known agent not stored"),
-        }
-    }
-
-    async fn on_delivery(&self, delivery: Delivery) {
-        match &delivery.envelope.body {
-            Message::Register(_) => self.on_register(&delivery).await,
-            Message::Heartbeat(_) => {
-                let now = self.clock.now_ms();
-                if let Applied::Heartbeat(crate::registry::HeartbeatOutcome::NeedsRegister) =
-                    self.registry.lock().apply(&delivery.envelope, now)
-                {
-                    tracing::debug!("heartbeat of an agent that has not registered yet");
-                }
-            }
-            Message::Result(result) => match self.active_run(&result.run) {
-                Some(run) => run.on_result(self, result).await,
-                None => {
-                    tracing::debug!(run = %result.run, "result of a run that is not active here ignored")
-                }
-            },
-            Message::Allocated(reply) => {
-                let waiter = self.waiters.lock().get(&reply.run).cloned();
-                if let Some(tx) = waiter {
-                    let _ = tx.send(reply.clone());
-                }
-            }
-            Message::Command(_) | Message::Control(_) => {}
-            Message::Log(batch) => {
-                let source = format!("agent:{}", batch.agent);
-                for line in &batch.lines {
-                    let level = line.level.as_str().parse().unwrap_or(Level::Info);
-                    self.logs.line(
-                        batch.run.as_str(),
-                        line.ts_ms,
-                        level,
-                        &source,
-                        line.message.clone(),
-                    );
-                }
-            }
-        }
-        if delivery.is_durable()
-            && let Err(e) = delivery.ack().await
-        {
-            tracing::debug!(error = %e, "bus ack failed (the message may come again)");
-        }
-    }
-
-    /// Decides, confirms and stores the allocation of a new run; then starts it.
-    pub(crate) async fn start_run(self: &Arc<Self>, new: NewRun) -> Result<RunView, HubError> {
-        if *self.stop.borrow() {
-            return Err(HubError::ShuttingDown);
-        }
-        let request = new.request;
-        let spider = check_request(&request)?;
-        let now = self.clock.now_ms();
-        let id = RunId::new(uuid::Uuid::now_v7().simple().to_string());
-        let (job_id, job_name) = new.job.unzip();
-        // Adoption leaves the run alone while it is being created; its lease is taken
-        // before it is stored, so no other hub takes it.
-        let _starting = crate::ownership::Starting::new(self, id.clone());
-        // A takeover keeps the frontier where it is; a new frontier goes where this hub keeps
-        // them.
-        let shared_frontier = match &new.frontier_from {
-            Some(from) => match self.store.get_run(from.as_str()).await? {
-                Some(row) => record_of(row)?.shared_frontier,
-                None => None,
-            },
-            None => self
-                .config
-                .frontier_url
-                .as_ref()
-                .map(|_| format!("{}:{id}", self.config.frontier_prefix)),
-        };
-        if let (Some(from), Some(prefix)) = (&new.frontier_from, &shared_frontier) {
-            // A Redis frontier is not moved by a takeover: one open run at a time may use it.
-            if let Some(user) = self.open_run_on_frontier(prefix).await? {
-                return Err(HubError::Conflict(format!(
-                    "the frontier of run `{from}` is in use by run `{user}`, which has not ended"
-                )));
-            }
-        }
-        let mut record = RunRecord {
-            id: id.clone(),
-            spider: request.spider,
-            spider_name: spider.spec.name.clone(),
-            strategy: request.strategy.unwrap_or(Strategy::Random),
-            on_agent_lost: request.on_agent_lost.unwrap_or(OnAgentLost::Fail),
-            max_pending: request.max_pending.unwrap_or(DEFAULT_MAX_PENDING),
-            stall_timeout_ms: request.stall_timeout_ms.unwrap_or(DEFAULT_STALL_TIMEOUT_MS),
-            downloader: request.downloader.unwrap_or_default(),
-            state: RunState::Allocating,
-            reason: None,
-            allocation: None,
-            agents: Vec::new(),
-            created_ms: now,
-            started_ms: None,
-            finished_ms: None,
-            final_stats: None,
-            job_id,
-            job_name,
-            attempt: new.attempt,
-            restart_of: new.restart_of,
-            args: new.args,
-            timeout_ms: new.timeout_ms,
-            sinks: request.sinks.unwrap_or_default(),
-            feed: new.feed,
-            shared_frontier,
-            hub: Some(self.hub_id.clone()),
-            fail_if: request.fail_if,
-        };
-        if !self.hold_run(&id).await? {
-            return Err(HubError::Store(format!(
-                "the lease of the new run `{id}` is held by another hub"
-            )));
-        }
-        if let Err(e) = self.save_run(&record).await {
-            self.release_run(&id).await;
-            return Err(e);
-        }
-        let what = match (&record.job_name, &record.restart_of) {
-            (_, Some(of)) => format!("restart of run {of}"),
-            (Some(job), None) if record.attempt > 0 => {
-                format!("job `{job}`, retry {}", record.attempt)
-            }
-            (Some(job), None) => format!("job `{job}`"),
-            (None, None) => "ad-hoc run".to_owned(),
-        };
-        self.logs.hub(
-            &id,
-            Level::Info,
-            format!(
-                "run created ({what}): spider `{}`, strategy {}, allocating agents",
-                record.spider_name, record.strategy
-            ),
-        );
-        if let Err(reason) = self.allocate_run(&mut record).await {
-            tracing::warn!(run = %id, reason = %reason, "run could not be allocated");
-            self.fail_stored(record, reason.clone()).await;
-            return Err(HubError::AllocationFailed { run: id, reason });
-        }
-        let allocations: Vec<AllocationRow> = record
-            .agents
-            .iter()
-            .map(|a| AllocationRow {
-                run_id: id.to_string(),
-                agent_id: a.to_string(),
-                confirmed_ms: self.clock.now_ms(),
-            })
-            .collect();
-        if let Err(e) = self.store.put_allocations(id.as_str(), &allocations).await {
-            tracing::warn!(run = %id, error = %e, "allocations not stored (the run record has them)");
-        }
-        if let Some(from) = &new.frontier_from {
-            // A frontier in Redis stays under its prefix (the record names it); an embedded
-            // one moves to the new run's directory.
-            let moved = match record.shared_frontier {
-                Some(_) => Ok(()),
-                None => self.files.take_frontier(from, &id),
-            };
-            if let Err(e) = moved {
-                self.release_agents(&record).await;
-                self.fail_stored(
-                    record,
-                    format!("could not take over the frontier of run {from}: {e}"),
-                )
-                .await;
-                return Err(e);
-            }
-            self.logs.hub(
-                &id,
-                Level::Info,
-                format!("took over the frontier of run {from} (what it had fetched is not fetched again)"),
-            );
-        }
-        // Open and seed the frontier while the run is still `allocating`: a crash before it
-        // is `running` fails the run at the next start instead of leaving it empty.
-        let run = match Run::open(self, record.clone(), true).await {
-            Ok(run) => run,
-            Err(e) => {
-                self.release_agents(&record).await;
-                self.fail_stored(record, format!("could not open the run's storage: {e}"))
-                    .await;
-                return Err(e);
-            }
-        };
-        let started = self.clock.now_ms();
-        run.update(self, |r| {
-            r.state = RunState::Running;
-            r.started_ms = Some(started);
-        })
-        .await?;
-        record.started_ms = Some(started);
-        run.mark_allocated(&record.agents);
-        tracing::info!(run = %id, spider = %record.spider_name, strategy = %record.strategy, agents = ?record.agents, "run started");
-        let names: Vec<&str> = record.agents.iter().map(AgentId::as_str).collect();
-        self.logs.hub(
-            &id,
-            Level::Info,
-            format!(
-                "run started on {} agent(s): {}",
-                names.len(),
-                names.join(", ")
-            ),
-        );
-        let view = run.view(self.clock.now_ms()).await;
-        self.spawn_driver(run);
-        if let Err(e) = crate::sinks::start(self, &record) {
-            self.logs
-                .hub(&id, Level::Error, format!("item sinks not started: {e}"));
-        }
-        Ok(view)
-    }
-
-    /// A run that has not ended and uses the Redis frontier `prefix`.
-    async fn open_run_on_frontier(&self, prefix: &str) -> Result<Option<RunId>, HubError> {
-        for row in self
-            .store
-            .list_runs(&crate::ownership::open_runs(None))
-            .await?
-        {
-            if let Ok(record) = record_of(row)
-                && record.shared_frontier.as_deref() == Some(prefix)
-            {
-                return Ok(Some(record.id));
-            }
-        }
-        Ok(None)
-    }
-
-    async fn release_agents(&self, record: &RunRecord) {
-        for agent in &record.agents {
-            let release = Command::Release {
-                run: record.id.clone(),
-            };
-            let _ = self.send_command(agent, release).await;
-        }
-    }
-
-    /// Picks the run's agents and gets their confirmation; the reason when it cannot.
-    async fn allocate_run(&self, record: &mut RunRecord) -> Result<(), String> {
-        let live = self.live_agents();
-        let allocation = {
-            let mut rng = self.rng.lock();
-            allocate(record.strategy, record.on_agent_lost, &live, &mut *rng)
-                .map_err(|e| e.to_string())?
-        };
-        let targets: Vec<AgentId> = if allocation.agents().is_empty() {
-            live
-        } else {
-            allocation.agents().to_vec()
-        };
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        self.waiters.lock().insert(record.id.clone(), tx);
-        let result = async {
-            let config = downloader_config(record);
-            for agent in &targets {
-                let command = Command::Allocate {
-                    run: record.id.clone(),
-                    config: config.clone(),
-                };
-                self.send_command(agent, command)
-                    .await
-                    .map_err(|e| format!("cannot send the allocation to agent `{agent}`: {e}"))?;
-            }
-            let deadline = tokio::time::Instant::now()
-                + Duration::from_millis(self.config.allocate_timeout_ms);
-            let mut answers: BTreeMap<AgentId, Result<(), String>> = BTreeMap::new();
-            while answers.len() < targets.len() {
-                let reply = match tokio::time::timeout_at(deadline, rx.recv()).await {
-                    Ok(Some(reply)) => reply,
-                    Ok(None) | Err(_) => break,
-                };
-                if !targets.contains(&reply.agent) {
-                    continue;
-                }
-                let answer = if reply.ok {
-                    Ok(())
-                } else {
-                    Err(reply.error.unwrap_or_else(|| "refused".into()))
-                };
-                answers.insert(reply.agent, answer);
-            }
-            let ok: Vec<AgentId> = answers
-                .iter()
-                .filter(|(_, a)| a.is_ok())
-                .map(|(id, _)| id.clone())
-                .collect();
-            let refusals: Vec<String> = answers
-                .iter()
-                .filter_map(|(id, a)| a.as_ref().err().map(|e| format!("agent `{id}`: {e}")))
-                .collect();
-            let silent: Vec<&str> = targets
-                .iter()
-                .filter(|a| !answers.contains_key(*a))
-                .map(AgentId::as_str)
-                .collect();
-            let all_needed = !allocation.agents().is_empty();
-            if (all_needed && ok.len() < targets.len()) || ok.is_empty() {
-                let mut why = Vec::new();
-                if !refusals.is_empty() {
-                    why.push(format!("refused by {}", refusals.join("; ")));
-                }
-                if !silent.is_empty() {
-                    why.push(format!(
-                        "no answer within {} ms from {}",
-                        self.config.allocate_timeout_ms,
-                        silent.join(", ")
-                    ));
-                }
-                return Err(why.join("; "));
-            }
-            Ok(ok)
-        }
-        .await;
-        self.waiters.lock().remove(&record.id);
-        let agents = result?;
-        record.agents = agents;
-        record.allocation = Some(allocation);
-        Ok(())
-    }
-}
-
-/// Counts an open subscription down when it ends.
-struct Decrement<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl Drop for Decrement<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
-/// Reads one subject forever (re-subscribing with back-off while the bus is down).
-async fn subscription_loop(shared: Arc<HubCore>, subject: Subject, opts: SubscribeOpts) {
-    let mut stop = shared.stop.subscribe();
-    let initial = Duration::from_millis(shared.config.resubscribe_initial_ms.max(1));
-    let mut backoff = initial;
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        let subscribed = tokio::select! {
-            _ = stop.changed() => return,
-            r = shared.bus.subscribe(&subject, opts.clone()) => r,
-        };
-        match subscribed {
-            Ok(mut subscription) => {
-                tracing::debug!(subject = %subject, "hub subscribed");
-                backoff = initial;
-                shared
-                    .subscribed
-                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let _open = Decrement(&shared.subscribed);
-                loop {
-                    let next = tokio::select! {
-                        _ = stop.changed() => return,
-                        n = subscription.next() => n,
-                    };
-                    match next {
-                        Some(Ok(delivery)) => shared.on_delivery(delivery).await,
-                        Some(Err(
-                            e @ (BusError::Malformed { .. } | BusError::UnsupportedVersion { .. }),
-                        )) => {
-                            tracing::warn!(subject = %subject, error = %e, "unreadable message skipped")
-                        }
-                        Some(Err(e)) => {
-                            tracing::warn!(subject = %subject, error = %e, "subscription failed; subscribing again");
-                            break;
-                        }
-                        None => {
-                            tracing::warn!(subject = %subject, "subscription closed; subscribing again");
-                            break;
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(subject = %subject, error = %e, "subscribe failed; retrying");
-            }
-        }
-        tokio::select! {
-            _ = stop.changed() => return,
-            () = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// Re-evaluates agent states and tells the runs about dead agents.
-async fn tick_loop(shared: Arc<HubCore>) {
-    let mut stop = shared.stop.subscribe();
-    let mut tick = tokio::time::interval(Duration::from_millis(shared.config.tick_ms));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        let now = shared.clock.now_ms();
-        let (transitions, live) = {
-            let mut registry = shared.registry.lock();
-            (
-                registry.tick(now),
-                registry.live_agents(now, &LabelFilter::any()),
-            )
-        };
-        shared.live.send_if_modified(|old| {
-            let changed = *old != live;
-            *old = live;
-            changed
-        });
-        for t in transitions {
-            match (t.from, t.to) {
-                (None, to) => {
-                    tracing::debug!(agent = %t.agent, state = %to.as_str(), "agent state")
-                }
-                (Some(from), to) => {
-                    tracing::info!(agent = %t.agent, from = from.as_str(), to = to.as_str(), phi = t.phi, "agent state changed")
-                }
-            }
-            if t.to == AgentState::Dead {
-                let runs: Vec<Arc<Run>> = shared.runs.lock().values().cloned().collect();
-                for run in runs {
-                    run.on_agent_dead(&shared, &t.agent).await;
-                }
-            }
-        }
-    }
-}
-
 /// Which runs to list.
 #[derive(Debug, Clone, Default)]
 pub struct RunQuery {
@@ -1005,8 +228,9 @@ impl HubHandle {
 
     /// Submits an ad-hoc run: allocates it synchronously and starts it (see the module doc).
     pub async fn submit(&self, request: RunRequest) -> Result<RunView, HubError> {
-        self.shared
-            .start_run(NewRun {
+        start_run(
+            &self.shared,
+            NewRun {
                 request,
                 job: None,
                 attempt: 0,
@@ -1015,8 +239,9 @@ impl HubHandle {
                 timeout_ms: None,
                 frontier_from: None,
                 feed: None,
-            })
-            .await
+            },
+        )
+        .await
     }
 
     /// Runs, newest first.
@@ -1069,10 +294,11 @@ impl HubHandle {
         if let Some(run) = self.shared.active_run(id) {
             return Ok(run.record());
         }
-        match self.shared.store.get_run(id.as_str()).await? {
-            Some(row) => record_of(row),
-            None => Err(HubError::NoSuchRun(id.clone())),
-        }
+        self.shared
+            .repo
+            .get(id)
+            .await?
+            .ok_or_else(|| HubError::NoSuchRun(id.clone()))
     }
 
     /// One run.
@@ -1093,7 +319,7 @@ impl HubHandle {
             && let Some(lease) = self
                 .shared
                 .store
-                .get_lease(&crate::ownership::run_lease(id))
+                .get_lease(&crate::repo::run_lease(id))
                 .await?
             && lease.holder != self.shared.hub_id
         {
@@ -1160,9 +386,9 @@ impl HubHandle {
             fail_if: old.fail_if.clone(),
         };
         let job = old.job_id.clone().zip(old.job_name.clone());
-        let view = self
-            .shared
-            .start_run(NewRun {
+        let view = start_run(
+            &self.shared,
+            NewRun {
                 request,
                 job,
                 attempt: 0,
@@ -1171,13 +397,14 @@ impl HubHandle {
                 timeout_ms: old.timeout_ms,
                 frontier_from: keep_frontier.then(|| id.clone()),
                 feed: old.feed.clone(),
-            })
-            .await?;
+            },
+        )
+        .await?;
         self.shared
             .logs
             .hub(id, Level::Info, format!("restarted as run {}", view.id));
         if let Some(job_id) = &view.job_id {
-            crate::scheduler::note_run(&self.shared, job_id, &view.id, view.state).await;
+            scheduler::note_run(&self.shared, job_id, &view.id, view.state).await;
         }
         Ok(view)
     }
@@ -1272,14 +499,57 @@ impl HubHandle {
         &self.shared.config.data_dir
     }
 
-    /// The HTTP app (API with bearer-token auth, web UI, health, metrics; see `api`).
-    pub fn router(&self) -> axum::Router {
-        crate::api::router(self.clone(), crate::api::ApiOptions::default())
+    /// Creates a job.
+    pub async fn create_job(&self, spec: JobSpec) -> Result<Job, HubError> {
+        scheduler::create_job(&self.shared, spec).await
     }
 
-    /// The HTTP app with `options` (e.g. without auth).
-    pub fn router_with(&self, options: crate::api::ApiOptions) -> axum::Router {
-        crate::api::router(self.clone(), options)
+    /// Every job, by name.
+    pub async fn jobs(&self) -> Result<Vec<Job>, HubError> {
+        scheduler::jobs(&self.shared).await
+    }
+
+    /// A job by id or name.
+    pub async fn job(&self, id_or_name: &str) -> Result<Job, HubError> {
+        scheduler::load(&self.shared, id_or_name).await
+    }
+
+    /// Changes a job with a JSON merge patch (see [`patch_spec`](crate::jobs::patch_spec)).
+    pub async fn update_job(
+        &self,
+        id_or_name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Job, HubError> {
+        scheduler::update_job(&self.shared, id_or_name, patch).await
+    }
+
+    /// Deletes a job (its runs stay).
+    pub async fn delete_job(&self, id_or_name: &str) -> Result<(), HubError> {
+        scheduler::delete_job(&self.shared, id_or_name).await
+    }
+
+    /// Triggers a job now (whatever its schedule, enabled or not).
+    pub async fn trigger(
+        &self,
+        id_or_name: &str,
+        trigger: TriggerRequest,
+    ) -> Result<RunView, HubError> {
+        scheduler::trigger(&self.shared, id_or_name, trigger).await
+    }
+
+    /// The runs of a job, newest first.
+    pub async fn job_runs(
+        &self,
+        id_or_name: &str,
+        limit: Option<u32>,
+    ) -> Result<Vec<RunView>, HubError> {
+        let job = self.job(id_or_name).await?;
+        self.runs(&RunQuery {
+            job_id: Some(job.id),
+            states: Vec::new(),
+            limit,
+        })
+        .await
     }
 
     /// Stops the hub: the runs' loops end (runs stay `running` or `paused` and resume at

@@ -151,6 +151,15 @@ pub(crate) async fn read_stored_items(
     })
 }
 
+/// The item's key as a string (the sink writes only items that have one).
+pub(crate) fn item_key(item: &serde_json::Value, field: &str) -> String {
+    match item.get(field) {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

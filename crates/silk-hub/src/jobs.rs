@@ -247,7 +247,7 @@ impl JobSpec {
             return Err(HubError::BadJob("timeout_ms must be at least 1".into()));
         }
         let request = self.run_request(&BTreeMap::new())?;
-        let spider = crate::hub::check_request(&request)?;
+        let spider = request.check()?;
         Ok((spider.spec.name, schedule))
     }
 
@@ -341,6 +341,15 @@ pub fn patch_spec(spec: &JobSpec, patch: &serde_json::Value) -> Result<JobSpec, 
     let value = serde_json::Value::Object(doc);
     serde_path_to_error::deserialize(&value)
         .map_err(|e| HubError::BadJob(format!("`{}`: {}", e.path(), e.inner())))
+}
+
+/// A trigger of a job (`POST /api/v1/jobs/{id}/runs`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRequest {
+    /// Arguments over the job's.
+    #[serde(default)]
+    pub args: BTreeMap<String, String>,
 }
 
 #[cfg(test)]

@@ -1,42 +1,52 @@
 //! `silk-hub`: the hub of the download center (design §4): the agent registry with its
-//! failure detector, allocation strategies, runs dispatched to agents over the bus, and the
-//! HTTP API.
+//! failure detector, allocation strategies, runs dispatched to agents over the bus, jobs and
+//! their schedule, and the HTTP API.
 //!
-//! Map:
-//! - [`hub`] — [`Hub::start`] / [`HubHandle`]: the hub's tasks (registrations, heartbeats,
-//!   results, allocation replies, ticker) and run submission with synchronous allocation.
-//! - `runner` — one active run: frontier, item sink, requests out, dispatch loop,
-//!   back-pressure, results, agent death.
-//! - [`run`] — what a run is on the wire and on disk: [`RunRequest`], [`RunRecord`],
-//!   [`RunState`], [`RunStats`], [`RunView`].
-//! - `files` — the hub's data dir (run records, known agents; atomic JSON files).
-//! - `api` — the axum router of the REST API ([`HubHandle::router`]).
-//! - [`phi`] — a phi accrual failure detector per agent ([`PhiDetector`]), capped by
-//!   `dead_after`, giving each agent an [`AgentState`]: `alive`, `suspect` or `dead`.
-//! - [`registry`] — the [`AgentRegistry`], fed by the bus's [`Register`](silk_bus::Register)
-//!   and [`Heartbeat`](silk_bus::Heartbeat) messages; state changes come out of
-//!   [`tick`](AgentRegistry::tick) as [`Transition`]s.
-//! - [`allocation`] — the allocation strategies (`random`, `fixed:N`, `chained:N`) and the
-//!   `on_agent_lost` policy: [`allocate`] at run start, then [`Allocation::route`] per
-//!   request.
-//! - [`error`] — [`HubError`], the one error type of the crate.
-//! - [`taskhub`] — the router's classes that need the hub: `silk.JobOutbound` (routed tasks
-//!   feed a job's run, [`HubHandle::feed_job`]) and `silk.RunResultsInbound` (each fetched
-//!   request's final outcome, from `outcomes`, comes back as a task), registered with
-//!   [`HubClasses`].
-//! - `outcomes` — the per-run `outcomes.jsonl` those come from.
+//! # Layers
+//!
+//! Dependencies point down, never up (`crates/silk/tests/layering.rs` checks every `crate::`
+//! path against this table):
+//!
+//! - **edge** — `api` (the axum routes and OpenAPI document, [`HubHandle::router`]), `auth`
+//!   (API tokens), `ui` (the embedded web UI), [`taskhub`] (the router's classes that need
+//!   the hub: `silk.JobOutbound`, `silk.RunResultsInbound`, registered with [`HubClasses`]).
+//! - **facade** — [`hub`]: [`Hub::start`] wires the services; [`HubHandle`] is what the edge
+//!   and the binary call (runs, jobs, agents, items, shutdown). Its methods are thin.
+//! - **services** — tasks and operations over the shared state: `presence` (the bus inputs:
+//!   registrations, heartbeats, results, allocation replies, log batches; the ticker of agent
+//!   states), `launch` (a run's start: checked, leased, stored, allocated, seeded, driven),
+//!   `runner` (one active run's dispatch loop and result handling), `ownership` (run leases
+//!   among hubs, adoption, restart recovery), `scheduler` (cron fires, retries, timeouts,
+//!   queued fires; the job operations), `sinks` (SQL and webhook sinks tailing item logs).
+//! - **state** — `state` (`HubCore`: what the services share — registry, the table of active
+//!   runs, store, run repository, bus, clock, files, logs — with the small operations every
+//!   service uses; it spawns nothing and drives nothing) and `live` (`Run`: one active run's
+//!   shared state and the reads on it).
+//! - **adapters** — `repo` (run records in the store, written only under the run's lease),
+//!   `files` (the data dir), `logs` (the run log queue into the store), `items` (a run's one
+//!   item log: its file or the store's table), `outcomes` (the per-run final outcomes file),
+//!   `tailer` (the one tailer of a run's append-only logs).
+//! - **model** — pure: [`run`] (a run's wire and stored shapes, states, request checks),
+//!   [`jobs`] (job specs, args, patches), `dispatch` (a dispatch turn's decision), [`health`]
+//!   ([`FailIf`]), [`phi`] ([`PhiDetector`], [`AgentState`]), [`registry`] ([`AgentRegistry`]
+//!   fed by [`Register`](silk_bus::Register) and [`Heartbeat`](silk_bus::Heartbeat); state
+//!   changes come out of [`tick`](AgentRegistry::tick) as [`Transition`]s), [`allocation`]
+//!   (`random`, `fixed:N`, `chained:N`, `on_agent_lost`: [`allocate`] at run start, then
+//!   [`Allocation::route`] per request), [`error`] ([`HubError`]), `config` ([`HubConfig`]).
 //!
 //! # Invariants
 //!
-//! `phi`, `registry` and `allocation` are pure: no I/O, no clock reads, no tasks, no locks
-//! (time comes in as `now_ms`, randomness as `&mut impl Rng`), so they are deterministic under
-//! test. The hub talks to agents only through `silk-bus` messages. A result is applied to
-//! the frontier only if its lease is still out (late and duplicate results are ignored), and
-//! its items are written before its ack.
+//! The model is pure: no I/O, no clock reads, no tasks, no locks (time comes in as `now_ms`,
+//! randomness as `&mut impl Rng`), so it is deterministic under test. `state` knows no
+//! service; a service never names the facade or the edge. The hub talks to agents only
+//! through `silk-bus` messages. A run record is stored only under the run's lease (`repo`). A
+//! result is applied to the frontier only if its lease is still out (late and duplicate
+//! results are ignored), and its items are written before its ack.
 
 pub mod allocation;
 pub mod api;
 pub mod auth;
+mod config;
 mod dispatch;
 pub mod error;
 mod files;
@@ -44,15 +54,20 @@ pub mod health;
 pub mod hub;
 mod items;
 pub mod jobs;
+mod launch;
+mod live;
 mod logs;
 mod outcomes;
 mod ownership;
 pub mod phi;
+mod presence;
 pub mod registry;
+mod repo;
 pub mod run;
 mod runner;
 mod scheduler;
 mod sinks;
+mod state;
 mod tailer;
 pub mod taskhub;
 mod ui;
@@ -60,16 +75,16 @@ mod ui;
 pub use allocation::{Allocation, AllocationError, OnAgentLost, Route, Strategy, allocate};
 pub use api::{ApiOptions, openapi};
 pub use auth::{ADMIN_TOKEN_FILE, NewToken, TokenView};
+pub use config::HubConfig;
 pub use error::HubError;
 pub use files::KnownAgent;
 pub use health::FailIf;
-pub use hub::{Hub, HubConfig, HubHandle, RunQuery};
+pub use hub::{Hub, HubHandle, RunQuery};
 pub use items::ItemsPage;
-pub use jobs::{Job, JobSpec};
+pub use jobs::{Job, JobSpec, TriggerRequest};
 pub use phi::{AgentState, PhiConfig, PhiDetector};
 pub use registry::{
     AgentRegistry, AgentView, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,
 };
 pub use run::{Feed, RunRequest, RunState, RunStats, RunView, Sinks, WebhookSink};
-pub use scheduler::TriggerRequest;
 pub use taskhub::{FeedTask, HubClasses};

@@ -30,35 +30,18 @@
 //! of the lease `scheduler`; each hub times out the runs it drives.
 
 use crate::error::HubError;
-use crate::hub::{HubCore, record_of};
+use crate::live::Run;
+use crate::repo::{open_runs, record_of, run_lease};
 use crate::run::{RunRecord, RunState};
-use crate::runner::Run;
+use crate::state::HubCore;
 use silk_core::RunId;
-use silk_store::{Level, RunFilter};
+use silk_store::Level;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The lease of the hub that runs the scheduler.
 pub(crate) const SCHEDULER_LEASE: &str = "scheduler";
-
-/// The store's lease name of a run.
-pub(crate) fn run_lease(id: &RunId) -> String {
-    silk_store::run_lease_name(id.as_str())
-}
-
-/// The states of runs that have not ended: some hub must drive or settle them.
-const OPEN_STATES: [&str; 5] = ["pending", "allocating", "running", "paused", "stopping"];
-
-/// The stored runs that have not ended (of one job, or all), oldest first.
-pub(crate) fn open_runs(job_id: Option<String>) -> RunFilter {
-    RunFilter {
-        job_id,
-        states: OPEN_STATES.map(String::from).to_vec(),
-        limit: None,
-        newest_first: false,
-    }
-}
 
 /// Checks a hub id: one bus token of at most 40 characters (it is also part of durable
 /// names).
@@ -78,21 +61,6 @@ pub(crate) fn check_hub_id(id: &str) -> Result<(), HubError> {
 }
 
 impl HubCore {
-    /// Takes (or renews) the lease of run `id`; whether this hub holds it now.
-    pub(crate) async fn hold_run(&self, id: &RunId) -> Result<bool, HubError> {
-        Ok(self
-            .store
-            .acquire_lease(&run_lease(id), &self.hub_id, self.config.ownership_ttl_ms)
-            .await?)
-    }
-
-    /// Gives the lease of run `id` back (another hub may adopt the run at once).
-    pub(crate) async fn release_run(&self, id: &RunId) {
-        if let Err(e) = self.store.release_lease(&run_lease(id), &self.hub_id).await {
-            tracing::warn!(run = %id, error = %e, "run lease not released (it expires)");
-        }
-    }
-
     /// Whether this hub can take `record` over: settle it (a run caught before its
     /// allocation completed: any hub fails it), or drive it — its frontier is in Redis and
     /// this hub has one, or its embedded frontier is this hub's (in its data dir, or the run
@@ -182,19 +150,19 @@ pub(crate) async fn adopt(shared: &Arc<HubCore>, startup: bool) -> Result<(), Hu
             continue;
         }
         let previous = holders.get(&run_lease(&id)).cloned();
-        if !shared.hold_run(&id).await? {
+        if !shared.repo.hold(&id).await? {
             continue;
         }
         // Read it again under the lease: its previous owner may have ended it meanwhile.
-        let record = match shared.store.get_run(id.as_str()).await? {
-            Some(row) => record_of(row)?,
+        let record = match shared.repo.get(&id).await? {
+            Some(record) => record,
             None => {
-                shared.release_run(&id).await;
+                shared.repo.release(&id).await;
                 continue;
             }
         };
         if record.state.is_terminal() {
-            shared.release_run(&id).await;
+            shared.repo.release(&id).await;
             continue;
         }
         let from = previous.filter(|p| p != &shared.hub_id);
@@ -226,14 +194,14 @@ async fn take(shared: &Arc<HubCore>, mut record: RunRecord, from: Option<String>
             // allocation) is seeded again: dedup makes that harmless.
             match Run::open(shared, record.clone(), true).await {
                 Ok(run) => {
-                    if let Err(e) = shared.save_run(&record).await {
+                    if let Err(e) = shared.repo.save(&record).await {
                         tracing::warn!(run = %id, error = %e, "run's hub not stored");
                     }
                     tracing::info!(run = %id, state = %record.state, "{how}");
                     shared
                         .logs
                         .hub(&id, Level::Info, format!("{how} ({})", record.state));
-                    shared.spawn_driver(run);
+                    crate::runner::spawn(shared, run);
                     if let Err(e) = crate::sinks::start(shared, &record) {
                         tracing::warn!(run = %id, error = %e, "item sinks not resumed");
                     }
@@ -247,7 +215,7 @@ async fn take(shared: &Arc<HubCore>, mut record: RunRecord, from: Option<String>
             }
         }
         RunState::Succeeded | RunState::Failed | RunState::Cancelled => {
-            shared.release_run(&id).await;
+            shared.repo.release(&id).await;
         }
     }
 }

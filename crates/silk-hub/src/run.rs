@@ -12,8 +12,10 @@
 //! `cancelled`. Terminal states never change.
 
 use crate::allocation::{Allocation, OnAgentLost, Strategy};
+use crate::error::HubError;
 use crate::health::FailIf;
 use serde::{Deserialize, Serialize};
+use silk_core::spider::Spider;
 use silk_core::{AgentId, RunId};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,6 +24,9 @@ use std::path::PathBuf;
 pub const DEFAULT_MAX_PENDING: u64 = 100;
 /// Default time a run may wait with requests out and nothing coming back, ms.
 pub const DEFAULT_STALL_TIMEOUT_MS: u64 = 60_000;
+/// The request meta key that carries a routed task (the router's `silk.JobOutbound` puts it
+/// there; a request's outcome line gives it back).
+pub const TASK_META: &str = "task";
 
 /// The state of a run (spelled on the wire as below, snake case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -144,6 +149,40 @@ pub struct WebhookSink {
     /// by the API or logged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+}
+
+impl RunRequest {
+    /// Checks a run request; the compiled spider.
+    pub(crate) fn check(&self) -> Result<Spider, HubError> {
+        let request = self;
+        let spider = Spider::from_yaml(&request.spider, "spider")
+            .map_err(|e| HubError::BadRun(e.to_string()))?;
+        if request.max_pending == Some(0) {
+            return Err(HubError::BadRun("max_pending must be at least 1".into()));
+        }
+        if request.stall_timeout_ms == Some(0) {
+            return Err(HubError::BadRun(
+                "stall_timeout_ms must be at least 1".into(),
+            ));
+        }
+        if let Some(d) = &request.downloader
+            && d.contains_key("spider")
+        {
+            return Err(HubError::BadRun(
+                "downloader.spider is not allowed: the run's spider is sent to the agents".into(),
+            ));
+        }
+        if let Some(sinks) = &request.sinks {
+            sinks.validate().map_err(HubError::BadRun)?;
+        }
+        if let Some(fail_if) = &request.fail_if {
+            let problems = fail_if.problems();
+            if !problems.is_empty() {
+                return Err(HubError::BadRun(problems.join("; ")));
+            }
+        }
+        Ok(spider)
+    }
 }
 
 impl Sinks {

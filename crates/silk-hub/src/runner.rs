@@ -22,27 +22,26 @@
 //! - **Crash safety**: items are written before the ack, and links enqueued atomically with
 //!   it, so a hub killed at any point re-dispatches what it had not acked; dedup and the
 //!   idempotent sink absorb the repeat.
-//! - **HubCore frontier** (`RunRecord::shared_frontier`): the frontier is a `RedisFrontier`
+//! - **Shared frontier** (`RunRecord::shared_frontier`): the frontier is a `RedisFrontier`
 //!   and the items also go to the store's items table (idempotent on the key) before the
 //!   ack, so another hub that adopts the run (`ownership`) has both. A run whose lease was
 //!   taken over ends `Disowned`: nothing is written, no agent is released.
 
 use crate::allocation::{Allocation, Route, Strategy};
-pub(crate) use crate::dispatch::Desired;
-use crate::dispatch::{self, End, Step, Turn};
+use crate::dispatch::{self, Desired, End, Step, Turn};
 use crate::error::HubError;
-use crate::hub::HubCore;
+use crate::live::{Counters, FeedError, Out, Run};
 use crate::outcomes::{OutcomeLine, OutcomeLog};
-use crate::run::{Feed, RunRecord, RunState, RunStats, RunView};
+use crate::run::{RunRecord, RunState, RunStats};
+use crate::state::HubCore;
 use parking_lot::Mutex;
 use silk_bus::{Command, FetchOutcome, LeasedRequest, RunResult};
 use silk_core::spider::Spider;
-use silk_core::{AgentId, Request, RunId};
+use silk_core::{AgentId, Request};
 use silk_frontier::{AckResult, FrontierConfig, FrontierStore, Lease, LeaseId, Outcome};
 use silk_items::{JsonlSink, Written};
 use silk_store::Level;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -53,105 +52,6 @@ const PROGRESS_LOG_MS: u64 = 10_000;
 
 /// Most requests in one `download` command.
 const MAX_BATCH: usize = 64;
-
-/// A request out at an agent.
-struct Out {
-    agent: AgentId,
-    request: Request,
-    deadline_ms: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    sent: AtomicU64,
-    returned: AtomicU64,
-    late: AtomicU64,
-    items: AtomicU64,
-    duplicate_items: AtomicU64,
-    bytes: AtomicU64,
-    bytes_saved: AtomicU64,
-    succeeded: AtomicU64,
-    affinity_kept: AtomicU64,
-    affinity_broken: AtomicU64,
-    reassigned: AtomicU64,
-    /// Results whose page was blocked (`proxy_banned`).
-    blocked: AtomicU64,
-    /// Requests given up as poison.
-    poisoned: AtomicU64,
-    by_agent: Mutex<BTreeMap<String, u64>>,
-}
-
-/// A run that is active on this hub.
-pub(crate) struct Run {
-    pub(crate) id: RunId,
-    record: Mutex<RunRecord>,
-    spider: Spider,
-    frontier: Arc<dyn FrontierStore>,
-    sink: JsonlSink,
-    items_path: PathBuf,
-    out: Mutex<HashMap<u64, Out>>,
-    /// Agents that were sent the run's `allocate` in this hub session.
-    allocated_on: Mutex<BTreeSet<AgentId>>,
-    /// Hosts whose robots.txt crawl-delay the frontier already has.
-    delays: Mutex<HashSet<String>>,
-    counters: Counters,
-    wake: Notify,
-    desired: watch::Sender<Desired>,
-    /// A reason to fail the run, set outside the loop (agent lost, a sink error).
-    fatal: Mutex<Option<String>>,
-    /// When a result last came back, or dispatch last went from idle to busy (hub clock).
-    last_progress_ms: AtomicU64,
-    /// When this hub session started driving the run, and the successes before it.
-    session_start_ms: u64,
-    success_before: u64,
-    /// Set when the run starts ending: results are late from then on, controls refused.
-    closing: std::sync::atomic::AtomicBool,
-    /// The frontier's lease timeout, ms.
-    lease_timeout_ms: u64,
-    /// Turns true when the dispatch loop has ended and the run is recorded.
-    done: watch::Sender<bool>,
-    /// Bumped (under the record's lock) by every change of the record.
-    version: AtomicU64,
-    /// The last version stored; held while storing, so stores never go back in time.
-    persisted: tokio::sync::Mutex<u64>,
-    /// Woken when items are written (the sinks that tail the items file).
-    pub(crate) items_written: Notify,
-    /// The job it is a run of.
-    job_id: Option<String>,
-    /// Set when the router feeds the run.
-    feed: Option<Feed>,
-    /// True while the run takes fed requests. Feeding holds it for reading; the run closes
-    /// it for writing, after checking that nothing is left, before it ends — so a request
-    /// is never fed into a run that has decided to end.
-    gate: tokio::sync::RwLock<bool>,
-    /// When requests were last fed (hub clock).
-    last_fed_ms: AtomicU64,
-    /// Final outcomes for the router (`HubConfig::record_outcomes`).
-    outcomes: Option<OutcomeLog>,
-    /// Woken when outcome lines are written.
-    pub(crate) outcomes_written: Notify,
-    /// The frontier's `max_retries` (a `Retry` past it is the request's last outcome).
-    max_retries: u32,
-    /// Held (read) while a result is applied; `finish` takes it (write) once `closing` is
-    /// set, so that no result writes items or outcomes after the run has ended.
-    applying: tokio::sync::RwLock<()>,
-    /// Set when another hub took the run's lease (`ownership`): the loop lets go.
-    disowned: Mutex<Option<String>>,
-    /// The frontier is in Redis (`RunRecord::shared_frontier`): items also go to the store.
-    shared_frontier: bool,
-    /// How often each request's agent was lost while fetching it (this hub session), by
-    /// URL and dedup salt: the poison count.
-    losses: Mutex<HashMap<String, u32>>,
-}
-
-/// Why a run did not take fed requests.
-#[derive(Debug)]
-pub(crate) enum FeedError {
-    /// The run is ending or has ended: start another.
-    Closed,
-    /// The frontier failed.
-    Frontier(String),
-}
 
 impl Run {
     /// Opens the run's frontier and sink from its record; seeds the start URLs when `seed`.
@@ -262,29 +162,6 @@ impl Run {
         }))
     }
 
-    pub(crate) fn record(&self) -> RunRecord {
-        self.record.lock().clone()
-    }
-
-    pub(crate) fn state(&self) -> RunState {
-        self.record.lock().state
-    }
-
-    /// The job it is a run of.
-    pub(crate) fn job_id(&self) -> Option<&str> {
-        self.job_id.as_deref()
-    }
-
-    /// Whether the router feeds the run.
-    pub(crate) fn is_fed(&self) -> bool {
-        self.feed.is_some()
-    }
-
-    /// Whether the run has started ending (it takes no more fed requests).
-    pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::SeqCst)
-    }
-
     /// Enqueues requests routed to the run (`silk.JobOutbound`); how many were new (the
     /// others were duplicates of requests fed before: the same delivery twice).
     pub(crate) async fn feed(
@@ -305,15 +182,6 @@ impl Run {
         drop(open);
         self.wake.notify_one();
         Ok(enqueued.added)
-    }
-
-    /// How many requests the run has not finished (queued or out): a fed run's backlog.
-    pub(crate) async fn left(&self) -> Result<u64, String> {
-        self.frontier
-            .stats()
-            .await
-            .map(|s| s.left)
-            .map_err(|e| format!("frontier: {e}"))
     }
 
     /// Changes the record (under its lock: two writers never interleave), then stores it.
@@ -340,7 +208,7 @@ impl Run {
         if version <= *stored {
             return Ok(());
         }
-        if let Err(e) = hub.save_run(&record).await {
+        if let Err(e) = hub.repo.save(&record).await {
             if let HubError::OwnedElsewhere { hub: holder, .. } = &e {
                 self.disown(format!("its lease is held by {holder}"));
             }
@@ -348,17 +216,6 @@ impl Run {
         }
         *stored = version;
         Ok(())
-    }
-
-    /// Fails the run with `reason` (a timeout, a sink that cannot go on).
-    pub(crate) fn fail(&self, reason: String) {
-        self.set_fatal(reason);
-    }
-
-    /// Notes that the agents in `agents` hold the run's downloader (after a confirmed
-    /// allocation at start).
-    pub(crate) fn mark_allocated(&self, agents: &[AgentId]) {
-        self.allocated_on.lock().extend(agents.iter().cloned());
     }
 
     /// Asks the run to pause, resume or cancel. The state check and the change happen under
@@ -410,77 +267,6 @@ impl Run {
         };
         hub.logs.hub(&self.id, Level::Info, what);
         self.persist(hub).await
-    }
-
-    /// Waits until the run has ended and is recorded.
-    pub(crate) async fn finished(&self) {
-        let mut done = self.done.subscribe();
-        let _ = done.wait_for(|d| *d).await;
-    }
-
-    /// The counters now.
-    pub(crate) async fn stats(&self, now_ms: u64) -> RunStats {
-        let f = self.frontier.stats().await.unwrap_or_default();
-        let c = &self.counters;
-        let elapsed_s = now_ms.saturating_sub(self.session_start_ms) as f64 / 1000.0;
-        let session_success = f.success.saturating_sub(self.success_before);
-        RunStats {
-            total: f.total,
-            left: f.left,
-            in_flight: f.in_flight,
-            pending: f.pending,
-            success: f.success,
-            failed: f.failed,
-            dropped: f.dropped,
-            duplicates: f.duplicates,
-            retries: f.retries,
-            items: c.items.load(Ordering::Relaxed),
-            duplicate_items: c.duplicate_items.load(Ordering::Relaxed),
-            bytes: c.bytes.load(Ordering::Relaxed),
-            bytes_saved: c.bytes_saved.load(Ordering::Relaxed),
-            pages_per_s: if elapsed_s > 0.0 {
-                session_success as f64 / elapsed_s
-            } else {
-                0.0
-            },
-            sent: c.sent.load(Ordering::Relaxed),
-            returned: c.returned.load(Ordering::Relaxed),
-            late_results: c.late.load(Ordering::Relaxed),
-            affinity_kept: c.affinity_kept.load(Ordering::Relaxed),
-            affinity_broken: c.affinity_broken.load(Ordering::Relaxed),
-            reassigned: c.reassigned.load(Ordering::Relaxed),
-            blocked: c.blocked.load(Ordering::Relaxed),
-            poisoned: c.poisoned.load(Ordering::Relaxed),
-            by_agent: c.by_agent.lock().clone(),
-        }
-    }
-
-    pub(crate) async fn view(&self, now_ms: u64) -> RunView {
-        let record = self.record();
-        let stats = match &record.final_stats {
-            Some(s) if record.state.is_terminal() => s.clone(),
-            _ => self.stats(now_ms).await,
-        };
-        RunView::new(&record, stats, self.items_path.clone())
-    }
-
-    /// Another hub holds the run's lease now: the loop lets go (see [`End::Disowned`]).
-    pub(crate) fn disown(&self, reason: String) {
-        if self.closing.load(Ordering::SeqCst) {
-            return;
-        }
-        self.disowned.lock().get_or_insert(reason);
-        self.wake.notify_one();
-    }
-
-    /// Whether the run was let go to another hub.
-    pub(crate) fn is_disowned(&self) -> bool {
-        self.disowned.lock().is_some()
-    }
-
-    fn set_fatal(&self, reason: String) {
-        self.fatal.lock().get_or_insert(reason);
-        self.wake.notify_one();
     }
 
     /// The result of one of the run's requests.
@@ -635,7 +421,7 @@ impl Run {
             time_ms: hub.clock.now_ms(),
             task: request
                 .meta
-                .get(crate::taskhub::TASK_META)
+                .get(crate::run::TASK_META)
                 .and_then(|t| t.as_object())
                 .cloned(),
         };
@@ -680,7 +466,7 @@ impl Run {
             let rows: Vec<(String, u64, serde_json::Value)> = items
                 .iter()
                 .filter(|i| i.get(key).is_some_and(|k| !k.is_null()))
-                .map(|i| (crate::sinks::item_key(i, key), now, i.clone()))
+                .map(|i| (crate::items::item_key(i, key), now, i.clone()))
                 .collect();
             hub.store.insert_items(self.id.as_str(), &rows).await?;
         }
@@ -1226,7 +1012,7 @@ impl Run {
         // it (away longer than the lease; its frontier handle fenced) lets go instead.
         let end = match end {
             End::Succeeded | End::Failed(_) | End::Cancelled => {
-                match hub.hold_run(&self.id).await {
+                match hub.repo.hold(&self.id).await {
                     Ok(true) => end,
                     Ok(false) => End::Disowned("its lease is held by another hub".into()),
                     Err(e) => End::Disowned(format!(
@@ -1337,7 +1123,7 @@ impl Run {
             tracing::warn!(run = %self.id, error = %e, "frontier close failed");
         }
         // Ended, or the hub stops: another hub may take the run from now on.
-        hub.release_run(&self.id).await;
+        hub.repo.release(&self.id).await;
     }
 }
 
@@ -1397,7 +1183,7 @@ fn classify(
 }
 
 /// Drives a run until it ends, then records the end.
-pub(crate) async fn drive(hub: Arc<HubCore>, run: Arc<Run>) {
+async fn drive(hub: Arc<HubCore>, run: Arc<Run>) {
     // The loop runs in its own task so that a bug (a panic) in it still ends the run as
     // failed and wakes whoever waits for it.
     let (h, r) = (hub.clone(), run.clone());
@@ -1416,4 +1202,12 @@ pub(crate) async fn drive(hub: Arc<HubCore>, run: Arc<Run>) {
     run.finish(&hub, end).await;
     hub.run_finished(&run);
     run.done.send_replace(true);
+}
+
+/// Makes `run` active on this hub and starts its driver.
+pub(crate) fn spawn(hub: &Arc<HubCore>, run: Arc<Run>) {
+    // In the table before the driver starts: a driver that ends at once takes it out again.
+    hub.runs.lock().insert(run.id.clone(), run.clone());
+    let handle = tokio::spawn(drive(hub.clone(), run));
+    hub.driver_started(handle);
 }

@@ -1,10 +1,14 @@
-//! The job scheduler task and the job side of [`HubHandle`] (see `jobs` for the semantics).
+//! The job scheduler task (cron fires, retries, timeouts, queued fires) and the job
+//! operations behind [`HubHandle`](crate::HubHandle)'s job methods (see `jobs` for the
+//! semantics).
 
+use crate::dispatch::Desired;
 use crate::error::HubError;
-use crate::hub::{HubCore, HubHandle, NewRun, RunQuery};
-use crate::jobs::{Job, JobSpec, LastRun, PendingRetry, patch_spec};
+use crate::jobs::{Job, JobSpec, LastRun, PendingRetry, TriggerRequest, patch_spec};
+use crate::launch::{NewRun, start_run};
+use crate::live::Run;
 use crate::run::{RunRecord, RunState, RunView};
-use crate::runner::Desired;
+use crate::state::HubCore;
 use silk_core::RunId;
 use silk_schedule::{FireAction, due, on_fire, timed_out};
 use silk_store::Level;
@@ -40,7 +44,7 @@ pub(crate) async fn scheduler(shared: Arc<HubCore>, mut ended: mpsc::UnboundedRe
     }
 }
 
-async fn load(shared: &HubCore, id_or_name: &str) -> Result<Job, HubError> {
+pub(crate) async fn load(shared: &HubCore, id_or_name: &str) -> Result<Job, HubError> {
     let row = match shared.store.get_job(id_or_name).await? {
         Some(row) => row,
         None => match shared.store.get_job_by_name(id_or_name).await? {
@@ -64,8 +68,9 @@ async fn start_job_run(
     attempt: u32,
 ) -> Result<RunView, HubError> {
     let request = job.spec.run_request(extra)?;
-    shared
-        .start_run(NewRun {
+    start_run(
+        shared,
+        NewRun {
             request,
             job: Some((job.id.clone(), job.spec.name.clone())),
             attempt,
@@ -74,8 +79,9 @@ async fn start_job_run(
             timeout_ms: job.spec.timeout_ms,
             frontier_from: None,
             feed: None,
-        })
-        .await
+        },
+    )
+    .await
 }
 
 /// Records `run` as the job's last run.
@@ -124,7 +130,7 @@ async fn start_for(shared: &Arc<HubCore>, job: &mut Job, attempt: u32, why: &str
 /// Fails the runs this hub drives that are still active `timeout_ms` after they started.
 fn time_out_runs(shared: &HubCore) {
     let run_now = shared.clock.now_ms();
-    let active: Vec<Arc<crate::runner::Run>> = {
+    let active: Vec<Arc<Run>> = {
         let runs = shared.runs.lock();
         runs.values().cloned().collect()
     };
@@ -289,20 +295,147 @@ async fn on_run_end(shared: &Arc<HubCore>, record: RunRecord) {
 /// The job's runs that have not ended and are not active on this hub (another hub of the
 /// cluster drives them), the router's fed runs left out (overlap rules ignore those).
 async fn runs_elsewhere(shared: &HubCore, job_id: &str) -> Result<Vec<RunId>, HubError> {
-    let filter = crate::ownership::open_runs(Some(job_id.to_owned()));
+    let filter = crate::repo::open_runs(Some(job_id.to_owned()));
     let mut out = Vec::new();
     for row in shared.store.list_runs(&filter).await? {
         let id = RunId::new(row.id.clone());
         if shared.active_run(&id).is_some() || shared.starting.lock().contains(&id) {
             continue;
         }
-        if let Ok(record) = crate::hub::record_of(row)
+        if let Ok(record) = crate::repo::record_of(row)
             && record.feed.is_none()
         {
             out.push(id);
         }
     }
     Ok(out)
+}
+
+/// Creates a job.
+pub(crate) async fn create_job(shared: &HubCore, spec: JobSpec) -> Result<Job, HubError> {
+    let (spider_name, _) = spec.validate()?;
+    let now = shared.schedule_clock.now_ms();
+    let mut job = Job {
+        id: uuid::Uuid::now_v7().simple().to_string(),
+        spec,
+        spider_name,
+        created_ms: now,
+        updated_ms: now,
+        next_fire_ms: None,
+        last_fire_ms: None,
+        schedule_from_ms: now,
+        last_run: None,
+        queued: 0,
+        retry_pending: None,
+    };
+    job.refresh_next_fire();
+    let _guard = shared.jobs_lock.lock().await;
+    if shared
+        .store
+        .get_job_by_name(&job.spec.name)
+        .await?
+        .is_some()
+    {
+        return Err(HubError::Conflict(format!(
+            "a job named `{}` exists already",
+            job.spec.name
+        )));
+    }
+    shared
+        .store
+        .create_job(&job.row()?)
+        .await
+        .map_err(|e| match e {
+            silk_store::StoreError::Conflict { .. } => {
+                HubError::Conflict(format!("a job named `{}` exists already", job.spec.name))
+            }
+            other => other.into(),
+        })?;
+    tracing::info!(job = %job.spec.name, id = %job.id, "job created");
+    Ok(job)
+}
+
+/// Every job, by name.
+pub(crate) async fn jobs(shared: &HubCore) -> Result<Vec<Job>, HubError> {
+    let rows = shared.store.list_jobs().await?;
+    let mut jobs = Vec::with_capacity(rows.len());
+    for row in rows {
+        match Job::from_row(row) {
+            Ok(job) => jobs.push(job),
+            Err(e) => tracing::warn!(error = %e, "stored job skipped"),
+        }
+    }
+    Ok(jobs)
+}
+
+/// Changes a job with a JSON merge patch (see [`patch_spec`]).
+pub(crate) async fn update_job(
+    shared: &HubCore,
+    id_or_name: &str,
+    patch: &serde_json::Value,
+) -> Result<Job, HubError> {
+    let _guard = shared.jobs_lock.lock().await;
+    let mut job = load(shared, id_or_name).await?;
+    let spec = patch_spec(&job.spec, patch)?;
+    let (spider_name, _) = spec.validate()?;
+    if spec.name != job.spec.name && shared.store.get_job_by_name(&spec.name).await?.is_some() {
+        return Err(HubError::Conflict(format!(
+            "a job named `{}` exists already",
+            spec.name
+        )));
+    }
+    let now = shared.schedule_clock.now_ms();
+    let schedule_changed = spec.cron != job.spec.cron
+        || spec.timezone != job.spec.timezone
+        || spec.enabled != job.spec.enabled;
+    if schedule_changed {
+        // Count fires from now: no catching up on fires from before the change.
+        job.schedule_from_ms = now;
+        job.last_fire_ms = None;
+        if !spec.enabled {
+            job.queued = 0;
+        }
+    }
+    job.spec = spec;
+    job.spider_name = spider_name;
+    job.updated_ms = now;
+    job.refresh_next_fire();
+    save(shared, &job).await?;
+    Ok(job)
+}
+
+/// Deletes a job (its runs stay).
+pub(crate) async fn delete_job(shared: &HubCore, id_or_name: &str) -> Result<(), HubError> {
+    let _guard = shared.jobs_lock.lock().await;
+    let job = load(shared, id_or_name).await?;
+    if !shared.store.delete_job(&job.id).await? {
+        return Err(HubError::NoSuchJob(id_or_name.to_owned()));
+    }
+    tracing::info!(job = %job.spec.name, "job deleted");
+    Ok(())
+}
+
+/// Triggers a job now (whatever its schedule, enabled or not).
+pub(crate) async fn trigger(
+    shared: &Arc<HubCore>,
+    id_or_name: &str,
+    trigger: TriggerRequest,
+) -> Result<RunView, HubError> {
+    let job = load(shared, id_or_name).await?;
+    let result = start_job_run(shared, &job, &trigger.args, 0).await;
+    match &result {
+        Ok(view) => {
+            shared
+                .logs
+                .hub(&view.id, Level::Info, "triggered by a user");
+            note_run(shared, &job.id, &view.id, view.state).await;
+        }
+        Err(HubError::AllocationFailed { run, .. }) => {
+            note_run(shared, &job.id, run, RunState::Failed).await;
+        }
+        Err(_) => {}
+    }
+    result
 }
 
 fn humanize(ms: u64) -> String {
@@ -312,167 +445,5 @@ fn humanize(ms: u64) -> String {
         format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
     } else {
         format!("{:.1}s", ms as f64 / 1000.0)
-    }
-}
-
-/// A trigger of a job (`POST /api/v1/jobs/{id}/runs`).
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TriggerRequest {
-    /// Arguments over the job's.
-    #[serde(default)]
-    pub args: BTreeMap<String, String>,
-}
-
-impl HubHandle {
-    /// Creates a job.
-    pub async fn create_job(&self, spec: JobSpec) -> Result<Job, HubError> {
-        let (spider_name, _) = spec.validate()?;
-        let shared = self.shared();
-        let now = shared.schedule_clock.now_ms();
-        let mut job = Job {
-            id: uuid::Uuid::now_v7().simple().to_string(),
-            spec,
-            spider_name,
-            created_ms: now,
-            updated_ms: now,
-            next_fire_ms: None,
-            last_fire_ms: None,
-            schedule_from_ms: now,
-            last_run: None,
-            queued: 0,
-            retry_pending: None,
-        };
-        job.refresh_next_fire();
-        let _guard = shared.jobs_lock.lock().await;
-        if shared
-            .store
-            .get_job_by_name(&job.spec.name)
-            .await?
-            .is_some()
-        {
-            return Err(HubError::Conflict(format!(
-                "a job named `{}` exists already",
-                job.spec.name
-            )));
-        }
-        shared
-            .store
-            .create_job(&job.row()?)
-            .await
-            .map_err(|e| match e {
-                silk_store::StoreError::Conflict { .. } => {
-                    HubError::Conflict(format!("a job named `{}` exists already", job.spec.name))
-                }
-                other => other.into(),
-            })?;
-        tracing::info!(job = %job.spec.name, id = %job.id, "job created");
-        Ok(job)
-    }
-
-    /// Every job, by name.
-    pub async fn jobs(&self) -> Result<Vec<Job>, HubError> {
-        let rows = self.shared().store.list_jobs().await?;
-        let mut jobs = Vec::with_capacity(rows.len());
-        for row in rows {
-            match Job::from_row(row) {
-                Ok(job) => jobs.push(job),
-                Err(e) => tracing::warn!(error = %e, "stored job skipped"),
-            }
-        }
-        Ok(jobs)
-    }
-
-    /// A job by id or name.
-    pub async fn job(&self, id_or_name: &str) -> Result<Job, HubError> {
-        load(self.shared(), id_or_name).await
-    }
-
-    /// Changes a job with a JSON merge patch (see [`patch_spec`]).
-    pub async fn update_job(
-        &self,
-        id_or_name: &str,
-        patch: &serde_json::Value,
-    ) -> Result<Job, HubError> {
-        let shared = self.shared();
-        let _guard = shared.jobs_lock.lock().await;
-        let mut job = load(shared, id_or_name).await?;
-        let spec = patch_spec(&job.spec, patch)?;
-        let (spider_name, _) = spec.validate()?;
-        if spec.name != job.spec.name && shared.store.get_job_by_name(&spec.name).await?.is_some() {
-            return Err(HubError::Conflict(format!(
-                "a job named `{}` exists already",
-                spec.name
-            )));
-        }
-        let now = shared.schedule_clock.now_ms();
-        let schedule_changed = spec.cron != job.spec.cron
-            || spec.timezone != job.spec.timezone
-            || spec.enabled != job.spec.enabled;
-        if schedule_changed {
-            // Count fires from now: no catching up on fires from before the change.
-            job.schedule_from_ms = now;
-            job.last_fire_ms = None;
-            if !spec.enabled {
-                job.queued = 0;
-            }
-        }
-        job.spec = spec;
-        job.spider_name = spider_name;
-        job.updated_ms = now;
-        job.refresh_next_fire();
-        save(shared, &job).await?;
-        Ok(job)
-    }
-
-    /// Deletes a job (its runs stay).
-    pub async fn delete_job(&self, id_or_name: &str) -> Result<(), HubError> {
-        let shared = self.shared();
-        let _guard = shared.jobs_lock.lock().await;
-        let job = load(shared, id_or_name).await?;
-        if !shared.store.delete_job(&job.id).await? {
-            return Err(HubError::NoSuchJob(id_or_name.to_owned()));
-        }
-        tracing::info!(job = %job.spec.name, "job deleted");
-        Ok(())
-    }
-
-    /// Triggers a job now (whatever its schedule, enabled or not).
-    pub async fn trigger(
-        &self,
-        id_or_name: &str,
-        trigger: TriggerRequest,
-    ) -> Result<RunView, HubError> {
-        let shared = self.shared();
-        let job = load(shared, id_or_name).await?;
-        let result = start_job_run(shared, &job, &trigger.args, 0).await;
-        match &result {
-            Ok(view) => {
-                shared
-                    .logs
-                    .hub(&view.id, Level::Info, "triggered by a user");
-                note_run(shared, &job.id, &view.id, view.state).await;
-            }
-            Err(HubError::AllocationFailed { run, .. }) => {
-                note_run(shared, &job.id, run, RunState::Failed).await;
-            }
-            Err(_) => {}
-        }
-        result
-    }
-
-    /// The runs of a job, newest first.
-    pub async fn job_runs(
-        &self,
-        id_or_name: &str,
-        limit: Option<u32>,
-    ) -> Result<Vec<RunView>, HubError> {
-        let job = self.job(id_or_name).await?;
-        self.runs(&RunQuery {
-            job_id: Some(job.id),
-            states: Vec::new(),
-            limit,
-        })
-        .await
     }
 }

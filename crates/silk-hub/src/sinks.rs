@@ -14,10 +14,10 @@
 //!   2xx is a delivery, anything else is retried with back-off (1 s doubling to 60 s).
 
 use crate::error::HubError;
-use crate::hub::HubCore;
-use crate::items::ItemLog;
+use crate::items::{ItemLog, item_key};
+use crate::live::Run;
 use crate::run::{RunRecord, WebhookSink};
-use crate::runner::Run;
+use crate::state::HubCore;
 use crate::tailer::{self, Backoff, Page, Tail, Writer};
 use serde::{Deserialize, Serialize};
 use silk_core::RunId;
@@ -107,15 +107,6 @@ impl Target {
     }
 }
 
-/// The item's key as a string (the sink writes only items that have one).
-pub(crate) fn item_key(item: &serde_json::Value, field: &str) -> String {
-    match item.get(field) {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => String::new(),
-    }
-}
-
 /// Starts the sink tasks of a run that has sinks (new, resumed, or ended with items not yet
 /// delivered). Each ends once the run is over and every item is delivered.
 pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), HubError> {
@@ -170,12 +161,8 @@ pub(crate) async fn resume_pending(shared: &Arc<HubCore>) {
         if shared.active_run(&id).is_some() {
             continue; // started with its run
         }
-        let record = match shared.store.get_run(id.as_str()).await {
-            Ok(Some(row)) => match crate::hub::record_of(row) {
-                Ok(r) => r,
-                Err(_) => continue,
-            },
-            _ => continue,
+        let Ok(Some(record)) = shared.repo.get(&id).await else {
+            continue;
         };
         if let Err(e) = start(shared, &record) {
             tracing::warn!(run = %id, error = %e, "item sinks not resumed");

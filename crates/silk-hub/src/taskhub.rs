@@ -20,11 +20,12 @@
 //!   across router and hub restarts.
 
 use crate::error::HubError;
-use crate::hub::{HubCore, HubHandle};
+use crate::hub::HubHandle;
 use crate::items::read_items;
+use crate::live::{FeedError, Run};
 use crate::outcomes::{self, OutcomeLine};
 use crate::run::Feed;
-use crate::runner::{FeedError, Run};
+use crate::state::HubCore;
 use crate::tailer::{self, Backoff, Page, Tail, Writer};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -42,8 +43,7 @@ use std::time::Duration;
 pub const JOB_OUTBOUND: &str = "silk.JobOutbound";
 /// The class name of the run results inbound.
 pub const RUN_RESULTS_INBOUND: &str = "silk.RunResultsInbound";
-/// The request meta key that carries the routed task.
-pub const TASK_META: &str = "task";
+pub use crate::run::TASK_META;
 /// Default `idle_ms` of a fed run.
 pub const DEFAULT_IDLE_MS: u64 = 60_000;
 /// Default `task_result` of a request fetched and done.
@@ -306,7 +306,7 @@ impl HubHandle {
     ) -> Result<Vec<Result<(), String>>, HubError> {
         let job = self.job(job).await?;
         let request = job.spec.run_request(&BTreeMap::new())?;
-        let spider = crate::hub::check_request(&request)?;
+        let spider = request.check()?;
         let mut answers = Vec::with_capacity(tasks.len());
         let mut requests = Vec::new();
         let now = self.shared().clock.now_ms();
@@ -404,7 +404,7 @@ async fn start_fed_run(
     job: &crate::jobs::Job,
     request: &crate::run::RunRequest,
     feed: &Feed,
-) -> Result<Option<Arc<crate::runner::Run>>, HubError> {
+) -> Result<Option<Arc<Run>>, HubError> {
     {
         let live = shared.live_agents();
         let mut rng = shared.rng.lock();
@@ -420,8 +420,9 @@ async fn start_fed_run(
         )?;
     }
     let frontier_from = stranded_fed_run(shared, &job.id).await?;
-    let view = shared
-        .start_run(crate::hub::NewRun {
+    let view = crate::launch::start_run(
+        shared,
+        crate::launch::NewRun {
             request: request.clone(),
             job: Some((job.id.clone(), job.spec.name.clone())),
             attempt: 0,
@@ -431,8 +432,9 @@ async fn start_fed_run(
             timeout_ms: None,
             frontier_from,
             feed: Some(feed.clone()),
-        })
-        .await?;
+        },
+    )
+    .await?;
     shared.logs.hub(
         &view.id,
         silk_store::Level::Info,
@@ -455,7 +457,7 @@ async fn stranded_fed_run(shared: &HubCore, job_id: &str) -> Result<Option<RunId
         newest_first: true,
     };
     for row in shared.store.list_runs(&filter).await? {
-        let Ok(record) = crate::hub::record_of(row) else {
+        let Ok(record) = crate::repo::record_of(row) else {
             continue;
         };
         if record.feed.is_none() {

@@ -33,6 +33,7 @@ mod decide;
 mod error;
 mod failure;
 mod metrics;
+mod outcome;
 mod payload;
 mod read;
 pub mod registry;
@@ -48,14 +49,15 @@ use std::path::Path;
 
 pub use bucket::TokenBucket;
 pub use config::Config;
-pub use decide::{CheckTaskAnswer, Decision, REASONS, Reason, explain, explain_at};
+pub use decide::{CheckTaskAnswer, explain, explain_at};
 pub use error::{ConfigError, RouterError};
+pub use outcome::{Decision, Outcome, REASONS, Reason};
 pub use read::InitReader;
 pub use registry::{
-    Convert, ConvertFactory, Inbound, InboundFactory, NEEDS_HUB, NO_KAFKA, Outbound,
-    OutboundFactory, Outgoing, Registry,
+    Convert, ConvertFactory, Inbound, InboundContext, InboundFactory, NEEDS_HUB, NO_KAFKA,
+    Outbound, OutboundFactory, Outgoing, Registry,
 };
-pub use router::{InboundContext, OutboundStatus, Outcome, Router};
+pub use router::{OutboundStatus, Router};
 pub use server::{ApiError, ErrorCode, app};
 pub use task::{BUILTIN_KEYS, SUBMITTER, format_time};
 pub use vars::Vars;

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::Config;
-use crate::decide::{REASONS, Reason};
+use crate::outcome::{REASONS, Reason};
 
 /// Decision counters. Inbound slot `inbounds.len()` is "no inbound" (`POST /task/` with no
 /// HTTP inbound configured); outbound slot `outbounds.len()` is "no outbound".

@@ -23,8 +23,87 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::RouterError;
+use crate::outcome::Outcome;
 use crate::read::InitReader;
-use crate::router::InboundContext;
+use tokio::sync::watch;
+
+/// The router as an inbound's consumers reach it ([`Router`](crate::Router) implements it).
+#[async_trait]
+pub(crate) trait Intake: Send + Sync + 'static {
+    /// Routes one task for inbound `inbound`.
+    async fn submit(&self, inbound: usize, task: Value) -> Result<Outcome, RouterError>;
+    /// Routes one message (JSON text of a task) for inbound `inbound`.
+    async fn submit_bytes(&self, inbound: usize, message: &[u8]) -> Result<Outcome, RouterError>;
+}
+
+/// What an inbound's consumer tasks get: the way into the router and the stop signal.
+#[derive(Clone)]
+pub struct InboundContext {
+    intake: Arc<dyn Intake>,
+    index: usize,
+    name: String,
+    threads: usize,
+    stop: watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for InboundContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundContext")
+            .field("inbound", &self.name())
+            .finish()
+    }
+}
+
+impl InboundContext {
+    pub(crate) fn new(
+        intake: Arc<dyn Intake>,
+        index: usize,
+        name: String,
+        threads: usize,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            intake,
+            index,
+            name,
+            threads,
+            stop,
+        }
+    }
+
+    /// The inbound's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many consumers to run (`threads`).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Whether the router is shutting down (stop taking new tasks).
+    pub fn is_stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    /// Resolves when the router starts shutting down.
+    pub async fn stopping(&self) {
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(|s| *s).await;
+    }
+
+    /// Routes one task; see [`Router::submit`](crate::Router::submit).
+    pub async fn submit(&self, task: Value) -> Result<Outcome, RouterError> {
+        self.intake.submit(self.index, task).await
+    }
+
+    /// Routes one message: JSON text of a task. A message that is not a JSON object is
+    /// recorded in the failure record (reason `bad_task`, with the raw text) and counted,
+    /// and the result is `Ok` so that the inbound drops it.
+    pub async fn submit_bytes(&self, message: &[u8]) -> Result<Outcome, RouterError> {
+        self.intake.submit_bytes(self.index, message).await
+    }
+}
 
 /// One routed task on its way out.
 #[derive(Debug, Clone)]
@@ -131,9 +210,9 @@ impl<F: ?Sized> Clone for Entry<F> {
 /// Class name → factory, for inbounds, outbounds and convert steps.
 #[derive(Clone)]
 pub struct Registry {
-    inbounds: HashMap<String, Entry<dyn InboundFactory>>,
-    outbounds: HashMap<String, Entry<dyn OutboundFactory>>,
-    converts: HashMap<String, Entry<dyn ConvertFactory>>,
+    pub(crate) inbounds: HashMap<String, Entry<dyn InboundFactory>>,
+    pub(crate) outbounds: HashMap<String, Entry<dyn OutboundFactory>>,
+    pub(crate) converts: HashMap<String, Entry<dyn ConvertFactory>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -157,34 +236,14 @@ pub const NEEDS_HUB: &str =
 /// The reason `kafka.KafkaInbound` is unavailable.
 pub const NO_KAFKA: &str = "not supported: no Kafka client in this build";
 
-impl Default for Registry {
-    fn default() -> Self {
-        Registry::standard()
-    }
-}
-
 impl Registry {
-    /// Every class of this crate, under the seed's names and Silk's own.
-    pub fn standard() -> Registry {
-        let mut registry = Registry {
+    /// A registry with no class (see `components` for the standard one).
+    pub(crate) fn empty() -> Registry {
+        Registry {
             inbounds: HashMap::new(),
             outbounds: HashMap::new(),
             converts: HashMap::new(),
-        };
-        crate::components::register_standard(&mut registry);
-        registry.inbounds.insert(
-            "kafka.KafkaInbound".into(),
-            Entry::Unavailable(NO_KAFKA.into()),
-        );
-        registry.inbounds.insert(
-            "silk.RunResultsInbound".into(),
-            Entry::Unavailable(NEEDS_HUB.into()),
-        );
-        registry.outbounds.insert(
-            "silk.JobOutbound".into(),
-            Entry::Unavailable(NEEDS_HUB.into()),
-        );
-        registry
+        }
     }
 
     /// Registers (or replaces) an inbound class.

@@ -24,12 +24,13 @@ use tokio::task::JoinHandle;
 
 use crate::bucket::TokenBucket;
 use crate::config::Config;
-use crate::decide::{self, CheckTaskAnswer, Decision, Reason, RuleRef};
+use crate::decide::{self, CheckTaskAnswer, RuleRef};
 use crate::error::RouterError;
 use crate::failure::FailureWriter;
 use crate::metrics::Metrics;
+use crate::outcome::{Decision, Outcome, Reason};
 use crate::payload::Payload;
-use crate::registry::Outgoing;
+use crate::registry::{InboundContext, Intake, Outgoing};
 use crate::sender::OutboundSender;
 use crate::task;
 
@@ -61,19 +62,6 @@ struct Inner {
     settled: Notify,
 }
 
-/// What happened to a submitted task.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct Outcome {
-    pub decision: Decision,
-    pub reason: Reason,
-    /// The outbound it went to (routed), or came back from (succeeded/failed).
-    pub outbound: Option<String>,
-    /// The task's `task_uuid` when it was pushed.
-    pub task_uuid: Option<String>,
-    /// Why, for people.
-    pub why: String,
-}
-
 /// One outbound as `GET /outbound/{prefix}` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct OutboundStatus {
@@ -103,54 +91,14 @@ pub struct OutboundStatus {
     pub counters: BTreeMap<String, u64>,
 }
 
-/// What an inbound's consumer tasks get: the way into the router and the stop signal.
-#[derive(Clone)]
-pub struct InboundContext {
-    router: Router,
-    index: usize,
-    stop: watch::Receiver<bool>,
-}
-
-impl std::fmt::Debug for InboundContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InboundContext")
-            .field("inbound", &self.name())
-            .finish()
-    }
-}
-
-impl InboundContext {
-    /// The inbound's name.
-    pub fn name(&self) -> &str {
-        &self.router.inner.config.inbounds[self.index].name
+#[async_trait::async_trait]
+impl Intake for Router {
+    async fn submit(&self, inbound: usize, task: Value) -> Result<Outcome, RouterError> {
+        Router::submit(self, Some(inbound), task).await
     }
 
-    /// How many consumers to run (`threads`).
-    pub fn threads(&self) -> usize {
-        self.router.inner.config.inbounds[self.index].threads
-    }
-
-    /// Whether the router is shutting down (stop taking new tasks).
-    pub fn is_stopping(&self) -> bool {
-        *self.stop.borrow()
-    }
-
-    /// Resolves when the router starts shutting down.
-    pub async fn stopping(&self) {
-        let mut stop = self.stop.clone();
-        let _ = stop.wait_for(|s| *s).await;
-    }
-
-    /// Routes one task; see [`Router::submit`].
-    pub async fn submit(&self, task: Value) -> Result<Outcome, RouterError> {
-        self.router.submit(Some(self.index), task).await
-    }
-
-    /// Routes one message: JSON text of a task. A message that is not a JSON object is
-    /// recorded in the failure record (reason `bad_task`, with the raw text) and counted,
-    /// and the result is `Ok` so that the inbound drops it.
-    pub async fn submit_bytes(&self, message: &[u8]) -> Result<Outcome, RouterError> {
-        self.router.submit_bytes(Some(self.index), message).await
+    async fn submit_bytes(&self, inbound: usize, message: &[u8]) -> Result<Outcome, RouterError> {
+        Router::submit_bytes(self, Some(inbound), message).await
     }
 }
 
@@ -225,11 +173,13 @@ impl Router {
             if rule.disable || rule.component.0.is_http() {
                 continue;
             }
-            let ctx = InboundContext {
-                router: self.clone(),
+            let ctx = InboundContext::new(
+                Arc::new(self.clone()),
                 index,
-                stop: self.inner.stop_inbounds.subscribe(),
-            };
+                rule.name.clone(),
+                rule.threads,
+                self.inner.stop_inbounds.subscribe(),
+            );
             let component = rule.component.0.clone();
             let name = rule.name.clone();
             let source = component.source();
@@ -397,7 +347,7 @@ impl Router {
         Ok(outcome)
     }
 
-    /// Routes JSON text; see [`InboundContext::submit_bytes`].
+    /// Routes JSON text; see [`InboundContext::submit_bytes`](crate::InboundContext::submit_bytes).
     pub async fn submit_bytes(
         &self,
         inbound: Option<usize>,

@@ -17,9 +17,9 @@ use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::decide::Decision;
 use crate::error::RouterError;
-use crate::router::{Outcome, Router};
+use crate::outcome::{Decision, Outcome};
+use crate::router::Router;
 pub use silk_api::ErrorCode;
 
 /// The HTTP status of `code` (`silk_api::ErrorCode::status`).

@@ -15,8 +15,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use crate::error::RouterError;
 use crate::read::InitReader;
 use crate::redact;
-use crate::registry::{Inbound, InboundFactory, Outbound, OutboundFactory, Outgoing};
-use crate::router::InboundContext;
+use crate::registry::{
+    Inbound, InboundContext, InboundFactory, Outbound, OutboundFactory, Outgoing,
+};
 
 /// `http.HttpInbound`.
 pub(crate) struct HttpInboundFactory;

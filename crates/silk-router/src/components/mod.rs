@@ -8,10 +8,38 @@ pub(crate) mod redis;
 
 use std::sync::Arc;
 
-use crate::registry::Registry;
+use crate::registry::{Entry, NEEDS_HUB, NO_KAFKA, Registry};
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::standard()
+    }
+}
+
+impl Registry {
+    /// Every class of this crate, under the seed's names and Silk's own (the `silk.*` classes
+    /// as unavailable: the hub registers real ones).
+    pub fn standard() -> Registry {
+        let mut registry = Registry::empty();
+        register_standard(&mut registry);
+        registry.inbounds.insert(
+            "kafka.KafkaInbound".into(),
+            Entry::Unavailable(NO_KAFKA.into()),
+        );
+        registry.inbounds.insert(
+            "silk.RunResultsInbound".into(),
+            Entry::Unavailable(NEEDS_HUB.into()),
+        );
+        registry.outbounds.insert(
+            "silk.JobOutbound".into(),
+            Entry::Unavailable(NEEDS_HUB.into()),
+        );
+        registry
+    }
+}
 
 /// Registers every standard class.
-pub(crate) fn register_standard(registry: &mut Registry) {
+fn register_standard(registry: &mut Registry) {
     registry
         .register_inbound("http.HttpInbound", Arc::new(http::HttpInboundFactory))
         .register_inbound(

@@ -35,8 +35,9 @@ use crate::components::redis::backoff_ms;
 use crate::error::RouterError;
 use crate::read::InitReader;
 use crate::redact;
-use crate::registry::{Inbound, InboundFactory, Outbound, OutboundFactory, Outgoing};
-use crate::router::InboundContext;
+use crate::registry::{
+    Inbound, InboundContext, InboundFactory, Outbound, OutboundFactory, Outgoing,
+};
 
 fn url(init: &mut InitReader<'_>) -> Option<String> {
     let url = init.str("url")?;

@@ -46,8 +46,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use crate::error::RouterError;
 use crate::read::InitReader;
 use crate::redact;
-use crate::registry::{Inbound, InboundFactory, Outbound, OutboundFactory, Outgoing};
-use crate::router::InboundContext;
+use crate::registry::{
+    Inbound, InboundContext, InboundFactory, Outbound, OutboundFactory, Outgoing,
+};
 
 fn client(init: &mut InitReader<'_>) -> Option<(redis::Client, String)> {
     let url = init.str("url")?;

@@ -1,0 +1,78 @@
+//! The hub's settings ([`HubConfig`]).
+
+use crate::phi::PhiConfig;
+use silk_bus::TtlPolicy;
+use std::path::PathBuf;
+
+/// The hub's settings.
+#[derive(Debug, Clone)]
+pub struct HubConfig {
+    /// Where runs, frontiers, items and known agents are kept.
+    pub data_dir: PathBuf,
+    /// Failure detection (phi threshold, `dead_after_ms`, …).
+    pub phi: PhiConfig,
+    /// Message TTLs (must match the agents' heartbeat interval).
+    pub ttl: TtlPolicy,
+    /// How often agent states are re-evaluated, ms.
+    pub tick_ms: u64,
+    /// How long a run start waits for its agents' allocation replies, ms.
+    pub allocate_timeout_ms: u64,
+    /// Wait between attempts to (re)subscribe while the bus is down, ms (doubling up to
+    /// 5 s).
+    pub resubscribe_initial_ms: u64,
+    /// The metadata store: `sqlite://PATH` or `postgres://…`; default the SQLite file
+    /// `DATA_DIR/silk.db`.
+    pub store_url: Option<String>,
+    /// Run log lines older than this are deleted, ms (default 30 days).
+    pub log_retention_ms: u64,
+    /// How often the scheduler looks at jobs, ms (default 1000).
+    pub schedule_tick_ms: u64,
+    /// Write each fetched request's final outcome to `runs/{id}/outcomes.jsonl`, for the
+    /// router's `silk.RunResultsInbound` (default false; `silk hub --router` sets it when
+    /// the router config has such an inbound).
+    pub record_outcomes: bool,
+    /// This hub's id in the cluster (a single token of at most 40 `[A-Za-z0-9_-]`
+    /// characters): the holder of its run leases, its results subject `results.{id}` and its
+    /// durable names. Default: the id kept in `DATA_DIR/hub.id`, made at first start.
+    pub hub_id: Option<String>,
+    /// The cluster's Redis (`redis://…`) for run frontiers: new runs keep their frontier
+    /// there (`RedisFrontier`, prefix `{frontier_prefix}:{run id}`), so another hub can
+    /// adopt them when this one dies; their items go to the store before each ack. `None`:
+    /// frontiers are embedded stores in the data dir.
+    pub frontier_url: Option<String>,
+    /// The first part of the Redis key prefix of run frontiers (default `silk`).
+    pub frontier_prefix: String,
+    /// How long a run's lease in the store lasts without renewal, ms (default 15 s): a hub
+    /// that dies loses its runs to the other hubs this long after its last renewal. Renewed
+    /// every third of it.
+    pub ownership_ttl_ms: u64,
+    /// A request whose agent is lost while fetching it this many times is given up as
+    /// poison (failed, reason `poison`) instead of being sent to another agent again: a
+    /// page that crashes its agent would otherwise take the fleet down one agent at a time,
+    /// forever. Default 3. (A request whose lease expires uses up a retry each time, so
+    /// `max_retries` bounds that case.)
+    pub poison_after_losses: u32,
+}
+
+impl HubConfig {
+    /// Defaults (`dead_after` 11 s, heartbeats every 1 s) with `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            phi: PhiConfig::default(),
+            ttl: TtlPolicy::default(),
+            tick_ms: 250,
+            allocate_timeout_ms: 10_000,
+            resubscribe_initial_ms: 100,
+            store_url: None,
+            log_retention_ms: 30 * 24 * 3600 * 1000,
+            schedule_tick_ms: 1000,
+            record_outcomes: false,
+            hub_id: None,
+            frontier_url: None,
+            frontier_prefix: "silk".into(),
+            ownership_ttl_ms: 15_000,
+            poison_after_losses: 3,
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Presence: the hub's bus inputs. One task per subscription ([`subscription_loop`]:
+//! registrations, heartbeats, results, allocation replies, log batches), each re-subscribing
+//! with back-off while the bus is down, so that an outage of one input never blocks another;
+//! and the ticker ([`tick_loop`]) that re-evaluates agent states and tells the runs about the
+//! agents that died.
+
+use crate::files::KnownAgent;
+use crate::live::Run;
+use crate::phi::AgentState;
+use crate::registry::{Applied, LabelFilter, RegisterOutcome};
+use crate::state::HubCore;
+use silk_bus::{BusError, Delivery, Message, Subject, SubscribeOpts};
+use silk_store::{AgentRow, Level};
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn on_register(hub: &HubCore, delivery: &Delivery) {
+    let now = hub.clock.now_ms();
+    let envelope = &delivery.envelope;
+    let Message::Register(register) = &envelope.body else {
+        return;
+    };
+    let outcome = hub
+        .registry
+        .lock()
+        .register(register, envelope.sent_ms, now);
+    match outcome {
+        RegisterOutcome::Outdated => return,
+        RegisterOutcome::New => {
+            tracing::info!(agent = %register.agent, host = %register.host, capacity = register.capacity, "agent registered")
+        }
+        RegisterOutcome::Revived => {
+            tracing::info!(agent = %register.agent, "agent registered again after it was dead")
+        }
+        RegisterOutcome::Refreshed => {}
+    }
+    let known = KnownAgent {
+        register: register.clone(),
+        sent_ms: envelope.sent_ms,
+    };
+    let row = serde_json::to_value(&known).map(|register| AgentRow {
+        id: known.register.agent.to_string(),
+        register,
+        sent_ms: envelope.sent_ms,
+        updated_ms: now,
+    });
+    match row {
+        Ok(row) => {
+            if let Err(e) = hub.store.put_agent(&row).await {
+                tracing::warn!(agent = %row.id, error = %e, "known agent not stored");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "known agent not stored"),
+    }
+}
+
+pub(crate) async fn on_delivery(hub: &HubCore, delivery: Delivery) {
+    match &delivery.envelope.body {
+        Message::Register(_) => on_register(hub, &delivery).await,
+        Message::Heartbeat(_) => {
+            let now = hub.clock.now_ms();
+            if let Applied::Heartbeat(crate::registry::HeartbeatOutcome::NeedsRegister) =
+                hub.registry.lock().apply(&delivery.envelope, now)
+            {
+                tracing::debug!("heartbeat of an agent that has not registered yet");
+            }
+        }
+        Message::Result(result) => match hub.active_run(&result.run) {
+            Some(run) => run.on_result(hub, result).await,
+            None => {
+                tracing::debug!(run = %result.run, "result of a run that is not active here ignored")
+            }
+        },
+        Message::Allocated(reply) => {
+            let waiter = hub.waiters.lock().get(&reply.run).cloned();
+            if let Some(tx) = waiter {
+                let _ = tx.send(reply.clone());
+            }
+        }
+        Message::Command(_) | Message::Control(_) => {}
+        Message::Log(batch) => {
+            let source = format!("agent:{}", batch.agent);
+            for line in &batch.lines {
+                let level = line.level.as_str().parse().unwrap_or(Level::Info);
+                hub.logs.line(
+                    batch.run.as_str(),
+                    line.ts_ms,
+                    level,
+                    &source,
+                    line.message.clone(),
+                );
+            }
+        }
+    }
+    if delivery.is_durable()
+        && let Err(e) = delivery.ack().await
+    {
+        tracing::debug!(error = %e, "bus ack failed (the message may come again)");
+    }
+}
+
+/// Counts an open subscription down when it ends.
+struct Decrement<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Decrement<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Reads one subject forever (re-subscribing with back-off while the bus is down).
+pub(crate) async fn subscription_loop(shared: Arc<HubCore>, subject: Subject, opts: SubscribeOpts) {
+    let mut stop = shared.stop.subscribe();
+    let initial = Duration::from_millis(shared.config.resubscribe_initial_ms.max(1));
+    let mut backoff = initial;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let subscribed = tokio::select! {
+            _ = stop.changed() => return,
+            r = shared.bus.subscribe(&subject, opts.clone()) => r,
+        };
+        match subscribed {
+            Ok(mut subscription) => {
+                tracing::debug!(subject = %subject, "hub subscribed");
+                backoff = initial;
+                shared
+                    .subscribed
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let _open = Decrement(&shared.subscribed);
+                loop {
+                    let next = tokio::select! {
+                        _ = stop.changed() => return,
+                        n = subscription.next() => n,
+                    };
+                    match next {
+                        Some(Ok(delivery)) => on_delivery(&shared, delivery).await,
+                        Some(Err(
+                            e @ (BusError::Malformed { .. } | BusError::UnsupportedVersion { .. }),
+                        )) => {
+                            tracing::warn!(subject = %subject, error = %e, "unreadable message skipped")
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(subject = %subject, error = %e, "subscription failed; subscribing again");
+                            break;
+                        }
+                        None => {
+                            tracing::warn!(subject = %subject, "subscription closed; subscribing again");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(subject = %subject, error = %e, "subscribe failed; retrying");
+            }
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Re-evaluates agent states and tells the runs about dead agents.
+pub(crate) async fn tick_loop(shared: Arc<HubCore>) {
+    let mut stop = shared.stop.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_millis(shared.config.tick_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let now = shared.clock.now_ms();
+        let (transitions, live) = {
+            let mut registry = shared.registry.lock();
+            (
+                registry.tick(now),
+                registry.live_agents(now, &LabelFilter::any()),
+            )
+        };
+        shared.live.send_if_modified(|old| {
+            let changed = *old != live;
+            *old = live;
+            changed
+        });
+        for t in transitions {
+            match (t.from, t.to) {
+                (None, to) => {
+                    tracing::debug!(agent = %t.agent, state = %to.as_str(), "agent state")
+                }
+                (Some(from), to) => {
+                    tracing::info!(agent = %t.agent, from = from.as_str(), to = to.as_str(), phi = t.phi, "agent state changed")
+                }
+            }
+            if t.to == AgentState::Dead {
+                let runs: Vec<Arc<Run>> = shared.runs.lock().values().cloned().collect();
+                for run in runs {
+                    run.on_agent_dead(&shared, &t.agent).await;
+                }
+            }
+        }
+    }
+}
