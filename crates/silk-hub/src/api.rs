@@ -37,10 +37,9 @@
 use crate::auth::{NewToken, Principal, TokenView};
 use crate::error::HubError;
 use crate::hub::{HubHandle, RunQuery};
-use crate::items::ItemsPage;
 use crate::jobs::{Job, JobSpec, TriggerRequest};
 use crate::registry::AgentView;
-use crate::run::{RunRequest, RunState, RunView};
+use crate::run::{ItemsPage, RunRequest, RunState, RunView};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -868,7 +867,7 @@ async fn event_feed(
             // fraction of a second).
             ending = true;
             let _ = tokio::time::timeout(
-                Duration::from_millis(2 * crate::logs::FLUSH_MS + 300),
+                Duration::from_millis(2 * crate::config::LOG_FLUSH_MS + 300),
                 stored.changed(),
             )
             .await;

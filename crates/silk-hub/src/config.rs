@@ -4,6 +4,10 @@ use crate::phi::PhiConfig;
 use silk_bus::TtlPolicy;
 use std::path::PathBuf;
 
+/// How long a run log line waits at most before it is stored, ms (`logs`; the API's log
+/// stream waits this long for a run's last lines).
+pub const LOG_FLUSH_MS: u64 = 200;
+
 /// The hub's settings.
 #[derive(Debug, Clone)]
 pub struct HubConfig {

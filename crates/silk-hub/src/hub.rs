@@ -19,6 +19,7 @@
 
 use crate::dispatch::Desired;
 use crate::error::HubError;
+use crate::feeds;
 use crate::files::{HubFiles, KnownAgent};
 use crate::jobs::{Job, JobSpec, TriggerRequest};
 use crate::launch::{NewRun, start_run};
@@ -27,7 +28,8 @@ use crate::logs::RunLogs;
 use crate::presence::{subscription_loop, tick_loop};
 use crate::registry::{AgentRegistry, AgentView};
 use crate::repo::{RunRepo, record_of};
-use crate::run::{RunRecord, RunRequest, RunState, RunView};
+use crate::routed::{FeedTask, OutcomeConsumer};
+use crate::run::{Feed, RunRecord, RunRequest, RunState, RunView};
 use crate::scheduler;
 use crate::state::HubCore;
 use parking_lot::Mutex;
@@ -282,7 +284,7 @@ impl HubHandle {
         id: &RunId,
         cursor: u64,
         limit: usize,
-    ) -> Result<crate::items::ItemsPage, HubError> {
+    ) -> Result<crate::run::ItemsPage, HubError> {
         let record = self.stored_record(id).await?;
         let log = crate::items::ItemLog::of(&record, &self.shared.files);
         log.read(self.shared.store.as_ref(), id, cursor, limit)
@@ -550,6 +552,34 @@ impl HubHandle {
             limit,
         })
         .await
+    }
+
+    /// Feeds routed tasks to `job`'s fed run, starting one (allocated as the job says)
+    /// when the job has none that takes requests. Per task, `Err` is a refusal for good
+    /// (bad URL, host not allowed); the whole call fails when the job does not exist
+    /// ([`HubError::NoSuchJob`]), its spider is bad, or no run can take the tasks now.
+    pub async fn feed_job(
+        &self,
+        job: &str,
+        feed: Feed,
+        tasks: Vec<FeedTask>,
+    ) -> Result<Vec<Result<(), String>>, HubError> {
+        feeds::feed_job(&self.shared, job, feed, tasks).await
+    }
+
+    /// What `job`'s fed run has not finished (0 when it has none, or no such job: the
+    /// push then says so).
+    pub async fn job_backlog(&self, job: &str) -> Result<u64, HubError> {
+        feeds::job_backlog(&self.shared, job).await
+    }
+
+    /// Hands every run's final outcomes to `consumer` until it or the hub stops (see
+    /// `feeds::consume_outcomes`); fails at once when the hub does not record outcomes.
+    pub(crate) async fn consume_outcomes(
+        &self,
+        consumer: Arc<dyn OutcomeConsumer>,
+    ) -> Result<(), HubError> {
+        feeds::consume_outcomes(self.shared.clone(), consumer).await
     }
 
     /// Stops the hub: the runs' loops end (runs stay `running` or `paused` and resume at

@@ -7,8 +7,7 @@
 
 use crate::error::HubError;
 use crate::files::HubFiles;
-use crate::run::RunRecord;
-use serde::{Deserialize, Serialize};
+use crate::run::{ItemsPage, RunRecord};
 use silk_core::RunId;
 use std::io::{BufRead, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -59,18 +58,6 @@ impl ItemLog {
 
 /// Most bytes of item lines read at once.
 const MAX_READ_BYTES: usize = 4 << 20;
-
-/// A page of items read from a run's JSON Lines file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ItemsPage {
-    /// The items.
-    #[schema(value_type = Vec<Object>)]
-    pub items: Vec<serde_json::Value>,
-    /// The cursor of the next page (a byte offset in the file).
-    pub next_cursor: u64,
-    /// Whether the file holds nothing more right now.
-    pub done: bool,
-}
 
 /// Reads at most `limit` complete lines of `path` from byte `cursor`. A line that is not
 /// JSON (a torn last line after a crash is never complete, so this is damage) is skipped.

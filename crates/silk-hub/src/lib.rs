@@ -10,6 +10,7 @@
 //! - **edge** — `api` (the axum routes and OpenAPI document, [`HubHandle::router`]), `auth`
 //!   (API tokens), `ui` (the embedded web UI), [`taskhub`] (the router's classes that need
 //!   the hub: `silk.JobOutbound`, `silk.RunResultsInbound`, registered with [`HubClasses`]).
+//!   The edge names only the facade and the model.
 //! - **facade** — [`hub`]: [`Hub::start`] wires the services; [`HubHandle`] is what the edge
 //!   and the binary call (runs, jobs, agents, items, shutdown). Its methods are thin.
 //! - **services** — tasks and operations over the shared state: `presence` (the bus inputs:
@@ -17,7 +18,8 @@
 //!   states), `launch` (a run's start: checked, leased, stored, allocated, seeded, driven),
 //!   `runner` (one active run's dispatch loop and result handling), `ownership` (run leases
 //!   among hubs, adoption, restart recovery), `scheduler` (cron fires, retries, timeouts,
-//!   queued fires; the job operations), `sinks` (SQL and webhook sinks tailing item logs).
+//!   queued fires; the job operations), `sinks` (SQL and webhook sinks tailing item logs),
+//!   `feeds` (the runs the router feeds, and every run's outcomes handed to a consumer).
 //! - **state** — `state` (`HubCore`: what the services share — registry, the table of active
 //!   runs, store, run repository, bus, clock, files, logs — with the small operations every
 //!   service uses; it spawns nothing and drives nothing) and `live` (`Run`: one active run's
@@ -27,6 +29,8 @@
 //!   item log: its file or the store's table), `outcomes` (the per-run final outcomes file),
 //!   `tailer` (the one tailer of a run's append-only logs).
 //! - **model** — pure: [`run`] (a run's wire and stored shapes, states, request checks),
+//!   `routed` (what the router and the hub exchange: [`FeedTask`], outcome lines, the
+//!   outcome consumer trait),
 //!   [`jobs`] (job specs, args, patches), `dispatch` (a dispatch turn's decision), [`health`]
 //!   ([`FailIf`]), [`phi`] ([`PhiDetector`], [`AgentState`]), [`registry`] ([`AgentRegistry`]
 //!   fed by [`Register`](silk_bus::Register) and [`Heartbeat`](silk_bus::Heartbeat); state
@@ -49,6 +53,7 @@ pub mod auth;
 mod config;
 mod dispatch;
 pub mod error;
+mod feeds;
 mod files;
 pub mod health;
 pub mod hub;
@@ -63,6 +68,7 @@ pub mod phi;
 mod presence;
 pub mod registry;
 mod repo;
+mod routed;
 pub mod run;
 mod runner;
 mod scheduler;
@@ -80,11 +86,11 @@ pub use error::HubError;
 pub use files::KnownAgent;
 pub use health::FailIf;
 pub use hub::{Hub, HubHandle, RunQuery};
-pub use items::ItemsPage;
 pub use jobs::{Job, JobSpec, TriggerRequest};
 pub use phi::{AgentState, PhiConfig, PhiDetector};
 pub use registry::{
     AgentRegistry, AgentView, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,
 };
-pub use run::{Feed, RunRequest, RunState, RunStats, RunView, Sinks, WebhookSink};
-pub use taskhub::{FeedTask, HubClasses};
+pub use routed::FeedTask;
+pub use run::{Feed, ItemsPage, RunRequest, RunState, RunStats, RunView, Sinks, WebhookSink};
+pub use taskhub::HubClasses;

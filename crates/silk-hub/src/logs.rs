@@ -27,8 +27,7 @@ use tokio::sync::{mpsc, watch};
 pub const QUEUE: usize = 65_536;
 /// Lines stored in one batch at most.
 pub const BATCH: usize = 512;
-/// How long a line waits at most before it is stored, ms.
-pub const FLUSH_MS: u64 = 200;
+pub use crate::config::LOG_FLUSH_MS as FLUSH_MS;
 /// Longest message kept, bytes; longer ones are cut and marked.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
 /// Attempts to store one batch.

@@ -24,41 +24,14 @@
 //! | `time_ms` | when the hub received the result, ms since the epoch |
 //! | `task` | the router task that became this request (`silk.JobOutbound`), or absent |
 
+use crate::routed::OutcomeLine;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 /// The file name of a run's outcomes.
 pub(crate) const FILE: &str = "outcomes.jsonl";
-
-/// One final outcome (a line of `outcomes.jsonl`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct OutcomeLine {
-    pub v: u32,
-    pub ok: bool,
-    pub http_code: Option<u16>,
-    pub error_code: Option<String>,
-    pub error_msg: String,
-    pub url: String,
-    pub method: String,
-    pub depth: u32,
-    pub retries: u32,
-    pub items: u64,
-    pub links: u64,
-    pub bytes: u64,
-    pub fetch_ms: u64,
-    pub agent: String,
-    pub run: String,
-    pub job: Option<String>,
-    pub job_id: Option<String>,
-    pub spider_name: String,
-    pub time_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<Map<String, Value>>,
-}
 
 /// The append-only outcomes file of one run.
 pub(crate) struct OutcomeLog {

@@ -151,6 +151,18 @@ pub struct WebhookSink {
     pub headers: BTreeMap<String, String>,
 }
 
+/// A page of items read from a run's JSON Lines file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ItemsPage {
+    /// The items.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<serde_json::Value>,
+    /// The cursor of the next page (a byte offset in the file).
+    pub next_cursor: u64,
+    /// Whether the file holds nothing more right now.
+    pub done: bool,
+}
+
 impl RunRequest {
     /// Checks a run request; the compiled spider.
     pub(crate) fn check(&self) -> Result<Spider, HubError> {

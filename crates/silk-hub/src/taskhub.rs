@@ -21,23 +21,17 @@
 
 use crate::error::HubError;
 use crate::hub::HubHandle;
-use crate::items::read_items;
-use crate::live::{FeedError, Run};
-use crate::outcomes::{self, OutcomeLine};
+use crate::routed::{FeedTask, OutcomeConsumer, OutcomeLine};
 use crate::run::Feed;
-use crate::state::HubCore;
-use crate::tailer::{self, Backoff, Page, Tail, Writer};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use silk_core::{Request, RunId};
+use silk_core::RunId;
 use silk_router::{
     Config, Inbound, InboundContext, InboundFactory, InitReader, Outbound, OutboundFactory,
     Outgoing, Registry, RouterError,
 };
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 /// The class name of the job outbound.
 pub const JOB_OUTBOUND: &str = "silk.JobOutbound";
@@ -280,202 +274,6 @@ impl Outbound for JobOutbound {
     }
 }
 
-/// One routed task for a job: see [`HubHandle::feed_job`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct FeedTask {
-    /// The URL to fetch (canonicalised by the job's spider).
-    pub url: String,
-    /// The request's priority (the task's built-in `priority`).
-    pub priority: i32,
-    /// The task as pushed; it rides in the request's meta and comes back in the outcome.
-    pub task: Map<String, Value>,
-    /// The delivery id (`task_uuid:routed_count`): the request's dedup salt.
-    pub delivery_id: String,
-}
-
-impl HubHandle {
-    /// Feeds routed tasks to `job`'s fed run, starting one (allocated as the job says)
-    /// when the job has none that takes requests. Per task, `Err` is a refusal for good
-    /// (bad URL, host not allowed); the whole call fails when the job does not exist
-    /// ([`HubError::NoSuchJob`]), its spider is bad, or no run can take the tasks now.
-    pub async fn feed_job(
-        &self,
-        job: &str,
-        feed: Feed,
-        tasks: Vec<FeedTask>,
-    ) -> Result<Vec<Result<(), String>>, HubError> {
-        let job = self.job(job).await?;
-        let request = job.spec.run_request(&BTreeMap::new())?;
-        let spider = request.check()?;
-        let mut answers = Vec::with_capacity(tasks.len());
-        let mut requests = Vec::new();
-        let now = self.shared().clock.now_ms();
-        for task in tasks {
-            let mut r = match Request::get(&task.url, None, &spider.canon) {
-                Ok(r) => r,
-                Err(e) => {
-                    answers.push(Err(format!("bad URL `{}`: {e}", task.url)));
-                    continue;
-                }
-            };
-            if !spider.canonical_host_allowed(&r.url) {
-                answers.push(Err(format!(
-                    "the host of `{}` is not allowed by the job's spider (`allowed_domains`)",
-                    r.url
-                )));
-                continue;
-            }
-            r.priority = task.priority;
-            r.created_ms = now;
-            r.dedup_salt = Some(task.delivery_id);
-            r.meta.insert(TASK_META.into(), Value::Object(task.task));
-            requests.push(r);
-            answers.push(Ok(()));
-        }
-        if requests.is_empty() {
-            return Ok(answers);
-        }
-        let shared = self.shared();
-        // The common case: the job's fed run is open.
-        if let Some(run) = shared.fed_run_of(&job.id) {
-            match run.feed(shared, requests.clone()).await {
-                Ok(_) => return Ok(answers),
-                Err(FeedError::Closed) => {}
-                Err(FeedError::Frontier(reason)) => {
-                    return Err(HubError::RunStorage {
-                        run: run.id.clone(),
-                        reason,
-                    });
-                }
-            }
-        }
-        // Start one (one at a time: two outbounds of this hub feeding one job get one run;
-        // routers in two hubs of a cluster each start their own). A run found
-        // open may close before it takes the requests: then another is started.
-        let _one_at_a_time = shared.feed_lock.lock().await;
-        for _ in 0..3 {
-            let run = match shared.fed_run_of(&job.id) {
-                Some(run) => run,
-                None => match start_fed_run(shared, &job, &request, &feed).await? {
-                    Some(run) => run,
-                    None => continue, // ended already
-                },
-            };
-            match run.feed(shared, requests.clone()).await {
-                Ok(_) => return Ok(answers),
-                Err(FeedError::Closed) => continue,
-                Err(FeedError::Frontier(reason)) => {
-                    return Err(HubError::RunStorage {
-                        run: run.id.clone(),
-                        reason,
-                    });
-                }
-            }
-        }
-        Err(HubError::Conflict(format!(
-            "job `{}`: its fed runs kept ending; try again",
-            job.spec.name
-        )))
-    }
-
-    /// What `job`'s fed run has not finished (0 when it has none, or no such job: the
-    /// push then says so).
-    pub async fn job_backlog(&self, job: &str) -> Result<u64, HubError> {
-        let job = match self.job(job).await {
-            Ok(job) => job,
-            Err(HubError::NoSuchJob(_)) => return Ok(0),
-            Err(e) => return Err(e),
-        };
-        match self.shared().fed_run_of(&job.id) {
-            Some(run) => run.left().await.map_err(|reason| HubError::RunStorage {
-                run: run.id.clone(),
-                reason,
-            }),
-            None => Ok(0),
-        }
-    }
-}
-
-/// Starts a fed run of `job`: checked against the live agents first (no run is recorded
-/// while none could be allocated: the router tries again), taking over the frontier of the
-/// job's last fed run if that one failed or was cancelled with requests it had accepted.
-async fn start_fed_run(
-    shared: &Arc<HubCore>,
-    job: &crate::jobs::Job,
-    request: &crate::run::RunRequest,
-    feed: &Feed,
-) -> Result<Option<Arc<Run>>, HubError> {
-    {
-        let live = shared.live_agents();
-        let mut rng = shared.rng.lock();
-        crate::allocation::allocate(
-            request
-                .strategy
-                .unwrap_or(crate::allocation::Strategy::Random),
-            request
-                .on_agent_lost
-                .unwrap_or(crate::allocation::OnAgentLost::Fail),
-            &live,
-            &mut *rng,
-        )?;
-    }
-    let frontier_from = stranded_fed_run(shared, &job.id).await?;
-    let view = crate::launch::start_run(
-        shared,
-        crate::launch::NewRun {
-            request: request.clone(),
-            job: Some((job.id.clone(), job.spec.name.clone())),
-            attempt: 0,
-            restart_of: None,
-            args: job.spec.merged_args(&BTreeMap::new()),
-            // It lives as long as tasks come; `idle_ms` ends it.
-            timeout_ms: None,
-            frontier_from,
-            feed: Some(feed.clone()),
-        },
-    )
-    .await?;
-    shared.logs.hub(
-        &view.id,
-        silk_store::Level::Info,
-        format!(
-            "started by the router: outbound `{}` feeds it",
-            feed.outbound
-        ),
-    );
-    Ok(shared.active_run(&view.id))
-}
-
-/// The job's latest fed run if it ended failed or cancelled and its frontier is still there
-/// (on disk and not moved by a takeover yet, or in the cluster's Redis): the requests it had accepted and not finished go on in the
-/// next fed run.
-async fn stranded_fed_run(shared: &HubCore, job_id: &str) -> Result<Option<RunId>, HubError> {
-    let filter = silk_store::RunFilter {
-        job_id: Some(job_id.to_owned()),
-        states: Vec::new(),
-        limit: Some(20),
-        newest_first: true,
-    };
-    for row in shared.store.list_runs(&filter).await? {
-        let Ok(record) = crate::repo::record_of(row) else {
-            continue;
-        };
-        if record.feed.is_none() {
-            continue;
-        }
-        let stranded = matches!(
-            record.state,
-            crate::run::RunState::Failed | crate::run::RunState::Cancelled
-        ) && shared.active_run(&record.id).is_none()
-            && match &record.shared_frontier {
-                Some(_) => shared.config.frontier_url.is_some(),
-                None => shared.files.frontier_dir(&record.id).exists(),
-            };
-        return Ok(stranded.then_some(record.id));
-    }
-    Ok(None)
-}
-
 // ---------------------------------------------------------------------------------------
 // silk.RunResultsInbound
 
@@ -653,15 +451,6 @@ struct RunResultsInbound {
     settings: ResultsSettings,
 }
 
-/// How far an inbound has read a run's outcomes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct ReadState {
-    offset: u64,
-    submitted: u64,
-    /// The run had ended and every outcome was routed.
-    done: bool,
-}
-
 #[async_trait::async_trait]
 impl Inbound for RunResultsInbound {
     fn source(&self) -> String {
@@ -670,172 +459,42 @@ impl Inbound for RunResultsInbound {
 
     async fn run(self: Arc<Self>, ctx: InboundContext) -> Result<(), RouterError> {
         let hub = hub_of(&self.hub, || self.source())?.clone();
-        let shared = hub.shared().clone();
-        if !shared.config.record_outcomes {
-            return Err(RouterError::Unavailable {
+        let consumer = Arc::new(Routing {
+            inbound: self.clone(),
+            ctx,
+        });
+        hub.consume_outcomes(consumer)
+            .await
+            .map_err(|e| RouterError::Unavailable {
                 target: self.source(),
-                message: "the hub does not record outcomes (HubConfig::record_outcomes)".into(),
-            });
-        }
-        let state_file = format!("router-{}.json", file_safe(&self.name));
-        let mut started = shared.runs_started.subscribe();
-        let mut tailing: HashSet<RunId> = HashSet::new();
-        let mut tails = tokio::task::JoinSet::new();
-        let since_ms = first_start(&shared, &state_file);
-        loop {
-            if *shared.stop.borrow() {
-                // The hub is stopping: its runs are read again at its next start.
-                ctx.stopping().await;
-                break;
-            }
-            // Runs with outcomes not all routed (ended, or from before a restart), and every
-            // run active now; scanned at every wake, so a run that started and ended in
-            // between is not missed.
-            let mut candidates = shared.files.runs_with_state(outcomes::FILE);
-            candidates.extend(shared.runs_now());
-            for run in candidates {
-                if tailing.contains(&run) {
-                    continue;
-                }
-                let state: Option<ReadState> =
-                    shared.files.read_state(&run, &state_file).ok().flatten();
-                if state.is_some_and(|s| s.done) {
-                    continue;
-                }
-                if state.is_none() && ended_before(&shared, &run, since_ms).await {
-                    // History from before this inbound existed is not replayed.
-                    let done = ReadState {
-                        done: true,
-                        ..ReadState::default()
-                    };
-                    let _ = shared.files.write_state(&run, &state_file, &done);
-                    continue;
-                }
-                let state = state.unwrap_or_default();
-                tailing.insert(run.clone());
-                tails.spawn(tail(
-                    shared.clone(),
-                    self.clone(),
-                    ctx.clone(),
-                    run,
-                    state_file.clone(),
-                    state,
-                ));
-            }
-            tokio::select! {
-                () = ctx.stopping() => break,
-                changed = started.changed() => {
-                    if changed.is_err() {
-                        break;
-                    }
-                }
-                Some(done) = tails.join_next() => {
-                    if let Ok(run) = done {
-                        tailing.remove(&run);
-                    }
-                }
-            }
-        }
-        // Tails stop at the router's stop too; let them finish the tasks in hand.
-        while tails.join_next().await.is_some() {}
-        Ok(())
+                message: e.to_string(),
+            })
     }
 }
 
-/// A file-name-safe form of an inbound's name: the name itself when it is made of
-/// `[A-Za-z0-9_-]`, else those characters with a hash of the whole name (two names never
-/// share a file).
-fn file_safe(name: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    if !name.is_empty() && name.chars().all(plain) {
-        return name.to_owned();
-    }
-    let kept: String = name.chars().filter(|c| plain(*c)).collect();
-    use sha2::Digest;
-    let hash = sha2::Sha256::digest(name.as_bytes());
-    let hex: String = hash[..6].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{kept}~{hex}")
-}
-
-/// When the inbound whose state files are named `state_file` first ran on this hub (stored
-/// in the hub's data dir the first time).
-fn first_start(shared: &HubCore, state_file: &str) -> u64 {
-    let path = shared
-        .config
-        .data_dir
-        .join(format!("{}.since", state_file.trim_end_matches(".json")));
-    if let Some(ms) = std::fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| t.trim().parse::<u64>().ok())
-    {
-        return ms;
-    }
-    let now = shared.clock.now_ms();
-    if let Err(e) = std::fs::write(&path, now.to_string()) {
-        tracing::warn!(file = %path.display(), error = %e, "inbound start time not stored");
-    }
-    now
-}
-
-/// Whether `run` is not active and ended before `since_ms`.
-async fn ended_before(shared: &HubCore, run: &RunId, since_ms: u64) -> bool {
-    if shared.active_run(run).is_some() {
-        return false;
-    }
-    match shared.store.get_run(run.as_str()).await {
-        Ok(Some(row)) => row.finished_ms.is_some_and(|f| f < since_ms),
-        _ => false,
-    }
-}
-
-/// The outcomes of one run, as a consumer of its outcome log: each line the inbound wants
-/// becomes a task submitted to the router.
-struct OutcomeTail {
-    shared: Arc<HubCore>,
+/// The inbound as the hub's outcome consumer: each outcome it wants becomes a task routed
+/// through its context, `threads` at a time.
+struct Routing {
     inbound: Arc<RunResultsInbound>,
     ctx: InboundContext,
-    run: RunId,
-    path: std::path::PathBuf,
-    page_size: usize,
-    state_file: String,
-    state: ReadState,
 }
 
-impl Tail for OutcomeTail {
-    type Entry = Value;
-    type Waker = Arc<Run>;
-
-    fn writer(&self) -> Writer<Arc<Run>> {
-        self.shared.run_writer(&self.run)
+#[async_trait::async_trait]
+impl OutcomeConsumer for Routing {
+    fn name(&self) -> &str {
+        &self.inbound.name
     }
 
-    async fn written(run: &Arc<Run>) {
-        run.outcomes_written.notified().await;
+    fn page_size(&self) -> usize {
+        (self.ctx.threads().max(1) * 16).clamp(64, 1024)
     }
 
-    async fn read(&mut self, offset: u64) -> Result<Page<Value>, String> {
-        let page = read_items(&self.path, offset, self.page_size)?;
-        let run = &self.run;
-        let tasks = page
-            .items
-            .into_iter()
-            .filter_map(|v| match serde_json::from_value::<OutcomeLine>(v) {
-                Ok(line) => Some(line),
-                Err(e) => {
-                    tracing::warn!(run = %run, error = %e, "unreadable outcome line skipped");
-                    None
-                }
-            })
-            .filter(|line| self.inbound.settings.wants(line))
-            .map(|line| self.inbound.settings.task(line))
-            .collect();
-        Ok(Page {
-            entries: tasks,
-            next: page.next_cursor,
-        })
+    fn task(&self, line: OutcomeLine) -> Option<Value> {
+        let settings = &self.inbound.settings;
+        settings.wants(&line).then(|| settings.task(line))
     }
 
-    async fn deliver(&mut self, todo: &mut Vec<Value>) -> Result<(), String> {
+    async fn deliver(&self, run: &RunId, todo: &mut Vec<Value>) -> Result<(), String> {
         let threads = self.ctx.threads().max(1);
         let ctx = &self.ctx;
         let results: Vec<(Value, Result<_, RouterError>)> =
@@ -861,83 +520,16 @@ impl Tail for OutcomeTail {
                 // Not taken (a target down, the router stopping): tried again with back-off;
                 // a stop leaves the offset where it was (at least once).
                 if !matches!(e, RouterError::ShuttingDown) {
-                    tracing::warn!(run = %self.run, inbound = %self.inbound.name, error = %e, left = todo.len(), "outcomes not routed; trying again");
+                    tracing::warn!(run = %run, inbound = %self.inbound.name, error = %e, left = todo.len(), "outcomes not routed; trying again");
                 }
                 Err(e.to_string())
             }
         }
     }
 
-    fn advanced(&mut self, next: u64, delivered: u64) {
-        self.state.offset = next;
-        self.state.submitted += delivered;
-        if let Err(e) = self
-            .shared
-            .files
-            .write_state(&self.run, &self.state_file, &self.state)
-        {
-            tracing::warn!(run = %self.run, error = %e, "outcome offset not stored (outcomes may be routed again)");
-        }
+    async fn stopped(&self) {
+        self.ctx.stopping().await;
     }
-
-    fn read_failed(&mut self, error: &str) {
-        tracing::warn!(run = %self.run, inbound = %self.inbound.name, error = %error, "outcomes not readable");
-    }
-
-    fn failing(&mut self, _error: &str, _first: bool) {
-        // `deliver` logged it, knowing whether the router is only stopping.
-    }
-
-    fn recovered(&mut self) {}
-
-    fn finished(&mut self) {
-        self.state.done = true;
-        if let Err(e) = self
-            .shared
-            .files
-            .write_state(&self.run, &self.state_file, &self.state)
-        {
-            tracing::warn!(run = %self.run, error = %e, "outcome offset not stored");
-        }
-    }
-}
-
-/// Submits the outcomes of one run after `state`, until the run has ended and all are
-/// routed (or the router or the hub stops). Returns the run.
-async fn tail(
-    shared: Arc<HubCore>,
-    inbound: Arc<RunResultsInbound>,
-    ctx: InboundContext,
-    run: RunId,
-    state_file: String,
-    state: ReadState,
-) -> RunId {
-    let offset = state.offset;
-    let page_size = (ctx.threads().max(1) * 16).clamp(64, 1024);
-    let mut hub_stop = shared.stop.subscribe();
-    let router = ctx.clone();
-    let stopped = async move {
-        tokio::select! {
-            () = router.stopping() => {}
-            _ = hub_stop.wait_for(|s| *s) => {}
-        }
-    };
-    let mut log = OutcomeTail {
-        path: shared.files.run_dir(&run).join(outcomes::FILE),
-        shared,
-        inbound,
-        ctx,
-        run,
-        page_size,
-        state_file,
-        state,
-    };
-    let backoff = Backoff {
-        initial: Duration::from_millis(200),
-        max: Duration::from_secs(30),
-    };
-    tailer::tail(&mut log, offset, backoff, stopped).await;
-    log.run
 }
 
 #[cfg(test)]
