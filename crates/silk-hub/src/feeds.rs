@@ -67,7 +67,7 @@ pub(crate) async fn feed_job(
     }
     // The common case: the job's fed run is open.
     if let Some(run) = shared.fed_run_of(&job.id) {
-        match run.feed(shared, requests.clone()).await {
+        match run.feed(&shared.runs_cx, requests.clone()).await {
             Ok(_) => return Ok(answers),
             Err(FeedError::Closed) => {}
             Err(FeedError::Frontier(reason)) => {
@@ -90,7 +90,7 @@ pub(crate) async fn feed_job(
                 None => continue, // ended already
             },
         };
-        match run.feed(shared, requests.clone()).await {
+        match run.feed(&shared.runs_cx, requests.clone()).await {
             Ok(_) => return Ok(answers),
             Err(FeedError::Closed) => continue,
             Err(FeedError::Frontier(reason)) => {
@@ -134,7 +134,7 @@ async fn start_fed_run(
     feed: &Feed,
 ) -> Result<Option<Arc<Run>>, HubError> {
     {
-        let live = shared.live_agents();
+        let live = shared.link.live_agents();
         let mut rng = shared.rng.lock();
         crate::allocation::allocate(
             request

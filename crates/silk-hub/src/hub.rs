@@ -23,7 +23,8 @@ use crate::feeds;
 use crate::files::{HubFiles, KnownAgent};
 use crate::jobs::{Job, JobSpec, TriggerRequest};
 use crate::launch::{NewRun, start_run};
-use crate::live::Run;
+use crate::link::AgentLink;
+use crate::live::{Run, RunContext, RunSettings};
 use crate::logs::RunLogs;
 use crate::presence::{subscription_loop, tick_loop};
 use crate::registry::{AgentRegistry, AgentView};
@@ -133,6 +134,26 @@ impl Hub {
         let log_writer = tokio::spawn(crate::logs::writer(logs.clone(), log_rx, store.clone()));
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         let repo = RunRepo::new(store.clone(), hub_id.clone(), config.ownership_ttl_ms);
+        let registry = Arc::new(Mutex::new(registry));
+        let rng = Arc::new(Mutex::new(StdRng::from_os_rng()));
+        let link = AgentLink::new(bus.clone(), config.ttl, clock.clone(), registry.clone());
+        let stop = watch::channel(false).0;
+        let runs_cx = RunContext {
+            hub_id: hub_id.clone(),
+            clock: clock.clone(),
+            files: files.clone(),
+            logs: logs.clone(),
+            repo: repo.clone(),
+            store: store.clone(),
+            agents: link.clone(),
+            rng: rng.clone(),
+            settings: RunSettings {
+                frontier_url: config.frontier_url.clone(),
+                record_outcomes: config.record_outcomes,
+                poison_after_losses: config.poison_after_losses,
+            },
+            stop: stop.subscribe(),
+        };
         let shared = Arc::new(HubCore {
             config,
             bus,
@@ -142,8 +163,10 @@ impl Hub {
             repo,
             store,
             logs,
-            registry: Mutex::new(registry),
-            rng: Mutex::new(StdRng::from_os_rng()),
+            registry,
+            link,
+            runs_cx,
+            rng,
             runs: Mutex::new(BTreeMap::new()),
             waiters: Mutex::new(HashMap::new()),
             jobs_lock: tokio::sync::Mutex::new(()),
@@ -151,7 +174,7 @@ impl Hub {
             subscribed: std::sync::atomic::AtomicUsize::new(0),
             schedule_ticks: watch::channel(0).0,
             log_writer: Mutex::new(Some(log_writer)),
-            stop: watch::channel(false).0,
+            stop,
             live: watch::channel(Vec::new()).0,
             drivers: Mutex::new(Vec::new()),
             feed_lock: tokio::sync::Mutex::new(()),
@@ -350,7 +373,7 @@ impl HubHandle {
     /// Cancels a run; returns once it is recorded as cancelled.
     pub async fn cancel(&self, id: &RunId) -> Result<RunView, HubError> {
         let run = self.active(id).await?;
-        run.control(&self.shared, Desired::Cancel).await?;
+        run.control(&self.shared.runs_cx, Desired::Cancel).await?;
         run.finished().await;
         self.run(id).await
     }
@@ -360,7 +383,7 @@ impl HubHandle {
     /// run's frontier, so what was fetched is not fetched again and what was left is next.
     pub async fn restart(&self, id: &RunId, keep_frontier: bool) -> Result<RunView, HubError> {
         if let Some(run) = self.shared.active_run(id) {
-            match run.control(&self.shared, Desired::Cancel).await {
+            match run.control(&self.shared.runs_cx, Desired::Cancel).await {
                 Ok(()) | Err(HubError::WrongState { .. }) => {}
                 Err(e) => return Err(e),
             }
@@ -413,7 +436,7 @@ impl HubHandle {
 
     async fn control(&self, id: &RunId, desired: Desired) -> Result<RunView, HubError> {
         let run = self.active(id).await?;
-        run.control(&self.shared, desired).await?;
+        run.control(&self.shared.runs_cx, desired).await?;
         Ok(run.view(self.shared.clock.now_ms()).await)
     }
 
@@ -474,7 +497,7 @@ impl HubHandle {
 
     /// The live agents now (alive or suspect), sorted.
     pub fn live_agents(&self) -> Vec<AgentId> {
-        self.shared.live_agents()
+        self.shared.link.live_agents()
     }
 
     /// Waits until at least `n` agents are live (as of the hub's last tick); the live agents

@@ -164,7 +164,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     }
     // Open and seed the frontier while the run is still `allocating`: a crash before it
     // is `running` fails the run at the next start instead of leaving it empty.
-    let run = match Run::open(hub, record.clone(), true).await {
+    let run = match Run::open(&hub.runs_cx, record.clone(), true).await {
         Ok(run) => run,
         Err(e) => {
             release_agents(hub, &record).await;
@@ -174,7 +174,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         }
     };
     let started = hub.clock.now_ms();
-    run.update(hub, |r| {
+    run.update(&hub.runs_cx, |r| {
         r.state = RunState::Running;
         r.started_ms = Some(started);
     })
@@ -218,13 +218,13 @@ async fn release_agents(hub: &HubCore, record: &RunRecord) {
         let release = Command::Release {
             run: record.id.clone(),
         };
-        let _ = hub.send_command(agent, release).await;
+        let _ = hub.link.send_command(agent, release).await;
     }
 }
 
 /// Picks the run's agents and gets their confirmation; the reason when it cannot.
 async fn allocate_run(hub: &HubCore, record: &mut RunRecord) -> Result<(), String> {
-    let live = hub.live_agents();
+    let live = hub.link.live_agents();
     let allocation = {
         let mut rng = hub.rng.lock();
         allocate(record.strategy, record.on_agent_lost, &live, &mut *rng)
@@ -244,7 +244,8 @@ async fn allocate_run(hub: &HubCore, record: &mut RunRecord) -> Result<(), Strin
                 run: record.id.clone(),
                 config: config.clone(),
             };
-            hub.send_command(agent, command)
+            hub.link
+                .send_command(agent, command)
                 .await
                 .map_err(|e| format!("cannot send the allocation to agent `{agent}`: {e}"))?;
         }

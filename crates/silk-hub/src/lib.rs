@@ -16,15 +16,17 @@
 //! - **services** — tasks and operations over the shared state: `presence` (the bus inputs:
 //!   registrations, heartbeats, results, allocation replies, log batches; the ticker of agent
 //!   states), `launch` (a run's start: checked, leased, stored, allocated, seeded, driven),
-//!   `runner` (one active run's dispatch loop and result handling), `ownership` (run leases
+//!   `runner` (one active run's dispatch loop and result handling, given a `RunContext` of
+//!   exactly what a driver may use, not the hub), `ownership` (run leases
 //!   among hubs, adoption, restart recovery), `scheduler` (cron fires, retries, timeouts,
 //!   queued fires; the job operations), `sinks` (SQL and webhook sinks tailing item logs),
 //!   `feeds` (the runs the router feeds, and every run's outcomes handed to a consumer).
 //! - **state** — `state` (`HubCore`: what the services share — registry, the table of active
 //!   runs, store, run repository, bus, clock, files, logs — with the small operations every
 //!   service uses; it spawns nothing and drives nothing) and `live` (`Run`: one active run's
-//!   shared state and the reads on it).
+//!   shared state and the reads on it, and `RunContext`).
 //! - **adapters** — `repo` (run records in the store, written only under the run's lease),
+//!   `link` (the agents over the bus: who is live, commands to one),
 //!   `files` (the data dir), `logs` (the run log queue into the store), `items` (a run's one
 //!   item log: its file or the store's table), `outcomes` (the per-run final outcomes file),
 //!   `tailer` (the one tailer of a run's append-only logs).
@@ -60,6 +62,7 @@ pub mod hub;
 mod items;
 pub mod jobs;
 mod launch;
+mod link;
 mod live;
 mod logs;
 mod outcomes;

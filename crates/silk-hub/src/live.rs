@@ -4,18 +4,57 @@
 //! What drives it is `runner`.
 
 use crate::dispatch::Desired;
+use crate::files::HubFiles;
+use crate::link::AgentLink;
+use crate::logs::RunLogs;
 use crate::outcomes::OutcomeLog;
+use crate::repo::RunRepo;
 use crate::run::{Feed, RunRecord, RunState, RunStats, RunView};
 use parking_lot::Mutex;
+use rand::rngs::StdRng;
 use silk_core::spider::Spider;
-use silk_core::{AgentId, Request, RunId};
+use silk_core::{AgentId, Clock, Request, RunId};
 use silk_frontier::FrontierStore;
 use silk_items::JsonlSink;
+use silk_store::MetaStore;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{Notify, watch};
+
+/// What a run's driver may use of the hub, and nothing more: the clock, the data dir, the
+/// logs, the run repository and the store's items table, the agents (who is live, commands
+/// to them), the randomness of routing, the settings runs share, and the hub's stop signal.
+#[derive(Clone)]
+pub(crate) struct RunContext {
+    /// This hub's id (said in the log when a run is let go).
+    pub(crate) hub_id: String,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) files: HubFiles,
+    pub(crate) logs: Arc<RunLogs>,
+    /// Run records, stored under the run's lease.
+    pub(crate) repo: RunRepo,
+    /// The store, for the items table of runs with a shared frontier.
+    pub(crate) store: Arc<dyn MetaStore>,
+    pub(crate) agents: AgentLink,
+    /// The randomness of routing (`random` runs).
+    pub(crate) rng: Arc<Mutex<StdRng>>,
+    pub(crate) settings: RunSettings,
+    /// Turns true when the hub stops.
+    pub(crate) stop: watch::Receiver<bool>,
+}
+
+/// The hub settings every run follows (from [`HubConfig`](crate::HubConfig)).
+#[derive(Debug, Clone)]
+pub(crate) struct RunSettings {
+    /// The cluster's Redis, for runs whose frontier is there.
+    pub(crate) frontier_url: Option<String>,
+    /// Write each request's final outcome (`outcomes`).
+    pub(crate) record_outcomes: bool,
+    /// A request whose agent is lost this many times is given up as poison.
+    pub(crate) poison_after_losses: u32,
+}
 
 /// A request out at an agent.
 pub(crate) struct Out {

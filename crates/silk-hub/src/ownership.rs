@@ -192,7 +192,7 @@ async fn take(shared: &Arc<HubCore>, mut record: RunRecord, from: Option<String>
             record.hub = Some(shared.hub_id.clone());
             // A run whose seeds never reached its frontier (a crash right after the
             // allocation) is seeded again: dedup makes that harmless.
-            match Run::open(shared, record.clone(), true).await {
+            match Run::open(&shared.runs_cx, record.clone(), true).await {
                 Ok(run) => {
                     if let Err(e) = shared.repo.save(&record).await {
                         tracing::warn!(run = %id, error = %e, "run's hub not stored");

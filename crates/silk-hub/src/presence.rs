@@ -66,7 +66,7 @@ pub(crate) async fn on_delivery(hub: &HubCore, delivery: Delivery) {
             }
         }
         Message::Result(result) => match hub.active_run(&result.run) {
-            Some(run) => run.on_result(hub, result).await,
+            Some(run) => run.on_result(&hub.runs_cx, result).await,
             None => {
                 tracing::debug!(run = %result.run, "result of a run that is not active here ignored")
             }
@@ -199,7 +199,7 @@ pub(crate) async fn tick_loop(shared: Arc<HubCore>) {
             if t.to == AgentState::Dead {
                 let runs: Vec<Arc<Run>> = shared.runs.lock().values().cloned().collect();
                 for run in runs {
-                    run.on_agent_dead(&shared, &t.agent).await;
+                    run.on_agent_dead(&shared.runs_cx, &t.agent).await;
                 }
             }
         }

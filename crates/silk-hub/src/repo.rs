@@ -12,6 +12,7 @@ use silk_store::{MetaStore, RunFilter, RunRow};
 use std::sync::Arc;
 
 /// The run records of this hub's store, and the leases that guard them.
+#[derive(Clone)]
 pub(crate) struct RunRepo {
     store: Arc<dyn MetaStore>,
     /// The holder name of this hub's leases (its id).

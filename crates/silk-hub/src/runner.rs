@@ -30,7 +30,7 @@
 use crate::allocation::{Allocation, Route, Strategy};
 use crate::dispatch::{self, Desired, End, Step, Turn};
 use crate::error::HubError;
-use crate::live::{Counters, FeedError, Out, Run};
+use crate::live::{Counters, FeedError, Out, Run, RunContext};
 use crate::outcomes::OutcomeLog;
 use crate::routed::OutcomeLine;
 use crate::run::{RunRecord, RunState, RunStats};
@@ -57,7 +57,7 @@ const MAX_BATCH: usize = 64;
 impl Run {
     /// Opens the run's frontier and sink from its record; seeds the start URLs when `seed`.
     pub(crate) async fn open(
-        hub: &HubCore,
+        cx: &RunContext,
         record: RunRecord,
         seed: bool,
     ) -> Result<Arc<Run>, HubError> {
@@ -74,14 +74,14 @@ impl Run {
         let frontier: Arc<dyn FrontierStore> = match &record.shared_frontier {
             None => Arc::new(
                 silk_frontier::EmbeddedFrontier::open(
-                    hub.files.frontier_dir(&id),
+                    cx.files.frontier_dir(&id),
                     frontier_config,
-                    hub.clock.clone(),
+                    cx.clock.clone(),
                 )
                 .map_err(|e| storage(&e))?,
             ),
             Some(prefix) => {
-                let Some(url) = &hub.config.frontier_url else {
+                let Some(url) = &cx.settings.frontier_url else {
                     return Err(storage(&format!(
                         "its frontier is in Redis (prefix `{prefix}`) and this hub has none (start it with --frontier redis://…)"
                     )));
@@ -91,18 +91,18 @@ impl Run {
                         url,
                         prefix,
                         frontier_config,
-                        hub.clock.clone(),
+                        cx.clock.clone(),
                     )
                     .await
                     .map_err(|e| storage(&e))?,
                 )
             }
         };
-        let items_path = hub.files.items_path(&id);
+        let items_path = cx.files.items_path(&id);
         let sink = JsonlSink::open(&items_path, &spider.spec.item_key).map_err(|e| storage(&e))?;
-        let outcomes = if hub.config.record_outcomes {
+        let outcomes = if cx.settings.record_outcomes {
             Some(
-                OutcomeLog::open(&hub.files.run_dir(&id).join(crate::outcomes::FILE))
+                OutcomeLog::open(&cx.files.run_dir(&id).join(crate::outcomes::FILE))
                     .map_err(|e| storage(&e))?,
             )
         } else {
@@ -122,7 +122,7 @@ impl Run {
             RunState::Stopping => Desired::Cancel,
             _ => Desired::Run,
         };
-        let now = hub.clock.now_ms();
+        let now = cx.clock.now_ms();
         let job_id = record.job_id.clone();
         let feed = record.feed.clone();
         let shared_frontier = record.shared_frontier.is_some();
@@ -167,7 +167,7 @@ impl Run {
     /// others were duplicates of requests fed before: the same delivery twice).
     pub(crate) async fn feed(
         &self,
-        hub: &HubCore,
+        cx: &RunContext,
         requests: Vec<Request>,
     ) -> Result<u64, FeedError> {
         let open = self.gate.read().await;
@@ -179,7 +179,7 @@ impl Run {
             .enqueue(requests)
             .await
             .map_err(|e| FeedError::Frontier(e.to_string()))?;
-        self.last_fed_ms.store(hub.clock.now_ms(), Ordering::SeqCst);
+        self.last_fed_ms.store(cx.clock.now_ms(), Ordering::SeqCst);
         drop(open);
         self.wake.notify_one();
         Ok(enqueued.added)
@@ -188,7 +188,7 @@ impl Run {
     /// Changes the record (under its lock: two writers never interleave), then stores it.
     pub(crate) async fn update(
         &self,
-        hub: &HubCore,
+        cx: &RunContext,
         f: impl FnOnce(&mut RunRecord),
     ) -> Result<(), HubError> {
         {
@@ -196,11 +196,11 @@ impl Run {
             f(&mut r);
             self.version.fetch_add(1, Ordering::SeqCst);
         }
-        self.persist(hub).await
+        self.persist(cx).await
     }
 
     /// Stores the latest record unless a newer or equal version is stored already.
-    async fn persist(&self, hub: &HubCore) -> Result<(), HubError> {
+    async fn persist(&self, cx: &RunContext) -> Result<(), HubError> {
         let mut stored = self.persisted.lock().await;
         let (record, version) = {
             let r = self.record.lock();
@@ -209,7 +209,7 @@ impl Run {
         if version <= *stored {
             return Ok(());
         }
-        if let Err(e) = hub.repo.save(&record).await {
+        if let Err(e) = cx.repo.save(&record).await {
             if let HubError::OwnedElsewhere { hub: holder, .. } = &e {
                 self.disown(format!("its lease is held by {holder}"));
             }
@@ -222,7 +222,7 @@ impl Run {
     /// Asks the run to pause, resume or cancel. The state check and the change happen under
     /// the record's lock, and a run that is ending refuses, so a control never overwrites a
     /// final state. Cancelling a run that is already being cancelled is not an error.
-    pub(crate) async fn control(&self, hub: &HubCore, desired: Desired) -> Result<(), HubError> {
+    pub(crate) async fn control(&self, cx: &RunContext, desired: Desired) -> Result<(), HubError> {
         let action = match desired {
             Desired::Pause => "pause",
             Desired::Run => "resume",
@@ -266,12 +266,12 @@ impl Run {
             Desired::Run => "resumed by a user",
             Desired::Cancel => "cancel requested by a user",
         };
-        hub.logs.hub(&self.id, Level::Info, what);
-        self.persist(hub).await
+        cx.logs.hub(&self.id, Level::Info, what);
+        self.persist(cx).await
     }
 
     /// The result of one of the run's requests.
-    pub(crate) async fn on_result(&self, hub: &HubCore, result: &RunResult) {
+    pub(crate) async fn on_result(&self, cx: &RunContext, result: &RunResult) {
         let _applying = self.applying.read().await;
         let lease = u64::from_str_radix(&result.lease_id, 16)
             .ok()
@@ -302,7 +302,7 @@ impl Run {
             None => {}
         }
         self.last_progress_ms
-            .store(hub.clock.now_ms(), Ordering::Relaxed);
+            .store(cx.clock.now_ms(), Ordering::Relaxed);
         let o = &result.outcome;
         if o.error.as_ref().is_some_and(|e| e.code == "proxy_banned") {
             self.counters.blocked.fetch_add(1, Ordering::Relaxed);
@@ -317,10 +317,10 @@ impl Run {
             self.set_fatal(reason);
             return;
         }
-        if let Err(e) = self.store_items(hub, &o.items).await {
+        if let Err(e) = self.store_items(cx, &o.items).await {
             // Not acked: the lease expires and the page is fetched again.
             tracing::warn!(run = %self.id, url = %out.request.url, error = %e, "items not stored; the page will be fetched again");
-            hub.logs.hub(
+            cx.logs.hub(
                 &self.id,
                 Level::Warn,
                 format!(
@@ -349,7 +349,7 @@ impl Run {
         if self.outcomes.is_some() && self.is_last_outcome(&out.request, o, &outcome) {
             // Before the ack, as items are: a crash in between writes it again.
             let ok = matches!(outcome, Outcome::Done);
-            if let Err(reason) = self.write_outcome(hub, &out.request, &result.agent, o, ok) {
+            if let Err(reason) = self.write_outcome(cx, &out.request, &result.agent, o, ok) {
                 self.set_fatal(reason);
                 return;
             }
@@ -383,7 +383,7 @@ impl Run {
     /// Writes a request's final outcome line (with `record_outcomes`).
     fn write_outcome(
         &self,
-        hub: &HubCore,
+        cx: &RunContext,
         request: &Request,
         agent: &AgentId,
         o: &FetchOutcome,
@@ -419,7 +419,7 @@ impl Run {
             job,
             job_id,
             spider_name,
-            time_ms: hub.clock.now_ms(),
+            time_ms: cx.clock.now_ms(),
             task: request
                 .meta
                 .get(crate::run::TASK_META)
@@ -434,7 +434,7 @@ impl Run {
 
     /// Writes the final outcome of a request that ended with no result from its agent
     /// (its last lease expired, or its agent was lost), when it was its last attempt.
-    fn write_lost_outcome(&self, hub: &HubCore, out: &Out, code: &str, retry: bool) {
+    fn write_lost_outcome(&self, cx: &RunContext, out: &Out, code: &str, retry: bool) {
         if self.outcomes.is_none() || (retry && out.request.retries < self.max_retries) {
             return;
         }
@@ -449,7 +449,7 @@ impl Run {
             }),
             ..FetchOutcome::default()
         };
-        if let Err(reason) = self.write_outcome(hub, &out.request, &out.agent, &o, false) {
+        if let Err(reason) = self.write_outcome(cx, &out.request, &out.agent, &o, false) {
             self.set_fatal(reason);
         }
     }
@@ -458,18 +458,18 @@ impl Run {
     /// that a hub that adopts it has them.
     async fn store_items(
         &self,
-        hub: &HubCore,
+        cx: &RunContext,
         items: &[serde_json::Value],
     ) -> Result<(), silk_store::StoreError> {
         if self.shared_frontier && !items.is_empty() {
-            let now = hub.clock.now_ms();
+            let now = cx.clock.now_ms();
             let key = &self.spider.spec.item_key;
             let rows: Vec<(String, u64, serde_json::Value)> = items
                 .iter()
                 .filter(|i| i.get(key).is_some_and(|k| !k.is_null()))
                 .map(|i| (crate::items::item_key(i, key), now, i.clone()))
                 .collect();
-            hub.store.insert_items(self.id.as_str(), &rows).await?;
+            cx.store.insert_items(self.id.as_str(), &rows).await?;
         }
         Ok(())
     }
@@ -500,7 +500,7 @@ impl Run {
     /// An agent was declared dead: release its requests out (they go to live agents), or
     /// fail the run when it is chained with `on_agent_lost: fail` and the agent was one of
     /// its own.
-    pub(crate) async fn on_agent_dead(&self, hub: &HubCore, agent: &AgentId) {
+    pub(crate) async fn on_agent_dead(&self, cx: &RunContext, agent: &AgentId) {
         self.allocated_on.lock().remove(agent);
         let (strategy, policy, allocated) = {
             let r = self.record.lock();
@@ -512,7 +512,7 @@ impl Run {
         };
         // A request whose agent keeps dying while fetching it is poison (it may be what
         // kills them): after `poison_after_losses` losses it fails instead of going back.
-        let bound = hub.config.poison_after_losses.max(1);
+        let bound = cx.settings.poison_after_losses.max(1);
         let poisoned: Mutex<Vec<String>> = Mutex::default();
         let lost = self.take_out(
             |o| &o.agent == agent,
@@ -530,7 +530,7 @@ impl Run {
                 };
                 if losses >= bound {
                     self.counters.poisoned.fetch_add(1, Ordering::Relaxed);
-                    self.write_lost_outcome(hub, o, "poison", false);
+                    self.write_lost_outcome(cx, o, "poison", false);
                     poisoned.lock().push(o.request.url.clone());
                     Outcome::Failed {
                         reason: "poison".into(),
@@ -545,7 +545,7 @@ impl Run {
         );
         for url in poisoned.into_inner() {
             tracing::warn!(run = %self.id, url = %url, losses = bound, "poison request given up: its agent was lost while fetching it every time");
-            hub.logs.hub(
+            cx.logs.hub(
                 &self.id,
                 Level::Error,
                 format!(
@@ -555,7 +555,7 @@ impl Run {
         }
         if !lost.is_empty() {
             tracing::info!(run = %self.id, agent = %agent, requests = lost.len(), "agent dead: its requests go back to the frontier");
-            hub.logs.hub(
+            cx.logs.hub(
                 &self.id,
                 Level::Warn,
                 format!(
@@ -610,7 +610,7 @@ impl Run {
         (self.lease_timeout_ms / 10).clamp(1, 1_000)
     }
 
-    async fn expire_silent(&self, hub: &HubCore, now_ms: u64) -> Result<(), String> {
+    async fn expire_silent(&self, cx: &RunContext, now_ms: u64) -> Result<(), String> {
         let margin = self.expiry_margin_ms();
         let expired = self.take_out(
             |o| o.deadline_ms.saturating_sub(margin) <= now_ms,
@@ -618,14 +618,14 @@ impl Run {
                 reason: "lease_timeout".into(),
             },
             // Its last attempt: the run's outcome for it is this.
-            |o| self.write_lost_outcome(hub, o, "lease_timeout", true),
+            |o| self.write_lost_outcome(cx, o, "lease_timeout", true),
         );
         if expired.is_empty() {
             return Ok(());
         }
         tracing::debug!(run = %self.id, expired = expired.len(), "requests out with no result before their lease timeout are retried");
         self.last_progress_ms
-            .store(hub.clock.now_ms(), Ordering::Relaxed);
+            .store(cx.clock.now_ms(), Ordering::Relaxed);
         self.frontier
             .ack_many(expired)
             .await
@@ -636,7 +636,7 @@ impl Run {
     /// Waits for a result, a control change, `timeout`, or the hub stopping — and never past
     /// the moment the first silent request out must be retried (a wait that overslept into
     /// its lease deadline would let the frontier re-queue it without using a retry).
-    async fn wait(&self, hub: &HubCore, timeout: Duration) {
+    async fn wait(&self, cx: &RunContext, timeout: Duration) {
         let margin = self.expiry_margin_ms();
         let first_expiry = self
             .out
@@ -646,12 +646,12 @@ impl Run {
             .min();
         let timeout = match first_expiry {
             Some(at) => timeout.min(Duration::from_millis(
-                at.saturating_sub(hub.clock.now_ms()).max(1),
+                at.saturating_sub(cx.clock.now_ms()).max(1),
             )),
             None => timeout,
         };
         let mut desired = self.desired.subscribe();
-        let mut stop = hub.stop.subscribe();
+        let mut stop = cx.stop.clone();
         tokio::select! {
             () = self.wake.notified() => {}
             _ = desired.changed() => {}
@@ -660,7 +660,7 @@ impl Run {
         }
     }
 
-    async fn dispatch(&self, hub: &HubCore) -> Result<End, String> {
+    async fn dispatch(&self, cx: &RunContext) -> Result<End, String> {
         let (max_pending, stall_ms) = {
             let r = self.record.lock();
             // A silent request is retried at its lease timeout; the stall timeout is about
@@ -685,10 +685,10 @@ impl Run {
                     .unwrap_or(0)
                     .saturating_add(ms)
             });
-        let mut progress_logged_ms = hub.clock.now_ms();
+        let mut progress_logged_ms = cx.clock.now_ms();
         loop {
-            let now = hub.clock.now_ms();
-            let stopping = *hub.stop.borrow();
+            let now = cx.clock.now_ms();
+            let stopping = *cx.stop.borrow();
             let disowned = self.disowned.lock().clone();
             let fatal = self.fatal.lock().take();
             let desired = *self.desired.borrow();
@@ -699,7 +699,7 @@ impl Run {
             if goes_on && now.saturating_sub(progress_logged_ms) >= PROGRESS_LOG_MS {
                 progress_logged_ms = now;
                 let s = self.stats(now).await;
-                hub.logs.hub(
+                cx.logs.hub(
                     &self.id,
                     Level::Info,
                     format!(
@@ -709,10 +709,10 @@ impl Run {
                 );
             }
             if goes_on {
-                self.expire_silent(hub, now).await?;
+                self.expire_silent(cx, now).await?;
             }
             let out = self.out.lock().len();
-            let live = hub.live_agents();
+            let live = cx.agents.live_agents();
             let fed_drained = goes_on
                 && fed_idle_ms.is_some()
                 && live.is_empty()
@@ -746,7 +746,7 @@ impl Run {
                         if out == 0 {
                             self.last_progress_ms.store(now, Ordering::Relaxed);
                         }
-                        self.send(hub, leases, &live).await?;
+                        self.send(cx, leases, &live).await?;
                         continue;
                     }
                     let next = if out == 0 {
@@ -768,10 +768,10 @@ impl Run {
                     if progress {
                         self.last_progress_ms.store(now, Ordering::Relaxed);
                     }
-                    self.wait(hub, Duration::from_millis(ms)).await;
+                    self.wait(cx, Duration::from_millis(ms)).await;
                 }
                 Step::Idle(idle_ms) => {
-                    if let Some(end) = self.idle(hub, idle_ms).await? {
+                    if let Some(end) = self.idle(cx, idle_ms).await? {
                         return Ok(end);
                     }
                 }
@@ -783,8 +783,8 @@ impl Run {
 
     /// A fed run with nothing queued or out: waits for more tasks, or ends (closing its
     /// gate under the write lock, once nothing is left) after `idle_ms` without any.
-    async fn idle(&self, hub: &HubCore, idle_ms: u64) -> Result<Option<End>, String> {
-        let now = hub.clock.now_ms();
+    async fn idle(&self, cx: &RunContext, idle_ms: u64) -> Result<Option<End>, String> {
+        let now = cx.clock.now_ms();
         let since = self
             .last_fed_ms
             .load(Ordering::SeqCst)
@@ -792,7 +792,7 @@ impl Run {
         let idle_for = now.saturating_sub(since);
         if idle_for < idle_ms {
             let wait = (idle_ms - idle_for).clamp(1, 1_000);
-            self.wait(hub, Duration::from_millis(wait)).await;
+            self.wait(cx, Duration::from_millis(wait)).await;
             return Ok(None);
         }
         let mut open = self.gate.write().await;
@@ -800,7 +800,7 @@ impl Run {
             *open = false;
             // Nothing is out, so no result can come late; the feeder looks for another run.
             self.closing.store(true, Ordering::SeqCst);
-            hub.logs.hub(
+            cx.logs.hub(
                 &self.id,
                 Level::Info,
                 format!(
@@ -816,7 +816,7 @@ impl Run {
     /// Routes leases to agents and sends them.
     async fn send(
         &self,
-        hub: &HubCore,
+        cx: &RunContext,
         leases: Vec<Lease>,
         live: &[AgentId],
     ) -> Result<(), String> {
@@ -829,7 +829,7 @@ impl Run {
         let mut acks = Vec::new();
         let mut lost = None;
         {
-            let mut rng = hub.rng.lock();
+            let mut rng = cx.rng.lock();
             let mut out = self.out.lock();
             for lease in leases {
                 match allocation.route(&lease.request, live, &mut *rng) {
@@ -860,7 +860,7 @@ impl Run {
                             request: lease.request.clone(),
                             deadline_ms: lease.deadline_ms,
                         };
-                        self.write_lost_outcome(hub, &lost_out, "agent_lost", false);
+                        self.write_lost_outcome(cx, &lost_out, "agent_lost", false);
                         acks.push((
                             lease.id,
                             Outcome::Failed {
@@ -881,12 +881,12 @@ impl Run {
         if allocation.generation() != generation {
             tracing::info!(run = %self.id, agents = ?allocation.agents(), "agents reassigned");
             let agents = allocation.agents().to_vec();
-            hub.logs.hub(
+            cx.logs.hub(
                 &self.id,
                 Level::Warn,
                 format!("agents reassigned: now {:?}", allocation.agents()),
             );
-            self.update(hub, |r| r.allocation = Some(allocation.clone()))
+            self.update(cx, |r| r.allocation = Some(allocation.clone()))
                 .await
                 .map_err(|e| e.to_string())?;
             self.allocated_on.lock().retain(|a| agents.contains(a));
@@ -903,7 +903,7 @@ impl Run {
             ));
         }
         for (agent, batch) in batches {
-            self.ensure_allocated(hub, &agent).await?;
+            self.ensure_allocated(cx, &agent).await?;
             let count = batch.len() as u64;
             let mut chunks = batch.into_iter().peekable();
             while chunks.peek().is_some() {
@@ -916,9 +916,9 @@ impl Run {
                     run: self.id.clone(),
                     batch: chunk,
                     // Its results come back on this hub's own subject, `results.{hub id}`.
-                    reply_to: Some(hub.hub_id.clone()),
+                    reply_to: Some(cx.hub_id.clone()),
                 };
-                if let Err(e) = hub.send_command(&agent, command).await {
+                if let Err(e) = cx.agents.send_command(&agent, command).await {
                     // Give the leases back before failing: nothing accepted is lost.
                     let back: Vec<(LeaseId, Outcome)> = {
                         let mut out = self.out.lock();
@@ -946,25 +946,26 @@ impl Run {
 
     /// Sends the run's `allocate` to an agent that has not had it in this hub session (the
     /// bus keeps the order of one agent's commands, so it is there before the downloads).
-    async fn ensure_allocated(&self, hub: &HubCore, agent: &AgentId) -> Result<(), String> {
+    async fn ensure_allocated(&self, cx: &RunContext, agent: &AgentId) -> Result<(), String> {
         if self.allocated_on.lock().contains(agent) {
             return Ok(());
         }
         let config = downloader_config(&self.record());
-        hub.send_command(
-            agent,
-            Command::Allocate {
-                run: self.id.clone(),
-                config,
-            },
-        )
-        .await
-        .map_err(|e| format!("bus: cannot allocate agent `{agent}`: {e}"))?;
+        cx.agents
+            .send_command(
+                agent,
+                Command::Allocate {
+                    run: self.id.clone(),
+                    config,
+                },
+            )
+            .await
+            .map_err(|e| format!("bus: cannot allocate agent `{agent}`: {e}"))?;
         self.allocated_on.lock().insert(agent.clone());
         let known = self.record.lock().agents.contains(agent);
         if !known {
             let _ = self
-                .update(hub, |r| {
+                .update(cx, |r| {
                     r.agents.push(agent.clone());
                     r.agents.sort();
                 })
@@ -976,12 +977,12 @@ impl Run {
     /// Why a run that reached its end counts as failed (its `fail_if`, see `health`), if it
     /// does. A fed run is not judged: it ends when the router stops feeding it, and each of
     /// its requests' outcomes goes back to the router.
-    async fn unhealthy(&self, hub: &HubCore) -> Option<String> {
+    async fn unhealthy(&self, cx: &RunContext) -> Option<String> {
         if self.feed.is_some() {
             return None;
         }
         let fail_if = self.record.lock().fail_if.clone().unwrap_or_default();
-        let stats = self.final_stats(hub, hub.clock.now_ms()).await;
+        let stats = self.final_stats(cx, cx.clock.now_ms()).await;
         let figures = crate::health::Figures {
             success: stats.success,
             failed: stats.failed,
@@ -994,10 +995,10 @@ impl Run {
 
     /// The counters of a run that ends: its items counted in the store when every hub that
     /// drove it wrote them there (a shared frontier).
-    async fn final_stats(&self, hub: &HubCore, now_ms: u64) -> RunStats {
+    async fn final_stats(&self, cx: &RunContext, now_ms: u64) -> RunStats {
         let mut stats = self.stats(now_ms).await;
         if self.shared_frontier {
-            match hub.store.count_items(self.id.as_str()).await {
+            match cx.store.count_items(self.id.as_str()).await {
                 Ok(n) => stats.items = n,
                 Err(e) => tracing::warn!(run = %self.id, error = %e, "items not counted"),
             }
@@ -1006,14 +1007,14 @@ impl Run {
     }
 
     /// Records the end, tells the agents to release the downloader, syncs and closes.
-    async fn finish(&self, hub: &HubCore, end: End) {
+    async fn finish(&self, cx: &RunContext, end: End) {
         // No request is fed from here on (the frontier closes below).
         *self.gate.write().await = false;
         // The final state is stored only by the holder of the run's lease: a hub that lost
         // it (away longer than the lease; its frontier handle fenced) lets go instead.
         let end = match end {
             End::Succeeded | End::Failed(_) | End::Cancelled => {
-                match hub.repo.hold(&self.id).await {
+                match cx.repo.hold(&self.id).await {
                     Ok(true) => end,
                     Ok(false) => End::Disowned("its lease is held by another hub".into()),
                     Err(e) => End::Disowned(format!(
@@ -1028,10 +1029,10 @@ impl Run {
             self.disowned.lock().get_or_insert_with(|| why.clone());
             drop(self.applying.write().await);
             tracing::warn!(run = %self.id, reason = %why, "run let go to another hub");
-            hub.logs.hub(
+            cx.logs.hub(
                 &self.id,
                 Level::Warn,
-                format!("hub `{}` stops driving the run: {why}", hub.hub_id),
+                format!("hub `{}` stops driving the run: {why}", cx.hub_id),
             );
             if let Err(e) = self.frontier.close().await {
                 tracing::debug!(run = %self.id, error = %e, "frontier close failed");
@@ -1058,7 +1059,7 @@ impl Run {
                 tracing::warn!(run = %self.id, error = %e, "leases out not given back (they expire)");
             }
         }
-        let now = hub.clock.now_ms();
+        let now = cx.clock.now_ms();
         let (state, reason) = match &end {
             End::Succeeded => (RunState::Succeeded, None),
             End::Failed(reason) => (RunState::Failed, Some(reason.clone())),
@@ -1077,18 +1078,18 @@ impl Run {
             tracing::warn!(run = %self.id, error = %e, "outcomes sync failed");
         }
         if state.is_terminal() {
-            let stats = self.final_stats(hub, now).await;
+            let stats = self.final_stats(cx, now).await;
             let agents: Vec<AgentId> = self.allocated_on.lock().iter().cloned().collect();
             for agent in agents {
                 let release = Command::Release {
                     run: self.id.clone(),
                 };
-                if let Err(e) = hub.send_command(&agent, release).await {
+                if let Err(e) = cx.agents.send_command(&agent, release).await {
                     tracing::warn!(run = %self.id, agent = %agent, error = %e, "release not sent (the agent frees idle downloaders itself)");
                 }
             }
             if let Err(e) = self
-                .update(hub, |r| {
+                .update(cx, |r| {
                     r.state = state;
                     r.reason = reason.clone();
                     r.finished_ms = Some(now);
@@ -1105,7 +1106,7 @@ impl Run {
             match &reason {
                 Some(reason) if state == RunState::Failed => {
                     tracing::warn!(run = %self.id, reason = %reason, "run failed");
-                    hub.logs.hub(
+                    cx.logs.hub(
                         &self.id,
                         Level::Error,
                         format!("run failed: {reason} ({summary})"),
@@ -1113,7 +1114,7 @@ impl Run {
                 }
                 _ => {
                     tracing::info!(run = %self.id, state = %state, success = stats.success, failed = stats.failed, "run ended");
-                    hub.logs
+                    cx.logs
                         .hub(&self.id, Level::Info, format!("run {state}: {summary}"));
                 }
             }
@@ -1124,7 +1125,7 @@ impl Run {
             tracing::warn!(run = %self.id, error = %e, "frontier close failed");
         }
         // Ended, or the hub stops: another hub may take the run from now on.
-        hub.repo.release(&self.id).await;
+        cx.repo.release(&self.id).await;
     }
 }
 
@@ -1184,31 +1185,36 @@ fn classify(
 }
 
 /// Drives a run until it ends, then records the end.
-async fn drive(hub: Arc<HubCore>, run: Arc<Run>) {
+async fn drive(cx: RunContext, run: Arc<Run>) {
     // The loop runs in its own task so that a bug (a panic) in it still ends the run as
     // failed and wakes whoever waits for it.
-    let (h, r) = (hub.clone(), run.clone());
-    let end = match tokio::spawn(async move { r.dispatch(&h).await }).await {
+    let (c, r) = (cx.clone(), run.clone());
+    let end = match tokio::spawn(async move { r.dispatch(&c).await }).await {
         Ok(Ok(end)) => end,
         Ok(Err(reason)) => End::Failed(reason),
         Err(e) => End::Failed(format!("internal error in the run's dispatch loop: {e}")),
     };
     let end = match end {
-        End::Succeeded => match run.unhealthy(&hub).await {
+        End::Succeeded => match run.unhealthy(&cx).await {
             Some(reason) => End::Failed(reason),
             None => End::Succeeded,
         },
         other => other,
     };
-    run.finish(&hub, end).await;
-    hub.run_finished(&run);
-    run.done.send_replace(true);
+    run.finish(&cx, end).await;
 }
 
-/// Makes `run` active on this hub and starts its driver.
+/// Makes `run` active on this hub and starts its driver; when the driver has ended, the run
+/// leaves the table (and the scheduler hears of its end).
 pub(crate) fn spawn(hub: &Arc<HubCore>, run: Arc<Run>) {
     // In the table before the driver starts: a driver that ends at once takes it out again.
     hub.runs.lock().insert(run.id.clone(), run.clone());
-    let handle = tokio::spawn(drive(hub.clone(), run));
+    let cx = hub.runs_cx.clone();
+    let table = hub.clone();
+    let handle = tokio::spawn(async move {
+        drive(cx, run.clone()).await;
+        table.run_finished(&run);
+        run.done.send_replace(true);
+    });
     hub.driver_started(handle);
 }

@@ -194,7 +194,7 @@ async fn tick_once(shared: &Arc<HubCore>) -> Result<(), HubError> {
                                 Level::Warn,
                                 "replaced by a new cron fire of its job (overlap: replace)",
                             );
-                            if run.control(shared, Desired::Cancel).await.is_ok() {
+                            if run.control(&shared.runs_cx, Desired::Cancel).await.is_ok() {
                                 run.finished().await;
                             }
                         }

@@ -5,14 +5,15 @@
 
 use crate::config::HubConfig;
 use crate::files::HubFiles;
-use crate::live::Run;
+use crate::link::AgentLink;
+use crate::live::{Run, RunContext};
 use crate::logs::RunLogs;
-use crate::registry::{AgentRegistry, LabelFilter};
+use crate::registry::AgentRegistry;
 use crate::repo::RunRepo;
 use crate::run::{RunRecord, RunState};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
-use silk_bus::{AllocationReply, Bus, BusError, Command, Subject};
+use silk_bus::{AllocationReply, Bus};
 use silk_core::{AgentId, Clock, RunId};
 use silk_store::{Level, MetaStore};
 use std::collections::{BTreeMap, HashMap};
@@ -32,8 +33,12 @@ pub(crate) struct HubCore {
     /// The run records in the store, written under the runs' leases.
     pub(crate) repo: RunRepo,
     pub(crate) logs: Arc<RunLogs>,
-    pub(crate) registry: Mutex<AgentRegistry>,
-    pub(crate) rng: Mutex<StdRng>,
+    pub(crate) registry: Arc<Mutex<AgentRegistry>>,
+    /// Live agents and commands to them.
+    pub(crate) link: AgentLink,
+    /// What the runs' drivers get of the hub.
+    pub(crate) runs_cx: RunContext,
+    pub(crate) rng: Arc<Mutex<StdRng>>,
     /// The runs active on this hub (terminal ones are in the store only).
     pub(crate) runs: Mutex<BTreeMap<RunId, Arc<Run>>>,
     pub(crate) waiters: Mutex<HashMap<RunId, mpsc::UnboundedSender<AllocationReply>>>,
@@ -65,24 +70,7 @@ pub(crate) struct HubCore {
 }
 
 impl HubCore {
-    /// The live agents now.
-    pub(crate) fn live_agents(&self) -> Vec<AgentId> {
-        let now = self.clock.now_ms();
-        self.registry.lock().live_agents(now, &LabelFilter::any())
-    }
-
-    /// Sends a command to one agent (the bus retries per its policy).
-    pub(crate) async fn send_command(
-        &self,
-        agent: &AgentId,
-        command: Command,
-    ) -> Result<(), BusError> {
-        let subject = Subject::agent_commands(agent)?;
-        let envelope = self.config.ttl.envelope(command, self.clock.now_ms());
-        self.bus.publish(&subject, &envelope).await
-    }
-
-    /// Called by a run's driver when it has ended.
+    /// Called when a run's driver has ended.
     pub(crate) fn run_finished(&self, run: &Run) {
         let record = run.record();
         if record.state.is_terminal() {

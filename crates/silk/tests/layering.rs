@@ -116,7 +116,9 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "adapters",
-        &["files", "items", "logs", "outcomes", "repo", "tailer"],
+        &[
+            "files", "items", "link", "logs", "outcomes", "repo", "tailer",
+        ],
     ),
     ("state", &["live", "state"]),
     (

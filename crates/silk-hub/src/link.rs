@@ -1,0 +1,51 @@
+//! The agent link: the hub's side of talking to agents over the bus — which agents are live
+//! now (the registry read at the hub's clock) and commands to one agent. Runs and run starts
+//! use it; the presence task feeds the registry behind it.
+
+use crate::registry::{AgentRegistry, LabelFilter};
+use parking_lot::Mutex;
+use silk_bus::{Bus, BusError, Command, Subject, TtlPolicy};
+use silk_core::{AgentId, Clock};
+use std::sync::Arc;
+
+/// Live agents and commands to them.
+#[derive(Clone)]
+pub(crate) struct AgentLink {
+    bus: Arc<dyn Bus>,
+    ttl: TtlPolicy,
+    clock: Arc<dyn Clock>,
+    registry: Arc<Mutex<AgentRegistry>>,
+}
+
+impl AgentLink {
+    pub(crate) fn new(
+        bus: Arc<dyn Bus>,
+        ttl: TtlPolicy,
+        clock: Arc<dyn Clock>,
+        registry: Arc<Mutex<AgentRegistry>>,
+    ) -> Self {
+        Self {
+            bus,
+            ttl,
+            clock,
+            registry,
+        }
+    }
+
+    /// The live agents now.
+    pub(crate) fn live_agents(&self) -> Vec<AgentId> {
+        let now = self.clock.now_ms();
+        self.registry.lock().live_agents(now, &LabelFilter::any())
+    }
+
+    /// Sends a command to one agent (the bus retries per its policy).
+    pub(crate) async fn send_command(
+        &self,
+        agent: &AgentId,
+        command: Command,
+    ) -> Result<(), BusError> {
+        let subject = Subject::agent_commands(agent)?;
+        let envelope = self.ttl.envelope(command, self.clock.now_ms());
+        self.bus.publish(&subject, &envelope).await
+    }
+}
