@@ -1,0 +1,256 @@
+// @ts-check
+// JSDoc types of the hub API's JSON, generated from its OpenAPI document
+// (`silk_hub::openapi`) by the test `ui::tests::the_ui_types_match_the_openapi_document`.
+// Do not edit: `SILK_BLESS=1 cargo test -p silk-hub ui_types` rewrites this file.
+
+/**
+ * The liveness of an agent, as the failure detector sees it.
+ * @typedef {"alive"|"suspect"|"dead"} AgentState
+ */
+
+/**
+ * One agent as `silk agents` shows it.
+ * @typedef {object} AgentView
+ * @property {number} active_downloaders Downloaders allocated on it (last heartbeat).
+ * @property {number} capacity Requests it accepts in flight at once.
+ * @property {number} cores CPU cores.
+ * @property {number} cpu_pct CPU use, percent (last heartbeat; 0 before any).
+ * @property {string} host Host name.
+ * @property {string} id The agent.
+ * @property {number} in_flight Requests it is fetching (last heartbeat).
+ * @property {Record<string, string>} labels Its labels.
+ * @property {number|null} [last_heartbeat_ms] When its last heartbeat was read, hub clock, ms since the epoch; `None` before any.
+ * @property {number} memory_bytes Memory in use (last heartbeat; 0 before any).
+ * @property {number} phi phi at the time asked.
+ * @property {number} qps Requests per second (last heartbeat).
+ * @property {AgentState} state Its state at the time asked.
+ * @property {number} total_memory_bytes Physical memory.
+ * @property {string} version Silk version.
+ */
+
+/**
+ * An API error: `{"code": "...", "message": "..."}`; the code (`silk_api::ErrorCode`, shared
+ * @typedef {object} ApiError
+ * @property {string} code Machine-readable code (`bad_request`, `not_found`, `conflict`, …).
+ * @property {string} message For people.
+ */
+
+/**
+ * When a run that ran to its end counts as failed (the `fail_if` of a job or run request).
+ * @typedef {object} FailIf
+ * @property {boolean} [all_failed] Fail when every request that finished failed (at least one finished). Default `true`.
+ * @property {number|null} [blocked_ratio] Fail when more than this share (0–1) of the pages the agents returned were blocked
+ * @property {number|null} [failed_ratio] Fail when more than this share (0–1) of the finished requests failed. Default 0.5.
+ * @property {number} [min_items] Fail with fewer items than this. Default 0.
+ * @property {number} [min_requests] The ratios are judged once at least this many requests finished (or pages came
+ */
+
+/**
+ * How a run fed by the router's `silk.JobOutbound` lives: it is not seeded with the
+ * @typedef {object} Feed
+ * @property {number} idle_ms How long the run waits idle for more tasks before it ends, ms.
+ * @property {string} outbound The router outbound that feeds it.
+ */
+
+/**
+ * A page of items read from a run's JSON Lines file.
+ * @typedef {object} ItemsPage
+ * @property {boolean} done Whether the file holds nothing more right now.
+ * @property {Array<Record<string, any>>} items The items.
+ * @property {number} next_cursor The cursor of the next page (a byte offset in the file).
+ */
+
+/**
+ * A job as the hub keeps it and the API shows it.
+ * @typedef {JobSpec & {created_ms: number, id: string, last_fire_ms?: number|null, last_run?: null|LastRun, next_fire_ms?: number|null, queued: number, retry_pending?: null|PendingRetry, schedule_from_ms: number, spider_name: string, updated_ms: number}} Job
+ */
+
+/**
+ * What a user writes to define a job (`POST /api/v1/jobs`). Only `name` and `spider` are
+ * @typedef {object} JobSpec
+ * @property {Record<string, string>} [args] Values of the spider's `${args.NAME}` placeholders.
+ * @property {string|null} [cron] A cron expression (5 fields, or 6 with seconds, or `@daily` …); none: manual only.
+ * @property {Record<string, any>|null} [downloader] Downloader settings of its runs.
+ * @property {boolean} [enabled] Whether the schedule fires (manual triggers always work); default true.
+ * @property {null|FailIf} [fail_if]
+ * @property {number|null} [max_pending] Back-pressure of its runs.
+ * @property {string} name Unique name: letters, digits, `.`, `_`, `-`; at most 100 characters.
+ * @property {null|OnAgentLost} [on_agent_lost]
+ * @property {string} [overlap] What a fire does while a run of the job is active: `skip` (default), `queue`,
+ * @property {string} [remarks] Free text for people.
+ * @property {Record<string, any>} [retry] Retries of failed runs.
+ * @property {null|Sinks} [sinks]
+ * @property {string} spider The declarative spider, as YAML text (may hold `${args.NAME}` placeholders).
+ * @property {number|null} [stall_timeout_ms] Stall timeout of its runs, ms.
+ * @property {null|Strategy} [strategy]
+ * @property {number|null} [timeout_ms] A run still active this long after it started is failed ("timed out"), ms.
+ * @property {string|null} [timezone] The IANA time zone of `cron`; default `UTC`.
+ */
+
+/**
+ * A run of a job, as the job remembers it.
+ * @typedef {object} LastRun
+ * @property {string} id The run.
+ * @property {RunState} state Its state when last seen.
+ */
+
+/**
+ * A run's log line.
+ * @typedef {object} LogLineView
+ * @property {number} id Increasing id: the cursor.
+ * @property {string} level `trace`, `debug`, `info`, `warn` or `error`.
+ * @property {string} message The text.
+ * @property {string} run_id The run.
+ * @property {string} source `hub` or `agent:ID`.
+ * @property {number} ts_ms When, ms since the epoch.
+ */
+
+/**
+ * A page of log lines.
+ * @typedef {object} LogPage
+ * @property {Array<LogLineView>} lines
+ * @property {number|null} [next] The cursor of the next page (`after` when ascending, `before` when descending).
+ */
+
+/**
+ * A token just created: the only time its secret is shown.
+ * @typedef {object} NewToken
+ * @property {number} created_ms Created, ms since the epoch.
+ * @property {string} id The token id.
+ * @property {string} name Its name.
+ * @property {string} token The bearer token (`silk_<id>_<secret>`); keep it: it cannot be shown again.
+ */
+
+/**
+ * What happens to a request whose agent died (`chained`), or to any request of a
+ * @typedef {"fail"|"reassign"} OnAgentLost
+ */
+
+/**
+ * A retry the scheduler will start.
+ * @typedef {object} PendingRetry
+ * @property {number} at_ms When, ms since the epoch.
+ * @property {number} attempt The attempt the retry will be (1 = first retry).
+ * @property {string} of The failed run.
+ */
+
+/**
+ * How to restart.
+ * @typedef {object} RestartRequest
+ * @property {boolean} [keep_frontier] The new run takes over the old run's frontier (what was fetched is not fetched
+ */
+
+/**
+ * A run to start: the body of `POST /api/v1/runs`.
+ * @typedef {object} RunRequest
+ * @property {Record<string, any>|null} [downloader] Downloader settings sent to the agents with the spider (`qps`, `trim`, `return_body`,
+ * @property {null|FailIf} [fail_if]
+ * @property {number|null} [max_pending] Most requests out at once; default 100.
+ * @property {null|OnAgentLost} [on_agent_lost]
+ * @property {null|Sinks} [sinks]
+ * @property {string} spider The declarative spider, as YAML text.
+ * @property {number|null} [stall_timeout_ms] How long requests may be out with nothing returning before the run fails, ms;
+ * @property {null|Strategy} [strategy]
+ */
+
+/**
+ * The state of a run (spelled on the wire as below, snake case).
+ * @typedef {"pending"|"allocating"|"running"|"paused"|"stopping"|"succeeded"|"failed"|"cancelled"} RunState
+ */
+
+/**
+ * Counters of a run, read from counters (the frontier's and the hub's), never by scanning.
+ * @typedef {object} RunStats
+ * @property {number} [affinity_broken] `chained`: results of requests bound to an agent that another agent fetched (0 unless
+ * @property {number} [affinity_kept] `chained`: results of requests bound to an agent (discovered on it) that it fetched.
+ * @property {number} [blocked] Results whose page was blocked (`proxy_banned`: a ban status or the ban regex), this
+ * @property {Record<string, number>} [by_agent] Results matched per agent (this hub session).
+ * @property {number} [bytes] Body bytes fetched by the agents.
+ * @property {number} [bytes_saved] Bytes the agents' trimming rules cut.
+ * @property {number} [dropped] Dropped on purpose (robots.txt, off-domain redirect).
+ * @property {number} [duplicate_items] Items not written because their key was already written.
+ * @property {number} [duplicates] Duplicate requests rejected by dedup.
+ * @property {number} [failed] Failed for good.
+ * @property {number} [in_flight] Leased and not yet acked.
+ * @property {number} [items] Items written (new keys).
+ * @property {number} [late_results] Results for requests no longer out (late after a re-dispatch, or duplicates).
+ * @property {number} [left] Not finished yet (`pending + in_flight`).
+ * @property {number} [pages_per_s] Successes per second since the run (re)started on this hub.
+ * @property {number} [pending] Waiting to be dispatched.
+ * @property {number} [poisoned] Requests given up as poison: their agent was lost while fetching them too often
+ * @property {number} [reassigned] `chained` + `reassign`: bound requests moved to another agent because theirs was lost.
+ * @property {number} [retries] Retryable failures that were re-queued.
+ * @property {number} [returned] Results matched to a request out (this hub session).
+ * @property {number} [sent] Requests sent to agents (this hub session).
+ * @property {number} [success] Fetched (acked done).
+ * @property {number} [total] Unique requests ever enqueued.
+ */
+
+/**
+ * A run as the API shows it.
+ * @typedef {object} RunView
+ * @property {Array<string>} agents The agents allocated to the run: the fixed/chained agents, or for `random` every
+ * @property {Record<string, string>} args The arguments the spider was filled with.
+ * @property {number} attempt 0, or the retry number.
+ * @property {number} created_ms Submitted, ms since the epoch.
+ * @property {FailIf} fail_if When the run counts as failed at its end (the thresholds in force, defaults filled).
+ * @property {null|Feed} [feed]
+ * @property {number|null} [finished_ms] Finished.
+ * @property {string} frontier Where the run's frontier is: `embedded` (the data dir of its hub) or `redis` (shared
+ * @property {string|null} [hub] The hub that drives (or last drove) the run.
+ * @property {string} id The run id.
+ * @property {string} items_path The JSON Lines file of the run's items on this hub (for a run with a Redis frontier,
+ * @property {string|null} [job_id] The job it is a run of.
+ * @property {string|null} [job_name] The job's name.
+ * @property {number} max_pending Back-pressure settings.
+ * @property {OnAgentLost} on_agent_lost The agent-lost policy.
+ * @property {string|null} [reason] Why it failed or was cancelled.
+ * @property {string|null} [restart_of] The run this one restarts.
+ * @property {Sinks} sinks Item sinks besides the JSON Lines file (header values shown as `***`).
+ * @property {string} spider_name The spider's name.
+ * @property {number} stall_timeout_ms Stall timeout, ms.
+ * @property {number|null} [started_ms] Started.
+ * @property {RunState} state The state.
+ * @property {RunStats} stats The counters.
+ * @property {Strategy} strategy The allocation strategy (`random`, `fixed:N`, `chained:N`).
+ * @property {number|null} [timeout_ms] The run timeout, ms.
+ */
+
+/**
+ * Where a run's items go besides its JSON Lines file (`runs/{id}/items.jsonl`, always
+ * @typedef {object} Sinks
+ * @property {boolean} [sql] Also insert items into the hub store's `items` table (insert-ignore on the run and
+ * @property {null|WebhookSink} [webhook]
+ */
+
+/**
+ * `random`, `fixed:N` or `chained:N`
+ * @typedef {string} Strategy
+ */
+
+/**
+ * A token to create.
+ * @typedef {object} TokenRequest
+ * @property {boolean} [admin] May manage tokens (default false).
+ * @property {string} name For people.
+ */
+
+/**
+ * A token as the API lists it (no secret).
+ * @typedef {object} TokenView
+ * @property {boolean} admin Whether it may manage tokens.
+ * @property {number} created_ms Created, ms since the epoch.
+ * @property {string} id The token id (the part after `silk_`).
+ * @property {number|null} [last_used_ms] Last used (to the minute), ms since the epoch.
+ * @property {string} name Its name.
+ */
+
+/**
+ * A webhook item sink: `POST url` with a JSON body `{"run": ID, "items": [{"key": K,
+ * @typedef {object} WebhookSink
+ * @property {number|null} [batch] Items per POST; default 100.
+ * @property {Record<string, string>} [headers] Extra request headers (e.g. `Authorization`); their values are secrets: never shown
+ * @property {string} url Where to POST (http or https).
+ */
+
+export {};

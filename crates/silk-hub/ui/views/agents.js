@@ -1,0 +1,36 @@
+// @ts-check
+// The fleet (`#/agents`).
+
+import { api, poll } from '../api.js';
+import { h, syncRows, table } from '../dom.js';
+import { badge, fmtBytes, fmtInt, fmtRate, rel } from '../format.js';
+import { meter, pageHeader, recordAgents, section } from './parts.js';
+
+/** @typedef {import('../types.js').AgentView} AgentView */
+
+export function viewAgents(root) {
+  const list = table('agents-table', ['Agent', 'State', { label: 'CPU', cls: 'col-meter' }, { label: 'Memory', cls: 'col-meter' }, 'Downloaders', 'In flight', 'QPS', 'Last heartbeat', 'phi', 'Labels']);
+  root.append(pageHeader('Agents', 'Downloader machines, as their heartbeats report them.'), section(null, list.el));
+  return poll(async () => {
+    /** @type {AgentView[]} */
+    const agents = await api('GET', '/api/v1/agents');
+    recordAgents(agents);
+    const sorted = [...agents].sort((a, b) => String(a.id).localeCompare(String(b.id)));
+    syncRows(list.tbody, sorted, (a) => a.id, (a) => {
+      const memFrac = a.total_memory_bytes ? a.memory_bytes / a.total_memory_bytes : 0;
+      const labels = Object.entries(a.labels || {});
+      return h('tr', { testid: 'agent-row', data: { id: String(a.id) } },
+        h('td', null, h('div', { class: 'mono strong' }, a.id), h('div', { class: 'muted small' }, [a.host, a.version ? `v${a.version}` : null].filter(Boolean).join(' · '))),
+        h('td', null, badge(a.state, 'agent-state')),
+        h('td', { class: 'col-meter' }, meter((a.cpu_pct || 0) / 100, `${(a.cpu_pct || 0).toFixed(1)}%`)),
+        h('td', { class: 'col-meter' }, meter(memFrac, fmtBytes(a.memory_bytes))),
+        h('td', { class: 'num' }, fmtInt(a.active_downloaders)),
+        h('td', { class: 'num' }, `${fmtInt(a.in_flight)} / ${fmtInt(a.capacity)}`),
+        h('td', { class: 'num' }, fmtRate(a.qps)),
+        h('td', null, rel(a.last_heartbeat_ms)),
+        h('td', { class: 'num' }, Number.isFinite(a.phi) ? a.phi.toFixed(2) : '—'),
+        h('td', null, labels.length ? labels.map(([k, v]) => h('span', { class: 'chip' }, `${k}=${v}`)) : h('span', { class: 'muted' }, '—')));
+    });
+    list.setEmpty(sorted.length ? '' : 'No agents have registered yet.');
+  });
+}
