@@ -14,8 +14,7 @@ pub fn run(data: &[u8]) {
             let _ = silk_core::command::raw_command_fields(downloader);
         }
     }
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
-        let run = silk_core::RunId::new("fuzz");
-        let _ = silk_agent::DownloaderConfig::from_json(&run, value);
+    if let Ok(config) = serde_json::from_slice::<silk_agent::DownloaderConfig>(data) {
+        let _ = config.problems();
     }
 }

@@ -8,8 +8,9 @@
 //!   heartbeats), commands (allocate — answered on `allocations` —, download, release,
 //!   shutdown), idle sweeper — and result and allocation-reply publishing with retries.
 //! - [`AgentConfig`] (`config`): the agent's own settings and how its id is chosen.
-//! - [`DownloaderConfig`] (`downloader_config`): what an `allocate` command carries, with its
-//!   JSON format; `downloader`: one run's downloader (fetch, ban detection, redirects,
+//! - [`DownloaderConfig`] (the schema is `silk_api::downloader`, shared with the hub, which
+//!   checks it at submit): what an `allocate` command carries; `downloader_config` compiles
+//!   it with the agent's engines and commands; `downloader`: one run's downloader (fetch, ban detection, redirects,
 //!   trimming, parsing); `trim`: trimming rules; [`command`]: provider and redial
 //!   commands — which ones the agent runs (named ones, raw ones only when allowed) and how.
 //! - `runs` and `store`: the allocations in memory and in `{data_dir}/allocations.json`.

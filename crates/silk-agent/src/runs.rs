@@ -12,7 +12,7 @@
 
 use crate::command::CommandPolicy;
 use crate::downloader::Downloader;
-use crate::downloader_config::{CompiledConfig, DownloaderConfig};
+use crate::downloader_config::{self, CompiledConfig};
 use crate::error::AgentError;
 use crate::runlog::Events;
 use crate::stats::{AgentEvent, ReleaseReason, RunCounters, RunStats};
@@ -146,7 +146,8 @@ fn compile(
     raw: &serde_json::Value,
     commands: &CommandPolicy,
 ) -> Result<CompiledConfig, AgentError> {
-    DownloaderConfig::from_json(run, raw.clone()).and_then(|c| c.compile(run, commands))
+    downloader_config::from_json(run, raw.clone())
+        .and_then(|c| downloader_config::compile(&c, run, commands))
 }
 
 impl RunTable {

@@ -17,24 +17,9 @@
 //! is pure (no I/O) and must not fail on any page: bad rules are refused when compiled.
 
 use regex::Regex;
-use serde::{Deserialize, Serialize};
+use silk_api::downloader::TrimRule;
 use skyscraper::xpath::grammar::data_model::XpathItem;
 use skyscraper::xpath::grammar::{DisplayFormatting, XpathItemTreeNode};
-
-/// One trimming rule: exactly one of its keys.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TrimRule {
-    /// Keep the outer HTML of the elements this CSS selector matches.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub css: Option<String>,
-    /// Keep the nodes this XPath 1.0 expression selects.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub xpath: Option<String>,
-    /// Keep the matches of this regex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub regex: Option<String>,
-}
 
 enum Plan {
     Css(scraper::Selector),

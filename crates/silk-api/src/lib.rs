@@ -1,10 +1,13 @@
 //! The HTTP API contract that Silk's servers (the hub, the router) and their clients share.
 //! Today: [`ErrorCode`], the one set of machine-readable error codes with the HTTP status
-//! each one is answered with. (The request and response types, the downloader config schema,
+//! each one is answered with, and [`downloader`], the schema of a run's downloader config
+//! (what the hub checks at submit and the agents compile). (The request and response types,
 //! typed ids and a typed client are to move here: issue 12, item 6.)
 //!
 //! This crate knows no server, no framework and no I/O: statuses are plain numbers, which
 //! the servers turn into their framework's type.
+
+pub mod downloader;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -163,6 +163,39 @@ pub struct ItemsPage {
     pub done: bool,
 }
 
+/// Checks a request's downloader settings against the schema the agents compile
+/// ([`silk_api::downloader::DownloaderConfig`]): an unknown key, a wrong type or a bad value
+/// is a [`HubError::BadRun`] naming it (`downloader.proxies.switch_on_status[0]: …`), so that
+/// a bad config is refused at submit instead of by every agent at allocation. What only an
+/// agent can judge (selectors, commands, proxy URLs) is left to it.
+fn check_downloader(
+    downloader: &serde_json::Map<String, serde_json::Value>,
+    spider: &str,
+) -> Result<(), HubError> {
+    let mut config = downloader.clone();
+    config.insert(
+        "spider".into(),
+        serde_json::Value::String(spider.to_owned()),
+    );
+    let parsed: silk_api::downloader::DownloaderConfig =
+        serde_path_to_error::deserialize(serde_json::Value::Object(config)).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            HubError::BadRun(if path == "." {
+                format!("downloader: {inner}")
+            } else {
+                format!("downloader.{path}: {inner}")
+            })
+        })?;
+    let problems = parsed.problems();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        let named: Vec<String> = problems.iter().map(|p| format!("downloader.{p}")).collect();
+        Err(HubError::BadRun(named.join("; ")))
+    }
+}
+
 impl RunRequest {
     /// Checks a run request; the compiled spider.
     pub(crate) fn check(&self) -> Result<Spider, HubError> {
@@ -183,6 +216,9 @@ impl RunRequest {
             return Err(HubError::BadRun(
                 "downloader.spider is not allowed: the run's spider is sent to the agents".into(),
             ));
+        }
+        if let Some(d) = &request.downloader {
+            check_downloader(d, &request.spider)?;
         }
         if let Some(sinks) = &request.sinks {
             sinks.validate().map_err(HubError::BadRun)?;

@@ -6,7 +6,9 @@
 
 use serde_json::Value;
 use silk_core::AgentId;
-use silk_hub::{HubError, HubHandle, OnAgentLost, RunRequest, RunState, RunView, Strategy};
+use silk_hub::{
+    HubError, HubHandle, OnAgentLost, RunQuery, RunRequest, RunState, RunView, Strategy,
+};
 use silk_testkit::demo::DemoSite;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -112,13 +114,40 @@ async fn a_run_that_cannot_be_allocated_fails_to_start_with_the_reason() {
     assert_eq!(stored.state, RunState::Failed);
     assert_eq!(stored.reason.as_deref(), Some(reason.as_str()));
 
-    // An agent that refuses the downloader config: the refusal names the problem.
+    // A downloader config the schema refuses is refused at submit, naming the key; no run
+    // is created for it.
+    let before = hub.runs(&RunQuery::default()).await.unwrap().len();
+    for (config, named) in [
+        (r#"{"qps": -1}"#, "downloader.qps: must be at least 0.001"),
+        (r#"{"qpss": 1}"#, "downloader.qpss: unknown field `qpss`"),
+        (
+            r#"{"proxies": {"switch_on_status": [42]}}"#,
+            "downloader.proxies.switch_on_status[0]: 42 is not an HTTP status",
+        ),
+        (
+            r#"{"proxies": {"cooldown_ms": "soon"}}"#,
+            "downloader.proxies.cooldown_ms: invalid type",
+        ),
+    ] {
+        let mut bad = request(&site, Strategy::Fixed(1), OnAgentLost::Fail);
+        bad.downloader = Some(serde_json::from_str(config).unwrap());
+        let err = hub.submit(bad).await.expect_err("a bad config");
+        assert!(
+            matches!(&err, HubError::BadRun(m) if m.contains(named)),
+            "{config}: {err}"
+        );
+    }
+    assert_eq!(hub.runs(&RunQuery::default()).await.unwrap().len(), before);
+
+    // An agent that refuses the downloader config (what only an agent judges: a selector):
+    // the refusal names the problem.
     let mut bad = request(&site, Strategy::Fixed(1), OnAgentLost::Fail);
-    bad.downloader = Some(serde_json::from_str(r#"{"qps": -1}"#).unwrap());
+    bad.downloader =
+        Some(serde_json::from_str(r#"{"trim": {"rules": [{"css": "[[["}]}}"#).unwrap());
     let err = hub.submit(bad).await.expect_err("a refused allocation");
     let text = err.to_string();
     assert!(
-        text.contains("agent `a1`") && text.contains("qps"),
+        text.contains("agent `a1`") && text.contains("trim.rules[0].css"),
         "{text}"
     );
     hub.shutdown().await;
