@@ -297,7 +297,9 @@ impl HubHandle {
         RunView::new(
             record,
             record.final_stats.clone().unwrap_or_default(),
-            self.shared.files.items_path(&record.id),
+            crate::items::ItemLog::of(record, &self.shared.files)
+                .path()
+                .map(std::path::Path::to_path_buf),
         )
     }
 

@@ -1,16 +1,19 @@
 //! A run's one item log, chosen when the run opens ([`ItemLog`]): its JSON Lines file in the
 //! hub's data dir, or, for a run with a shared (Redis) frontier that every hub driving it
 //! writes, the store's items table. It is the truth for the run's items: the items route and
-//! the sinks read it (through [`ItemLog::read`]), nothing else. In the shared mode the hub
-//! also writes its own share to its file (a local copy), which nothing reads as the log.
+//! the sinks read it (through [`ItemLog::read`]), the run writes it (through [`ItemWriter`],
+//! before each ack), and the run's item count starts from it when the run opens.
 //! Also the JSON Lines page reader that the run-results inbound uses on `outcomes.jsonl`.
 
 use crate::error::HubError;
 use crate::files::HubFiles;
 use crate::run::{ItemsPage, RunRecord};
 use silk_core::RunId;
+use silk_items::{JsonlSink, Written};
+use silk_store::MetaStore;
 use std::io::{BufRead, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where a run's items are (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +31,14 @@ impl ItemLog {
             ItemLog::Store
         } else {
             ItemLog::File(files.items_path(&record.id))
+        }
+    }
+
+    /// The file of a file log.
+    pub(crate) fn path(&self) -> Option<&Path> {
+        match self {
+            ItemLog::File(path) => Some(path),
+            ItemLog::Store => None,
         }
     }
 
@@ -52,6 +63,121 @@ impl ItemLog {
                     .map_err(|e| failed(format!("items reader: {e}")))?
                     .map_err(failed)
             }
+        }
+    }
+}
+
+/// The writer of a run's item log: idempotent on the item key, in the file or the store.
+pub(crate) enum ItemWriter {
+    /// The run's `items.jsonl` (knows the keys it holds).
+    File(JsonlSink),
+    /// The store's items table (the store refuses a key it holds).
+    Store {
+        store: Arc<dyn MetaStore>,
+        run: RunId,
+        key: String,
+    },
+}
+
+/// What one write did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Wrote {
+    /// Items the log did not have.
+    pub(crate) new: u64,
+    /// Items whose key the log had already.
+    pub(crate) duplicates: u64,
+    /// Items without a key (not written).
+    pub(crate) no_key: u64,
+}
+
+/// Why a write failed.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    /// The file failed: the run cannot go on without losing items.
+    File(String),
+    /// The store failed: the page is not acked and is fetched again.
+    Store(silk_store::StoreError),
+}
+
+impl ItemWriter {
+    /// Opens the writer of `log` for run `run`, whose items are keyed by `key`.
+    pub(crate) fn open(
+        log: &ItemLog,
+        store: &Arc<dyn MetaStore>,
+        run: &RunId,
+        key: &str,
+    ) -> Result<Self, String> {
+        match log {
+            ItemLog::File(path) => JsonlSink::open(path, key)
+                .map(ItemWriter::File)
+                .map_err(|e| e.to_string()),
+            ItemLog::Store => Ok(ItemWriter::Store {
+                store: store.clone(),
+                run: run.clone(),
+                key: key.to_owned(),
+            }),
+        }
+    }
+
+    /// How many items the log holds now.
+    pub(crate) async fn count(&self) -> Result<u64, String> {
+        match self {
+            ItemWriter::File(sink) => Ok(sink.len() as u64),
+            ItemWriter::Store { store, run, .. } => store
+                .count_items(run.as_str())
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Writes `items` (the JSON objects among them); a key the log has is not written again.
+    pub(crate) async fn write(
+        &self,
+        items: &[serde_json::Value],
+        now_ms: u64,
+    ) -> Result<Wrote, WriteError> {
+        let mut wrote = Wrote::default();
+        match self {
+            ItemWriter::File(sink) => {
+                for map in items.iter().filter_map(|i| i.as_object()) {
+                    match sink.write(map) {
+                        Ok(Written::New) => wrote.new += 1,
+                        Ok(Written::Duplicate) => wrote.duplicates += 1,
+                        Ok(Written::NoKey) => wrote.no_key += 1,
+                        Err(e) => return Err(WriteError::File(format!("items file: {e}"))),
+                    }
+                }
+            }
+            ItemWriter::Store { store, run, key } => {
+                let rows: Vec<(String, u64, serde_json::Value)> = items
+                    .iter()
+                    .filter(|i| i.is_object())
+                    .filter(|i| {
+                        let keyed = i.get(key).is_some_and(|k| !k.is_null());
+                        if !keyed {
+                            wrote.no_key += 1;
+                        }
+                        keyed
+                    })
+                    .map(|i| (item_key(i, key), now_ms, i.clone()))
+                    .collect();
+                if !rows.is_empty() {
+                    wrote.new = store
+                        .insert_items(run.as_str(), &rows)
+                        .await
+                        .map_err(WriteError::Store)?;
+                    wrote.duplicates = rows.len() as u64 - wrote.new;
+                }
+            }
+        }
+        Ok(wrote)
+    }
+
+    /// Makes what was written durable (the store's writes are at once).
+    pub(crate) fn sync(&self) -> Result<(), String> {
+        match self {
+            ItemWriter::File(sink) => sink.sync().map_err(|e| e.to_string()),
+            ItemWriter::Store { .. } => Ok(()),
         }
     }
 }

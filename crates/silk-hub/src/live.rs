@@ -5,6 +5,7 @@
 
 use crate::dispatch::Desired;
 use crate::files::HubFiles;
+use crate::items::{ItemLog, ItemWriter};
 use crate::link::AgentLink;
 use crate::logs::RunLogs;
 use crate::outcomes::OutcomeLog;
@@ -15,10 +16,9 @@ use rand::rngs::StdRng;
 use silk_core::spider::Spider;
 use silk_core::{AgentId, Clock, Request, RunId};
 use silk_frontier::FrontierStore;
-use silk_items::JsonlSink;
 use silk_store::MetaStore;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{Notify, watch};
@@ -89,8 +89,10 @@ pub(crate) struct Run {
     pub(crate) record: Mutex<RunRecord>,
     pub(crate) spider: Spider,
     pub(crate) frontier: Arc<dyn FrontierStore>,
-    pub(crate) sink: JsonlSink,
-    pub(crate) items_path: PathBuf,
+    /// The writer of the run's one item log.
+    pub(crate) items: ItemWriter,
+    /// Where that log is.
+    pub(crate) item_log: ItemLog,
     pub(crate) out: Mutex<HashMap<u64, Out>>,
     /// Agents that were sent the run's `allocate` in this hub session.
     pub(crate) allocated_on: Mutex<BTreeSet<AgentId>>,
@@ -248,7 +250,7 @@ impl Run {
             Some(s) if record.state.is_terminal() => s.clone(),
             _ => self.stats(now_ms).await,
         };
-        RunView::new(&record, stats, self.items_path.clone())
+        RunView::new(&record, stats, self.item_log.path().map(Path::to_path_buf))
     }
 
     /// Another hub holds the run's lease now: the loop lets go (see [`End::Disowned`]).

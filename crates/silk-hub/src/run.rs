@@ -439,10 +439,11 @@ pub struct RunView {
     pub started_ms: Option<u64>,
     /// Finished.
     pub finished_ms: Option<u64>,
-    /// The JSON Lines file of the run's items on this hub (for a run with a Redis frontier,
-    /// only the items this hub wrote: all of them are in the store, see the items route).
-    #[schema(value_type = String)]
-    pub items_path: PathBuf,
+    /// The JSON Lines file of the run's items, its item log; absent for a run with a Redis
+    /// frontier, whose item log is the store's items table (see the items route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub items_path: Option<PathBuf>,
     /// The counters.
     pub stats: RunStats,
     /// The job it is a run of.
@@ -473,7 +474,7 @@ pub struct RunView {
 
 impl RunView {
     /// The view of `record` with `stats`.
-    pub fn new(record: &RunRecord, stats: RunStats, items_path: PathBuf) -> Self {
+    pub fn new(record: &RunRecord, stats: RunStats, items_path: Option<PathBuf>) -> Self {
         let agents = match &record.allocation {
             Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
             _ => record.agents.clone(),

@@ -30,6 +30,7 @@
 use crate::allocation::{Allocation, Route, Strategy};
 use crate::dispatch::{self, Desired, End, Step, Turn};
 use crate::error::HubError;
+use crate::items::{ItemLog, ItemWriter, WriteError};
 use crate::live::{Counters, FeedError, Out, Run, RunContext};
 use crate::outcomes::OutcomeLog;
 use crate::routed::OutcomeLine;
@@ -40,7 +41,6 @@ use silk_bus::{Command, FetchOutcome, LeasedRequest, RunResult};
 use silk_core::spider::Spider;
 use silk_core::{AgentId, Request};
 use silk_frontier::{AckResult, FrontierConfig, FrontierStore, Lease, LeaseId, Outcome};
-use silk_items::{JsonlSink, Written};
 use silk_store::Level;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -98,8 +98,14 @@ impl Run {
                 )
             }
         };
-        let items_path = cx.files.items_path(&id);
-        let sink = JsonlSink::open(&items_path, &spider.spec.item_key).map_err(|e| storage(&e))?;
+        // The run's one item log (the store's table for a shared frontier, else its file);
+        // its count goes on from what the log holds (earlier sessions, other hubs).
+        let item_log = ItemLog::of(&record, &cx.files);
+        let items = ItemWriter::open(&item_log, &cx.store, &id, &spider.spec.item_key)
+            .map_err(|e| storage(&e))?;
+        let items_before = items.count().await.map_err(|e| storage(&e))?;
+        let counters = Counters::default();
+        counters.items.store(items_before, Ordering::Relaxed);
         let outcomes = if cx.settings.record_outcomes {
             Some(
                 OutcomeLog::open(&cx.files.run_dir(&id).join(crate::outcomes::FILE))
@@ -131,12 +137,12 @@ impl Run {
             record: Mutex::new(record),
             spider,
             frontier,
-            sink,
-            items_path,
+            items,
+            item_log,
             out: Mutex::new(HashMap::new()),
             allocated_on: Mutex::new(BTreeSet::new()),
             delays: Mutex::new(HashSet::new()),
-            counters: Counters::default(),
+            counters,
             wake: Notify::new(),
             desired: watch::channel(desired).0,
             fatal: Mutex::new(None),
@@ -311,24 +317,35 @@ impl Run {
         self.counters
             .bytes_saved
             .fetch_add(o.bytes_saved, Ordering::Relaxed);
-        if let Err(reason) = self.write_items(&o.items) {
-            // The items file failed: the lease stays out and expires; stop the run rather
-            // than ack a page whose items were lost.
-            self.set_fatal(reason);
-            return;
-        }
-        if let Err(e) = self.store_items(cx, &o.items).await {
-            // Not acked: the lease expires and the page is fetched again.
-            tracing::warn!(run = %self.id, url = %out.request.url, error = %e, "items not stored; the page will be fetched again");
-            cx.logs.hub(
-                &self.id,
-                Level::Warn,
-                format!(
-                    "items of {} not stored ({e}); the page will be fetched again",
-                    out.request.url
-                ),
-            );
-            return;
+        match self.items.write(&o.items, cx.clock.now_ms()).await {
+            Ok(wrote) => {
+                let c = &self.counters;
+                c.items.fetch_add(wrote.new, Ordering::Relaxed);
+                c.duplicate_items
+                    .fetch_add(wrote.duplicates, Ordering::Relaxed);
+                if wrote.no_key > 0 {
+                    tracing::warn!(run = %self.id, key = %self.spider.spec.item_key, n = wrote.no_key, "items without a key; not written");
+                }
+            }
+            Err(WriteError::File(reason)) => {
+                // The items file failed: the lease stays out and expires; stop the run
+                // rather than ack a page whose items were lost.
+                self.set_fatal(reason);
+                return;
+            }
+            Err(WriteError::Store(e)) => {
+                // Not acked: the lease expires and the page is fetched again.
+                tracing::warn!(run = %self.id, url = %out.request.url, error = %e, "items not stored; the page will be fetched again");
+                cx.logs.hub(
+                    &self.id,
+                    Level::Warn,
+                    format!(
+                        "items of {} not stored ({e}); the page will be fetched again",
+                        out.request.url
+                    ),
+                );
+                return;
+            }
         }
         if !o.items.is_empty() {
             // After the write: a sink woken now reads the new lines.
@@ -452,49 +469,6 @@ impl Run {
         if let Err(reason) = self.write_outcome(cx, &out.request, &out.agent, &o, false) {
             self.set_fatal(reason);
         }
-    }
-
-    /// A run with a shared frontier keeps its items in the store too (before the ack), so
-    /// that a hub that adopts it has them.
-    async fn store_items(
-        &self,
-        cx: &RunContext,
-        items: &[serde_json::Value],
-    ) -> Result<(), silk_store::StoreError> {
-        if self.shared_frontier && !items.is_empty() {
-            let now = cx.clock.now_ms();
-            let key = &self.spider.spec.item_key;
-            let rows: Vec<(String, u64, serde_json::Value)> = items
-                .iter()
-                .filter(|i| i.get(key).is_some_and(|k| !k.is_null()))
-                .map(|i| (crate::items::item_key(i, key), now, i.clone()))
-                .collect();
-            cx.store.insert_items(self.id.as_str(), &rows).await?;
-        }
-        Ok(())
-    }
-
-    fn write_items(&self, items: &[serde_json::Value]) -> Result<(), String> {
-        for item in items {
-            let Some(map) = item.as_object() else {
-                continue;
-            };
-            match self.sink.write(map) {
-                Ok(Written::New) => {
-                    self.counters.items.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Written::Duplicate) => {
-                    self.counters
-                        .duplicate_items
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Written::NoKey) => {
-                    tracing::warn!(run = %self.id, key = %self.spider.spec.item_key, "item has no key; not written");
-                }
-                Err(e) => return Err(format!("items file: {e}")),
-            }
-        }
-        Ok(())
     }
 
     /// An agent was declared dead: release its requests out (they go to live agents), or
@@ -1069,7 +1043,7 @@ impl Run {
         if let Err(e) = self.frontier.sync().await {
             tracing::warn!(run = %self.id, error = %e, "frontier sync failed");
         }
-        if let Err(e) = self.sink.sync() {
+        if let Err(e) = self.items.sync() {
             tracing::warn!(run = %self.id, error = %e, "items sync failed");
         }
         if let Some(log) = &self.outcomes

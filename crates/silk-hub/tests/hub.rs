@@ -322,6 +322,8 @@ async fn a_hub_restarted_mid_run_resumes_it_and_every_page_is_written_once() {
         .unwrap();
     assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
     assert_every_page_once(&done, &site);
+    // The count goes on from the item log: the items written before the restart count.
+    assert_eq!(done.stats.items, items_once(&done).len() as u64);
     hub.shutdown().await;
 }
 

@@ -199,7 +199,7 @@
  * @property {string} frontier Where the run's frontier is: `embedded` (the data dir of its hub) or `redis` (shared
  * @property {string|null} [hub] The hub that drives (or last drove) the run.
  * @property {string} id The run id.
- * @property {string} items_path The JSON Lines file of the run's items on this hub (for a run with a Redis frontier,
+ * @property {string|null} [items_path] The JSON Lines file of the run's items, its item log; absent for a run with a Redis
  * @property {string|null} [job_id] The job it is a run of.
  * @property {string|null} [job_name] The job's name.
  * @property {number} max_pending Back-pressure settings.

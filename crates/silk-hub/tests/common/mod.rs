@@ -95,7 +95,11 @@ pub async fn site(pages: u32, latency_ms: u64) -> DemoSite {
 
 /// The URLs of the run's items file, asserting none is there twice.
 pub fn items_once(view: &silk_hub::RunView) -> std::collections::BTreeSet<String> {
-    let text = std::fs::read_to_string(&view.items_path).expect("items file");
+    let path = view
+        .items_path
+        .as_ref()
+        .expect("a run whose item log is a file");
+    let text = std::fs::read_to_string(path).expect("items file");
     let urls: Vec<String> = text
         .lines()
         .map(|l| {
