@@ -98,6 +98,34 @@ impl Request {
         }
     }
 
+    /// A link found on this request's page, to the canonical `url`: one level deeper, the
+    /// same priority. (The engine, and the hub for its agents' results, both make links so.)
+    pub fn link(&self, url: String) -> Request {
+        let mut r = Request::from_canonical(url);
+        r.depth = self.depth.saturating_add(1);
+        r.priority = self.priority;
+        r
+    }
+
+    /// The target of this request's redirect, to the canonical `url`: the same depth,
+    /// priority and meta, one more hop, and a salted request's salt with the hop number —
+    /// per hop, so that a redirect back to a URL seen before (A → A, A → B → A) is fetched
+    /// and ends in `too_many_redirects` rather than as a duplicate, while a routed task's
+    /// redirect is fetched even if the URL was seen before. (The engine, the agent and the
+    /// hub all make redirect targets so.)
+    pub fn redirect_target(&self, url: String) -> Request {
+        let mut r = Request::from_canonical(url);
+        r.depth = self.depth;
+        r.priority = self.priority;
+        r.redirects = self.redirects + 1;
+        r.meta = self.meta.clone();
+        r.dedup_salt = self
+            .dedup_salt
+            .as_ref()
+            .map(|s| format!("{s}#r{}", r.redirects));
+        r
+    }
+
     /// The dedup key of this request: method, URL, body and [`dedup_salt`](Self::dedup_salt).
     pub fn fingerprint(&self) -> Fingerprint {
         match &self.dedup_salt {

@@ -544,12 +544,7 @@ impl CrawlCore {
                 .links
                 .into_iter()
                 .filter(|l| self.spider.canonical_host_allowed(l))
-                .map(|l| {
-                    let mut r = Request::from_canonical(l);
-                    r.depth = depth;
-                    r.priority = req.priority;
-                    r
-                })
+                .map(|l| req.link(l))
                 .collect();
         }
         Ok((Outcome::Done, links))

@@ -16,8 +16,9 @@ use url::Url;
 pub enum Verdict {
     /// A 2xx: parse it.
     Page,
-    /// A redirect to follow: the target, canonical, on the allowed domains, with the
-    /// request's depth, priority and meta and one more redirect hop.
+    /// A redirect to follow: the target, canonical, on the allowed domains
+    /// ([`Request::redirect_target`]: the request's depth, priority, meta and salt, one more
+    /// hop).
     Redirect(Request),
     /// The request ended here: why, whether a retry may help, and a line for people.
     Ended {
@@ -52,7 +53,7 @@ pub fn judge(spider: &Spider, req: &Request, url: &Url, resp: &Response) -> Verd
         }
         // The target goes through the frontier like a link: its dedup collapses a redirect
         // to a page that is (or will be) fetched anyway.
-        let mut next = match Request::get(location, Some(url), &spider.canon) {
+        let next = match Request::get(location, Some(url), &spider.canon) {
             Ok(next) => next,
             Err(e) => {
                 let detail = format!("{}: {e}", req.url);
@@ -66,11 +67,7 @@ pub fn judge(spider: &Spider, req: &Request, url: &Url, resp: &Response) -> Verd
             );
             return ended(OutcomeCode::RedirectOffDomain, false, detail);
         }
-        next.depth = req.depth;
-        next.priority = req.priority;
-        next.redirects = req.redirects + 1;
-        next.meta = req.meta.clone();
-        return Verdict::Redirect(next);
+        return Verdict::Redirect(req.redirect_target(next.url));
     }
     let failed = |retryable| {
         let detail = format!("{}: http status {status}", req.url);

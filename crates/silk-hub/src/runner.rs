@@ -1134,23 +1134,12 @@ fn classify(
         .links
         .iter()
         .map(|url| {
-            let mut r = Request::from_canonical(url.clone());
-            if redirect {
-                // The target of a redirect: same depth, the redirect count, the meta, and
-                // the salt (a routed task's redirect is fetched even if seen before).
-                r.depth = req.depth;
-                r.redirects = o.redirects;
-                r.meta = req.meta.clone();
-                // Per hop, so that a redirect back to a URL seen before (A → A, A → B → A)
-                // is fetched and ends in `too_many_redirects` rather than as a duplicate.
-                r.dedup_salt = req
-                    .dedup_salt
-                    .as_ref()
-                    .map(|s| format!("{s}#r{}", o.redirects));
+            // The agent followed the redirect as its verdict says (one hop per result).
+            let mut r = if redirect {
+                req.redirect_target(url.clone())
             } else {
-                r.depth = req.depth.saturating_add(1);
-            }
-            r.priority = req.priority;
+                req.link(url.clone())
+            };
             r.agent = affinity.clone();
             r
         })
