@@ -146,3 +146,34 @@ impl Request {
             .unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_and_redirect_targets_inherit_what_they_should() {
+        let mut req = Request::from_canonical("http://a.test/x".into());
+        req.depth = 2;
+        req.priority = 5;
+        req.redirects = 1;
+        req.meta.insert("task".into(), serde_json::json!({"id": 1}));
+        req.dedup_salt = Some("t1:0".into());
+        let link = req.link("http://a.test/y".into());
+        assert_eq!((link.depth, link.priority, link.redirects), (3, 5, 0));
+        assert!(link.meta.is_empty() && link.dedup_salt.is_none());
+        let target = req.redirect_target("http://a.test/x".into());
+        assert_eq!((target.depth, target.priority, target.redirects), (2, 5, 2));
+        assert_eq!(target.meta, req.meta);
+        assert_eq!(target.dedup_salt.as_deref(), Some("t1:0#r2"));
+        // A redirect back to the same URL is another request for dedup (per hop).
+        assert_ne!(target.fingerprint(), req.fingerprint());
+        let unsalted = Request::from_canonical("http://a.test/x".into());
+        assert!(
+            unsalted
+                .redirect_target("http://a.test/z".into())
+                .dedup_salt
+                .is_none()
+        );
+    }
+}
