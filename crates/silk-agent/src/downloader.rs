@@ -39,7 +39,7 @@ use parking_lot::RwLock;
 use silk_bus::{BodyEncoding, FetchOutcome, LogLevel, ResultBody, ResultError};
 use silk_core::{Clock, OutcomeCode, Request, RunId};
 use silk_fetch::robots::{RobotsCache, RobotsVerdict};
-use silk_fetch::{FetchError, Fetcher, Response, Retry, Verdict, Wants, decode_html_cow};
+use silk_fetch::{FetchError, Fetcher, Response, Retry, Verdict, decode_html_cow};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -541,30 +541,21 @@ impl PageJob {
                 binary_body(&resp.body, content_type, cfg.max_return_body_bytes)
             });
         }
-        let spider = &cfg.spider;
-        let wants = Wants {
-            links: spider.depth_allowed(req.depth.saturating_add(1)),
-            fields: spider.wants_item(&req.url),
-        };
-        let page = cfg
+        let wanted = silk_fetch::wants(&cfg.spider, req);
+        let mut page = cfg
             .extractor
-            .parse_with(url, &parse_body, parse_type.as_deref(), wants);
-        if let Some(why) = page.over_budget {
+            .parse_with(url, &parse_body, parse_type.as_deref(), wanted);
+        if let Some(why) = page.over_budget.take() {
             self.over_budget(req, out, why);
             return;
         }
-        if wants.links {
-            out.links = page
-                .links
-                .into_iter()
-                .filter(|l| spider.canonical_host_allowed(l))
-                .collect();
-        }
-        if wants.fields {
-            let mut item = page.fields;
-            item.insert("url".into(), serde_json::Value::String(req.url.clone()));
-            out.items = vec![serde_json::Value::Object(item)];
-        }
+        let harvest = silk_fetch::harvest(&cfg.spider, req, page, wanted);
+        out.links = harvest.links;
+        out.items = harvest
+            .item
+            .map(serde_json::Value::Object)
+            .into_iter()
+            .collect();
         out.body = returned;
     }
 }

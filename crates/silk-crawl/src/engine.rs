@@ -490,16 +490,18 @@ impl CrawlCore {
         // work), so neither the runtime nor a stop waits for it.
         // Small pages cannot take long (see `INLINE_PARSE_MAX_BYTES`): parsed right here.
         let extractor = self.extractor.clone();
+        let wanted = silk_fetch::wants(&self.spider, req);
         let (page_url, body, content_type) = (url.clone(), resp.body.clone(), resp.content_type);
         let page = if body.len() <= silk_fetch::extract::budget::INLINE_PARSE_MAX_BYTES {
-            Ok(Ok(extractor.parse(
+            Ok(Ok(extractor.parse_with(
                 &page_url,
                 &body,
                 content_type.as_deref(),
+                wanted,
             )))
         } else {
             let parsing = tokio::task::spawn_blocking(move || {
-                extractor.parse(&page_url, &body, content_type.as_deref())
+                extractor.parse_with(&page_url, &body, content_type.as_deref(), wanted)
             });
             let timeout = Duration::from_millis(spec.parse_timeout_ms);
             tokio::time::timeout(timeout, parsing).await
@@ -522,9 +524,8 @@ impl CrawlCore {
             tracing::warn!(url = %req.url, reason = %why, "page over the parse budget; not parsed");
             return done(Outcome::ended(&OutcomeCode::ParseBudget, false));
         }
-        if self.spider.wants_item(&req.url) {
-            let mut item = page.fields;
-            item.insert("url".into(), serde_json::Value::String(req.url.clone()));
+        let harvest = silk_fetch::harvest(&self.spider, req, page, wanted);
+        if let Some(item) = harvest.item {
             match self.sink.write(&item)? {
                 Written::New => {
                     self.items.fetch_add(1, Ordering::Relaxed);
@@ -537,16 +538,7 @@ impl CrawlCore {
                 }
             }
         }
-        let depth = req.depth + 1;
-        let mut links = Vec::new();
-        if self.spider.depth_allowed(depth) {
-            links = page
-                .links
-                .into_iter()
-                .filter(|l| self.spider.canonical_host_allowed(l))
-                .map(|l| req.link(l))
-                .collect();
-        }
+        let links = harvest.links.into_iter().map(|l| req.link(l)).collect();
         Ok((Outcome::Done, links))
     }
 

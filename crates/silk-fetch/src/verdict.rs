@@ -2,9 +2,13 @@
 //! the local engine (`silk-crawl`) and the agent's downloader (whose answer the hub reads):
 //! a redirect (its target request, or why it is not followed: no `Location`, too many hops,
 //! an unparsable target, a target off the allowed domains), an HTTP failure (retryable when
-//! the status is in the spider's `retry_statuses`), or a page to parse. Pure: no I/O.
+//! the status is in the spider's `retry_statuses`), or a page to parse; then what to parse of
+//! the page ([`wants`]: links only above `max_depth`, fields only where `item_when` says) and
+//! what it gives ([`harvest`]: the item, with its `url`, and the links on the allowed
+//! domains). Pure: no I/O.
 
 use crate::error::Retry;
+use crate::extract::{Page, Wants};
 use crate::fetcher::Response;
 use silk_core::Request;
 use silk_core::outcome::OutcomeCode;
@@ -80,6 +84,43 @@ pub fn judge(spider: &Spider, req: &Request, url: &Url, resp: &Response) -> Verd
         return failed(false);
     }
     Verdict::Page
+}
+
+/// What to parse of `req`'s page: its links only when they would not be deeper than
+/// `max_depth`, its fields only when the spider makes an item of the page.
+pub fn wants(spider: &Spider, req: &Request) -> Wants {
+    Wants {
+        links: spider.depth_allowed(req.depth.saturating_add(1)),
+        fields: spider.wants_item(&req.url),
+    }
+}
+
+/// What a parsed page gives its request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Harvest {
+    /// The item (the page's fields and its `url`), when the spider makes one of the page.
+    pub item: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The links to follow: canonical, on the allowed domains (each becomes
+    /// [`Request::link`]).
+    pub links: Vec<String>,
+}
+
+/// The item and the links of `req`'s parsed `page`, as `wanted` (see [`wants`]).
+pub fn harvest(spider: &Spider, req: &Request, page: Page, wanted: Wants) -> Harvest {
+    let links = if wanted.links {
+        page.links
+            .into_iter()
+            .filter(|l| spider.canonical_host_allowed(l))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let item = wanted.fields.then(|| {
+        let mut item = page.fields;
+        item.insert("url".into(), serde_json::Value::String(req.url.clone()));
+        item
+    });
+    Harvest { item, links }
 }
 
 #[cfg(test)]
@@ -169,5 +210,51 @@ mod tests {
             code(&judge(&req, 301, Some("/y"))),
             Some(("too_many_redirects".into(), false))
         );
+    }
+
+    #[test]
+    fn only_what_is_wanted_is_parsed_and_kept() {
+        let spider = Spider::from_yaml(
+            "name: t\nstart_urls: ['http://a.test/']\nallowed_domains: [a.test]\nmax_depth: 1\n\
+             item_when: '/item/'\n",
+            "spider.yaml",
+        )
+        .expect("spider");
+        let mut req = Request::from_canonical("http://a.test/item/1".into());
+        let w = wants(&spider, &req);
+        assert!(w.links && w.fields, "{w:?}");
+        req.depth = 1;
+        req.url = "http://a.test/list".into();
+        let w = wants(&spider, &req);
+        assert!(
+            !w.links && !w.fields,
+            "deeper than max_depth, not an item: {w:?}"
+        );
+        let page = Page {
+            links: vec!["http://a.test/a".into(), "http://b.test/b".into()],
+            fields: [("title".to_owned(), serde_json::json!("T"))]
+                .into_iter()
+                .collect(),
+            ..Page::default()
+        };
+        let all = Wants {
+            links: true,
+            fields: true,
+        };
+        let h = harvest(&spider, &req, page.clone(), all);
+        assert_eq!(h.links, ["http://a.test/a"], "off-domain links dropped");
+        let item = h.item.expect("an item");
+        assert_eq!(item["url"], "http://a.test/list");
+        assert_eq!(item["title"], "T");
+        let none = harvest(
+            &spider,
+            &req,
+            page,
+            Wants {
+                links: false,
+                fields: false,
+            },
+        );
+        assert_eq!(none, Harvest::default());
     }
 }
