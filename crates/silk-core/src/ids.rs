@@ -52,3 +52,43 @@ string_id!(
     /// A tenant: the owner of jobs, runs and quotas.
     TenantId
 );
+string_id!(
+    /// A hub of the cluster: the holder of its run leases, the name in its results subject
+    /// (`results.{id}`) and its durable names. [`HubId::parse`] checks one.
+    HubId
+);
+
+impl HubId {
+    /// A hub id from its text: one bus token of 1 to 40 characters of `A-Z`, `a-z`, `0-9`,
+    /// `-` and `_` (it is also part of durable names); the error says what is expected.
+    pub fn parse(id: &str) -> Result<HubId, String> {
+        let ok = !id.is_empty()
+            && id.len() <= 40
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if ok {
+            Ok(HubId(id.to_owned()))
+        } else {
+            Err(format!(
+                "hub id `{id}`: expected 1 to 40 characters of A-Z, a-z, 0-9, `-` and `_`"
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hub_ids_are_bus_tokens() {
+        for good in ["hub-a", "H_1", &"x".repeat(40)] {
+            assert_eq!(HubId::parse(good).unwrap().as_str(), good);
+        }
+        for bad in ["", "a.b", "a b", "a*", &"x".repeat(41), "é"] {
+            let err = HubId::parse(bad).unwrap_err();
+            assert!(err.contains("expected 1 to 40 characters"), "{err}");
+        }
+    }
+}

@@ -37,7 +37,7 @@ use parking_lot::Mutex;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use silk_bus::{Bus, Subject, SubscribeOpts};
-use silk_core::{AgentId, Clock, RunId};
+use silk_core::{AgentId, Clock, HubId, RunId};
 use silk_store::{Level, MetaStore, RunFilter};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -107,7 +107,7 @@ impl Hub {
             Some(id) => id.clone(),
             None => files.hub_id()?,
         };
-        crate::ownership::check_hub_id(&hub_id)?;
+        let hub_id = HubId::parse(&hub_id).map_err(HubError::BadConfig)?;
         if config.ownership_ttl_ms < 300 {
             return Err(HubError::BadConfig(
                 "ownership_ttl_ms must be at least 300".into(),
@@ -200,7 +200,8 @@ impl Hub {
         ));
         tokio::spawn(subscription_loop(
             shared.clone(),
-            Subject::hub_results(&shared.hub_id).map_err(|e| HubError::BadConfig(e.to_string()))?,
+            Subject::hub_results(shared.hub_id.as_str())
+                .map_err(|e| HubError::BadConfig(e.to_string()))?,
             SubscribeOpts::durable(own_results).batch(RESULTS_BATCH),
         ));
         // Results of agents of older builds, which publish them all on `results`.
@@ -348,7 +349,7 @@ impl HubHandle {
                 .store
                 .get_lease(&crate::repo::run_lease(id))
                 .await?
-            && lease.holder != self.shared.hub_id
+            && lease.holder != self.shared.hub_id.as_str()
         {
             return Err(HubError::OwnedElsewhere {
                 run: id.clone(),
@@ -517,7 +518,7 @@ impl HubHandle {
     }
 
     /// This hub's id in the cluster.
-    pub fn hub_id(&self) -> &str {
+    pub fn hub_id(&self) -> &HubId {
         &self.shared.hub_id
     }
 
@@ -619,7 +620,10 @@ impl HubHandle {
         if let Err(e) = self
             .shared
             .store
-            .release_lease(crate::ownership::SCHEDULER_LEASE, &self.shared.hub_id)
+            .release_lease(
+                crate::ownership::SCHEDULER_LEASE,
+                self.shared.hub_id.as_str(),
+            )
             .await
         {
             tracing::debug!(error = %e, "scheduler lease not released (it expires)");

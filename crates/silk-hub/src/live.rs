@@ -14,7 +14,7 @@ use crate::run::{Feed, RunRecord, RunState, RunStats, RunView};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use silk_core::spider::Spider;
-use silk_core::{AgentId, Clock, Request, RunId};
+use silk_core::{AgentId, Clock, HubId, Request, RunId};
 use silk_frontier::FrontierStore;
 use silk_store::MetaStore;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -29,7 +29,7 @@ use tokio::sync::{Notify, watch};
 #[derive(Clone)]
 pub(crate) struct RunContext {
     /// This hub's id (said in the log when a run is let go).
-    pub(crate) hub_id: String,
+    pub(crate) hub_id: HubId,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) files: HubFiles,
     pub(crate) logs: Arc<RunLogs>,

@@ -43,23 +43,6 @@ use std::time::Duration;
 /// The lease of the hub that runs the scheduler.
 pub(crate) const SCHEDULER_LEASE: &str = "scheduler";
 
-/// Checks a hub id: one bus token of at most 40 characters (it is also part of durable
-/// names).
-pub(crate) fn check_hub_id(id: &str) -> Result<(), HubError> {
-    let ok = !id.is_empty()
-        && id.len() <= 40
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(HubError::BadConfig(format!(
-            "hub id `{id}`: expected 1 to 40 characters of A-Z, a-z, 0-9, `-` and `_`"
-        )))
-    }
-}
-
 impl HubCore {
     /// Whether this hub can take `record` over: settle it (a run caught before its
     /// allocation completed: any hub fails it), or drive it — its frontier is in Redis and
@@ -72,7 +55,7 @@ impl HubCore {
         match &record.shared_frontier {
             Some(_) => self.config.frontier_url.is_some(),
             None => {
-                record.hub.as_deref().is_none_or(|h| h == self.hub_id)
+                record.hub.as_ref().is_none_or(|h| h == &self.hub_id)
                     || self.files.frontier_dir(&record.id).exists()
             }
         }
@@ -82,7 +65,11 @@ impl HubCore {
     pub(crate) async fn holds_scheduler(&self) -> bool {
         match self
             .store
-            .acquire_lease(SCHEDULER_LEASE, &self.hub_id, self.config.ownership_ttl_ms)
+            .acquire_lease(
+                SCHEDULER_LEASE,
+                self.hub_id.as_str(),
+                self.config.ownership_ttl_ms,
+            )
             .await
         {
             Ok(held) => held,
@@ -165,7 +152,7 @@ pub(crate) async fn adopt(shared: &Arc<HubCore>, startup: bool) -> Result<(), Hu
             shared.repo.release(&id).await;
             continue;
         }
-        let from = previous.filter(|p| p != &shared.hub_id);
+        let from = previous.filter(|p| p != shared.hub_id.as_str());
         take(shared, record, from, startup).await;
     }
     Ok(())
@@ -235,7 +222,7 @@ pub(crate) async fn ownership_loop(shared: Arc<HubCore>) {
         let active: Vec<Arc<Run>> = shared.runs.lock().values().cloned().collect();
         match shared
             .store
-            .renew_leases(&shared.hub_id, shared.config.ownership_ttl_ms)
+            .renew_leases(shared.hub_id.as_str(), shared.config.ownership_ttl_ms)
             .await
         {
             Ok(held) => {

@@ -7,7 +7,7 @@
 
 use crate::error::HubError;
 use crate::run::RunRecord;
-use silk_core::RunId;
+use silk_core::{HubId, RunId};
 use silk_store::{MetaStore, RunFilter, RunRow};
 use std::sync::Arc;
 
@@ -16,13 +16,13 @@ use std::sync::Arc;
 pub(crate) struct RunRepo {
     store: Arc<dyn MetaStore>,
     /// The holder name of this hub's leases (its id).
-    hub_id: String,
+    hub_id: HubId,
     /// How long a lease lasts without renewal, ms.
     ttl_ms: u64,
 }
 
 impl RunRepo {
-    pub(crate) fn new(store: Arc<dyn MetaStore>, hub_id: String, ttl_ms: u64) -> Self {
+    pub(crate) fn new(store: Arc<dyn MetaStore>, hub_id: HubId, ttl_ms: u64) -> Self {
         Self {
             store,
             hub_id,
@@ -45,7 +45,7 @@ impl RunRepo {
         let lease = run_lease(&record.id);
         if self
             .store
-            .put_run_held(&run_row(record)?, &lease, &self.hub_id)
+            .put_run_held(&run_row(record)?, &lease, self.hub_id.as_str())
             .await?
         {
             return Ok(());
@@ -64,13 +64,17 @@ impl RunRepo {
     pub(crate) async fn hold(&self, id: &RunId) -> Result<bool, HubError> {
         Ok(self
             .store
-            .acquire_lease(&run_lease(id), &self.hub_id, self.ttl_ms)
+            .acquire_lease(&run_lease(id), self.hub_id.as_str(), self.ttl_ms)
             .await?)
     }
 
     /// Gives the lease of run `id` back (another hub may adopt the run at once).
     pub(crate) async fn release(&self, id: &RunId) {
-        if let Err(e) = self.store.release_lease(&run_lease(id), &self.hub_id).await {
+        if let Err(e) = self
+            .store
+            .release_lease(&run_lease(id), self.hub_id.as_str())
+            .await
+        {
             tracing::warn!(run = %id, error = %e, "run lease not released (it expires)");
         }
     }

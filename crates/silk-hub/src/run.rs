@@ -16,7 +16,7 @@ use crate::error::HubError;
 use crate::health::FailIf;
 use serde::{Deserialize, Serialize};
 use silk_core::spider::Spider;
-use silk_core::{AgentId, RunId};
+use silk_core::{AgentId, HubId, RunId};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -391,7 +391,7 @@ pub struct RunRecord {
     pub shared_frontier: Option<String>,
     /// The hub that drives the run (the holder of its lease in the store, see `ownership`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hub: Option<String>,
+    pub hub: Option<HubId>,
     /// When the run counts as failed at its end (`None`: the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_if: Option<FailIf>,
@@ -464,7 +464,8 @@ pub struct RunView {
     /// Set when the router feeds the run (see [`Feed`]).
     pub feed: Option<Feed>,
     /// The hub that drives (or last drove) the run.
-    pub hub: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub hub: Option<HubId>,
     /// Where the run's frontier is: `embedded` (the data dir of its hub) or `redis` (shared
     /// by the cluster's hubs; its items are then kept in the store).
     pub frontier: String,

@@ -890,7 +890,7 @@ impl Run {
                     run: self.id.clone(),
                     batch: chunk,
                     // Its results come back on this hub's own subject, `results.{hub id}`.
-                    reply_to: Some(cx.hub_id.clone()),
+                    reply_to: Some(cx.hub_id.to_string()),
                 };
                 if let Err(e) = cx.agents.send_command(&agent, command).await {
                     // Give the leases back before failing: nothing accepted is lost.

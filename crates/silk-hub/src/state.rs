@@ -14,7 +14,7 @@ use crate::run::{RunRecord, RunState};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use silk_bus::{AllocationReply, Bus};
-use silk_core::{AgentId, Clock, RunId};
+use silk_core::{AgentId, Clock, HubId, RunId};
 use silk_store::{Level, MetaStore};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -62,7 +62,7 @@ pub(crate) struct HubCore {
     /// Bumped whenever a run's driver starts (outcome readers look for new runs).
     pub(crate) runs_started: watch::Sender<u64>,
     /// This hub's id in the cluster (`HubConfig::hub_id`).
-    pub(crate) hub_id: String,
+    pub(crate) hub_id: HubId,
     /// Runs this hub is creating (not active yet): adoption leaves them alone.
     pub(crate) starting: Mutex<std::collections::HashSet<RunId>>,
     /// Runs seen open in the store that this hub cannot drive (logged once).

@@ -459,14 +459,19 @@ async fn a_hub_that_loses_a_runs_lease_lets_the_run_go_and_adopts_it_when_it_is_
     let mut slow = request(&site, Strategy::Fixed(2), OnAgentLost::Fail);
     slow.max_pending = Some(4);
     let run = hub.submit(slow).await.unwrap();
-    assert_eq!(run.hub.as_deref(), Some(hub.hub_id()));
+    assert_eq!(run.hub.as_ref(), Some(hub.hub_id()));
     assert_eq!(run.frontier, "embedded");
     within("some pages", 30, site.wait_for_requests(30)).await;
 
     // Another hub takes the lease, as if this one had been away longer than its TTL.
     let store = hub.store().clone();
     let lease = format!("run:{}", run.id);
-    assert!(store.release_lease(&lease, hub.hub_id()).await.unwrap());
+    assert!(
+        store
+            .release_lease(&lease, hub.hub_id().as_str())
+            .await
+            .unwrap()
+    );
     assert!(
         store
             .acquire_lease(&lease, "hub-other", 60_000)
@@ -481,7 +486,7 @@ async fn a_hub_that_loses_a_runs_lease_lets_the_run_go_and_adopts_it_when_it_is_
         RunState::Running,
         "nothing written: {let_go:?}"
     );
-    assert_eq!(let_go.hub.as_deref(), Some(hub.hub_id()));
+    assert_eq!(let_go.hub.as_ref(), Some(hub.hub_id()));
     match hub.pause(&run.id).await {
         Err(HubError::OwnedElsewhere { hub: other, .. }) => assert_eq!(other, "hub-other"),
         other => panic!("expected owned_elsewhere, got {other:?}"),
