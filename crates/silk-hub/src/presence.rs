@@ -54,7 +54,7 @@ async fn on_register(hub: &HubCore, delivery: &Delivery) {
     }
 }
 
-pub(crate) async fn on_delivery(hub: &HubCore, delivery: Delivery) {
+async fn on_delivery(hub: &HubCore, delivery: Delivery) {
     match &delivery.envelope.body {
         Message::Register(_) => on_register(hub, &delivery).await,
         Message::Heartbeat(_) => {
