@@ -48,3 +48,42 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// A clock on tokio's time: the epoch time when it was made, plus the tokio time elapsed
+/// since. Timers (`tokio::time::sleep`, `interval`, `timeout`) and clock reads then agree, and
+/// under a paused runtime (`#[tokio::test(start_paused = true)]`) both move only when every
+/// task waits, straight to the next timer: time-driven logic runs on virtual time, exactly,
+/// whatever the machine's load. Clones share the same start.
+#[derive(Debug, Clone)]
+pub struct TokioClock {
+    base_ms: u64,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock that reads the system time now, then moves with tokio's time.
+    pub fn new() -> Self {
+        Self::starting_at(SystemClock.now_ms())
+    }
+
+    /// A clock that reads `base_ms` now, then moves with tokio's time.
+    pub fn starting_at(base_ms: u64) -> Self {
+        Self {
+            base_ms,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.base_ms.saturating_add(elapsed)
+    }
+}

@@ -16,7 +16,7 @@ pub mod spider;
 pub mod text;
 
 pub use canon::{CanonRules, Fingerprint, canonicalize, fingerprint, fingerprint_salted};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use command::CommandSpec;
 pub use error::CoreError;
 pub use ids::{AgentId, HubId, JobId, RunId, TenantId};

@@ -7,25 +7,12 @@ mod common;
 use std::sync::Arc;
 
 use serde_json::json;
-use silk_core::Clock;
+use silk_core::{Clock, TokioClock};
 use silk_router::Router;
 use tokio::time::Instant;
 
-/// A `Clock` on tokio's (pausable) time.
-struct TokioClock {
-    start: Instant,
-}
-
-impl Clock for TokioClock {
-    fn now_ms(&self) -> u64 {
-        1_700_000_000_000 + self.start.elapsed().as_millis() as u64
-    }
-}
-
 fn clock() -> Arc<dyn Clock> {
-    Arc::new(TokioClock {
-        start: Instant::now(),
-    })
+    Arc::new(TokioClock::starting_at(1_700_000_000_000))
 }
 
 async fn submit_many(

@@ -1,0 +1,116 @@
+//! The hub's presence on paused time: the hub's clock is tokio's (`TokioClock`), so its
+//! timers and its clock reads move together, and only when every task waits. An agent's
+//! states (alive, suspect, dead) then change exactly when the phi detector says, whatever the
+//! load of the machine: the test replays the same heartbeats into a `PhiDetector` of its own
+//! and compares, millisecond by millisecond of virtual time. (The store's I/O still runs on
+//! real threads; virtual time may jump while it waits, which moves the hub and the test
+//! together.)
+
+mod common;
+
+use common::*;
+use silk_bus::{Bus, BusConfig, InProcessBus, Register, RetryPolicy, Subject};
+use silk_core::{AgentId, Clock, TokioClock};
+use silk_hub::{AgentState, Hub, PhiDetector};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tempfile::TempDir;
+
+#[tokio::test]
+async fn an_agent_that_falls_silent_turns_suspect_then_dead_exactly_when_phi_says() {
+    let clock = Arc::new(TokioClock::new());
+    let bus = InProcessBus::with_clock(
+        BusConfig {
+            retry: RetryPolicy {
+                retries: 2,
+                backoff_initial_ms: 10,
+                backoff_max_ms: 50,
+            },
+            ..BusConfig::with_namespace("presence")
+        },
+        clock.clone(),
+    )
+    .expect("bus");
+    let dir = TempDir::new().unwrap();
+    let config = hub_config(dir.path());
+    let (phi, tick_ms, ttl) = (config.phi, config.tick_ms, config.ttl);
+    let hub = Hub::start(config, Arc::new(bus.clone()), clock.clone())
+        .await
+        .expect("hub starts");
+    hub.ready().await.expect("subscribed");
+    // From here on, time moves only when every task waits. (Not from the start: the store's
+    // connection pool, opened on a worker thread, would time out at once on paused time.)
+    tokio::time::pause();
+
+    // A fake agent: it registers, then beats with a little jitter, then falls silent.
+    let agent = AgentId::new("p1");
+    let register = Register {
+        agent: agent.clone(),
+        host: "fake-host".into(),
+        version: "test".into(),
+        cores: 1,
+        memory_bytes: 1 << 30,
+        labels: BTreeMap::new(),
+        capacity: 4,
+    };
+    bus.publish(
+        &Subject::registrations(),
+        &ttl.envelope(register, clock.now_ms()),
+    )
+    .await
+    .expect("register");
+    let mut replica = PhiDetector::new(phi);
+    for seq in 1..=30u64 {
+        tokio::time::sleep(Duration::from_millis(HEARTBEAT_MS + (seq % 3) * 7)).await;
+        let heartbeat = silk_bus::Heartbeat {
+            agent: agent.clone(),
+            cpu_pct: 1.0,
+            memory_bytes: 1 << 20,
+            active_downloaders: 0,
+            in_flight: 0,
+            qps: 0.0,
+            seq,
+        };
+        let sent = clock.now_ms();
+        bus.publish(&Subject::heartbeats(), &ttl.envelope(heartbeat, sent))
+            .await
+            .expect("heartbeat");
+        replica.heartbeat(sent);
+    }
+    let last = clock.now_ms();
+    assert_eq!(
+        hub.live_agents(),
+        vec![agent.clone()],
+        "alive while beating"
+    );
+
+    // Silent from here: the hub's view agrees with the replica at every millisecond.
+    let (mut suspect_at, mut dead_at) = (None, None);
+    for _ in 0..=phi.dead_after_ms + 10 {
+        let now = clock.now_ms();
+        let seen = hub.agents();
+        assert_eq!(seen.len(), 1);
+        let want = replica.state(now);
+        assert_eq!(seen[0].state, want, "at {} ms of silence", now - last);
+        match want {
+            AgentState::Suspect if suspect_at.is_none() => suspect_at = Some(now - last),
+            AgentState::Dead if dead_at.is_none() => dead_at = Some(now - last),
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let suspect_at = suspect_at.expect("suspect before dead");
+    let dead_at = dead_at.expect("dead within dead_after_ms");
+    assert!(
+        suspect_at < dead_at && dead_at <= phi.dead_after_ms,
+        "suspect after {suspect_at} ms, dead after {dead_at} ms of silence"
+    );
+
+    // The ticker, which tells the runs, has acted on it by its next tick.
+    assert!(hub.live_agents().is_empty());
+    tokio::time::timeout(Duration::from_millis(tick_ms), hub.wait_for_dead(&agent))
+        .await
+        .expect("the ticker saw the agent dead within one tick");
+    hub.shutdown().await;
+}
