@@ -207,26 +207,15 @@ impl Downloader {
                         .await
                         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                 }
-                match verdict {
-                    RobotsVerdict::Allowed => {}
-                    RobotsVerdict::Disallowed => {
-                        break 'outcome failure(
-                            "robots_disallowed",
-                            format!("{}: disallowed by robots.txt", req.url),
-                            false,
-                        );
-                    }
-                    RobotsVerdict::Unavailable { retry_in } => {
-                        break 'outcome failure(
-                            "robots_unavailable",
-                            format!(
-                                "{}: robots.txt unavailable; asked again in {} ms",
-                                req.url,
-                                retry_in.as_millis()
-                            ),
-                            true,
-                        );
-                    }
+                // No first-contact rule here: the hub's frontier learns the crawl-delay
+                // from this result.
+                if let Some(Verdict::Ended {
+                    code,
+                    retryable,
+                    detail,
+                }) = silk_fetch::robots_verdict(&verdict, false, req)
+                {
+                    break 'outcome failure(&code.as_str(), detail, retryable);
                 }
             }
             match session.fetcher.fetch(req).await {

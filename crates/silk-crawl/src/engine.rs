@@ -13,7 +13,7 @@ use crate::error::CrawlError;
 use serde::Serialize;
 use silk_core::spider::Spider;
 use silk_core::{Clock, OutcomeCode, Request};
-use silk_fetch::robots::{RobotsCache, RobotsVerdict};
+use silk_fetch::robots::RobotsCache;
 use silk_fetch::{Extractor, FetchConfig, Fetcher, Retry, Verdict};
 use silk_frontier::{
     AckResult, EmbeddedFrontier, FrontierConfig, FrontierStats, FrontierStore, Lease, Outcome,
@@ -452,18 +452,14 @@ impl CrawlCore {
             if first_contact {
                 self.apply_crawl_delay(robots, &url, req).await?;
             }
-            match verdict {
-                RobotsVerdict::Allowed if first_contact => {
-                    return done(Outcome::ended(&OutcomeCode::RobotsFetched, true));
-                }
-                RobotsVerdict::Allowed => {}
-                RobotsVerdict::Disallowed => {
+            if let Some(Verdict::Ended {
+                code, retryable, ..
+            }) = silk_fetch::robots_verdict(&verdict, first_contact, req)
+            {
+                if code == OutcomeCode::RobotsDisallowed {
                     self.robots_denied.fetch_add(1, Ordering::Relaxed);
-                    return done(Outcome::ended(&OutcomeCode::RobotsDisallowed, false));
                 }
-                RobotsVerdict::Unavailable { .. } => {
-                    return done(Outcome::ended(&OutcomeCode::RobotsUnavailable, true));
-                }
+                return done(Outcome::ended(&code, retryable));
             }
         }
         self.gate.wait(req).await;

@@ -31,4 +31,4 @@ pub use extract::{Extractor, Page, Wants};
 pub use fetcher::{Fetch, Fetcher, Response};
 pub use proxy::ProxyPool;
 pub use robots::{Robots, RobotsCache, RobotsVerdict};
-pub use verdict::{Harvest, Verdict, harvest, judge, wants};
+pub use verdict::{Harvest, Verdict, harvest, judge, robots_verdict, wants};

@@ -2,7 +2,8 @@
 //! the local engine (`silk-crawl`) and the agent's downloader (whose answer the hub reads):
 //! a redirect (its target request, or why it is not followed: no `Location`, too many hops,
 //! an unparsable target, a target off the allowed domains), an HTTP failure (retryable when
-//! the status is in the spider's `retry_statuses`), or a page to parse; then what to parse of
+//! the status is in the spider's `retry_statuses`), or a page to parse — and before that, what
+//! robots.txt's verdict means ([`robots_verdict`]); then what to parse of
 //! the page ([`wants`]: links only above `max_depth`, fields only where `item_when` says) and
 //! what it gives ([`harvest`]: the item, with its `url`, and the links on the allowed
 //! domains). Pure: no I/O.
@@ -10,6 +11,7 @@
 use crate::error::Retry;
 use crate::extract::{Page, Wants};
 use crate::fetcher::Response;
+use crate::robots::RobotsVerdict;
 use silk_core::Request;
 use silk_core::outcome::OutcomeCode;
 use silk_core::spider::Spider;
@@ -84,6 +86,45 @@ pub fn judge(spider: &Spider, req: &Request, url: &Url, resp: &Response) -> Verd
         return failed(false);
     }
     Verdict::Page
+}
+
+/// What robots.txt's verdict on `req` means before its page is fetched: `None` to go on, or
+/// how the request ends now (always a [`Verdict::Ended`]): disallowed (permanent),
+/// robots.txt unavailable (retryable), or — on `first_contact`, when the host's robots.txt
+/// was not known before this request — `robots_fetched`: reading it was this request's turn
+/// at the host, so the request goes back to the frontier and its page waits for the host's
+/// politeness, crawl-delay included. (The local engine applies the first-contact rule; an
+/// agent does not, and its hub's frontier learns the crawl-delay from the first result.)
+pub fn robots_verdict(
+    verdict: &RobotsVerdict,
+    first_contact: bool,
+    req: &Request,
+) -> Option<Verdict> {
+    match verdict {
+        RobotsVerdict::Allowed if first_contact => Some(ended(
+            OutcomeCode::RobotsFetched,
+            true,
+            format!(
+                "{}: robots.txt read first; the page waits for its turn",
+                req.url
+            ),
+        )),
+        RobotsVerdict::Allowed => None,
+        RobotsVerdict::Disallowed => Some(ended(
+            OutcomeCode::RobotsDisallowed,
+            false,
+            format!("{}: disallowed by robots.txt", req.url),
+        )),
+        RobotsVerdict::Unavailable { retry_in } => Some(ended(
+            OutcomeCode::RobotsUnavailable,
+            true,
+            format!(
+                "{}: robots.txt unavailable; asked again in {} ms",
+                req.url,
+                retry_in.as_millis()
+            ),
+        )),
+    }
 }
 
 /// What to parse of `req`'s page: its links only when they would not be deeper than
@@ -256,5 +297,31 @@ mod tests {
             },
         );
         assert_eq!(none, Harvest::default());
+    }
+
+    #[test]
+    fn robots_verdicts_end_requests_with_one_set_of_codes() {
+        let req = Request::from_canonical("http://a.test/x".into());
+        let code_of = |v: &RobotsVerdict, first: bool| {
+            robots_verdict(v, first, &req).map(|v| code(&v).expect("an ended verdict"))
+        };
+        assert_eq!(code_of(&RobotsVerdict::Allowed, false), None);
+        assert_eq!(
+            code_of(&RobotsVerdict::Allowed, true),
+            Some(("robots_fetched".into(), true))
+        );
+        for first in [false, true] {
+            assert_eq!(
+                code_of(&RobotsVerdict::Disallowed, first),
+                Some(("robots_disallowed".into(), false))
+            );
+            let unavailable = RobotsVerdict::Unavailable {
+                retry_in: std::time::Duration::from_secs(30),
+            };
+            assert_eq!(
+                code_of(&unavailable, first),
+                Some(("robots_unavailable".into(), true))
+            );
+        }
     }
 }
