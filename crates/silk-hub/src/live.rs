@@ -141,8 +141,6 @@ pub(crate) struct Run {
     pub(crate) applying: tokio::sync::RwLock<()>,
     /// Set when another hub took the run's lease (`ownership`): the loop lets go.
     pub(crate) disowned: Mutex<Option<String>>,
-    /// The frontier is in Redis (`RunRecord::shared_frontier`): items also go to the store.
-    pub(crate) shared_frontier: bool,
     /// How often each request's agent was lost while fetching it (this hub session), by
     /// URL and dedup salt: the poison count.
     pub(crate) losses: Mutex<HashMap<String, u32>>,

@@ -131,7 +131,6 @@ impl Run {
         let now = cx.clock.now_ms();
         let job_id = record.job_id.clone();
         let feed = record.feed.clone();
-        let shared_frontier = record.shared_frontier.is_some();
         Ok(Arc::new(Run {
             id,
             record: Mutex::new(record),
@@ -165,7 +164,6 @@ impl Run {
             applying: tokio::sync::RwLock::new(()),
             losses: Mutex::new(HashMap::new()),
             disowned: Mutex::new(None),
-            shared_frontier,
         }))
     }
 
@@ -967,11 +965,11 @@ impl Run {
         fail_if.verdict(&figures)
     }
 
-    /// The counters of a run that ends: its items counted in the store when every hub that
-    /// drove it wrote them there (a shared frontier).
+    /// The counters of a run that ends: its items counted in the store when that is its item
+    /// log (a shared frontier: every hub that drove it wrote there).
     async fn final_stats(&self, cx: &RunContext, now_ms: u64) -> RunStats {
         let mut stats = self.stats(now_ms).await;
-        if self.shared_frontier {
+        if self.item_log == ItemLog::Store {
             match cx.store.count_items(self.id.as_str()).await {
                 Ok(n) => stats.items = n,
                 Err(e) => tracing::warn!(run = %self.id, error = %e, "items not counted"),
