@@ -3,10 +3,10 @@
 //! panic.
 
 pub fn run(data: &[u8]) {
-    if let Ok(spec) = serde_json::from_slice::<silk_hub::JobSpec>(data) {
-        let _ = spec.validate();
+    if let Ok(spec) = serde_json::from_slice::<silk_api::jobs::JobSpec>(data) {
+        let _ = silk_hub::jobs::validate_spec(&spec);
     }
-    if let Ok(request) = serde_json::from_slice::<silk_hub::RunRequest>(data) {
+    if let Ok(request) = serde_json::from_slice::<silk_api::runs::RunRequest>(data) {
         if let Some(fail_if) = &request.fail_if {
             let _ = fail_if.problems();
         }

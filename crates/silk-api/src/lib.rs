@@ -1,13 +1,28 @@
-//! The HTTP API contract that Silk's servers (the hub, the router) and their clients share.
-//! Today: [`ErrorCode`], the one set of machine-readable error codes with the HTTP status
-//! each one is answered with, and [`downloader`], the schema of a run's downloader config
-//! (what the hub checks at submit and the agents compile). (The request and response types,
-//! typed ids and a typed client are to move here: issue 12, item 6.)
+//! The HTTP API contract that Silk's servers (the hub, the router) and their clients share:
 //!
-//! This crate knows no server, no framework and no I/O: statuses are plain numbers, which
-//! the servers turn into their framework's type.
+//! - [`ErrorCode`], the one set of machine-readable error codes with the HTTP status each one
+//!   is answered with, and [`ApiError`], the body of every error answer;
+//! - the request and response types of the hub's API: [`runs`], [`jobs`], [`agents`],
+//!   [`tokens`], [`logs`], with a run's [`health`] thresholds; their OpenAPI schemas are
+//!   derived here (the hub's document is made from them);
+//! - [`downloader`], the schema of a run's downloader config (what the hub checks at submit
+//!   and the agents compile);
+//! - with the `client` feature, [`client::Client`], the typed async HTTP client the CLI and
+//!   the tests use.
+//!
+//! Ids are `silk_core`'s typed ids ([`silk_core::RunId`], [`silk_core::AgentId`],
+//! [`silk_core::HubId`]). Apart from the client, this crate knows no server, no framework and
+//! no I/O: statuses are plain numbers, which the servers turn into their framework's type.
 
+pub mod agents;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod downloader;
+pub mod health;
+pub mod jobs;
+pub mod logs;
+pub mod runs;
+pub mod tokens;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -122,6 +137,39 @@ impl ErrorCode {
     }
 }
 
+impl std::str::FromStr for ErrorCode {
+    type Err = String;
+
+    /// The code of its wire spelling (`not_found`); an unknown spelling is an error naming it.
+    fn from_str(text: &str) -> Result<Self, String> {
+        ErrorCode::ALL
+            .into_iter()
+            .find(|c| c.as_str() == text)
+            .ok_or_else(|| format!("unknown error code `{text}`"))
+    }
+}
+
+/// The body of every error answer, `{"code": "...", "message": "..."}`, code first.
+/// The code decides the status ([`ErrorCode::status`]); the message is for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApiError {
+    /// Machine-readable code (`bad_request`, `not_found`, `conflict`, …).
+    #[schema(value_type = String)]
+    pub code: ErrorCode,
+    /// For people.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error answer with `code` and `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -139,6 +187,7 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", code.as_str()));
             let back: ErrorCode = serde_json::from_str(&json).unwrap();
             assert_eq!(back, code);
+            assert_eq!(code.as_str().parse::<ErrorCode>(), Ok(code));
         }
     }
 

@@ -28,6 +28,12 @@ macro_rules! string_id {
             }
         }
 
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl From<&str> for $name {
             fn from(s: &str) -> Self {
                 Self(s.to_owned())

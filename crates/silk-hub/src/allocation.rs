@@ -28,31 +28,14 @@
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use serde::{Deserialize, Serialize};
+pub use silk_api::runs::{OnAgentLost, Strategy};
 use silk_core::{AgentId, Request};
-use std::fmt;
-use std::str::FromStr;
 use thiserror::Error;
 
-/// A strategy or policy that does not parse, or a run that cannot be allocated. Every message
-/// names the input or the agents involved, so it can be shown to a user as is.
+/// A run that cannot be allocated. The message names the agents involved, so it can be shown
+/// to a user as is.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AllocationError {
-    /// An allocation strategy string that does not parse.
-    #[error(
-        "invalid allocation strategy `{input}`: {reason} (expected `random`, `fixed:N` or `chained:N`)"
-    )]
-    BadStrategy {
-        /// The text given.
-        input: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// An `on_agent_lost` policy string that does not parse.
-    #[error("invalid on_agent_lost policy `{input}` (expected `fail` or `reassign`)")]
-    BadPolicy {
-        /// The text given.
-        input: String,
-    },
     /// Fewer live agents than the strategy needs: the run cannot start.
     #[error("{}", not_enough(strategy, *needed, alive))]
     NotEnoughAgents {
@@ -77,141 +60,6 @@ fn not_enough(strategy: &Strategy, needed: usize, alive: &[AgentId]) -> String {
         text.push_str(&format!(" ({})", names.join(", ")));
     }
     text
-}
-
-/// How a run's requests are spread over agents. On the wire and in stores it is the same
-/// string users type: `random`, `fixed:N`, `chained:N`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub enum Strategy {
-    /// Each request to a random live agent.
-    Random,
-    /// N agents fixed at run start.
-    Fixed(u32),
-    /// N agents fixed at run start, with affinity of discovered requests.
-    Chained(u32),
-}
-
-impl utoipa::PartialSchema for Strategy {
-    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::ObjectBuilder::new()
-            .schema_type(utoipa::openapi::schema::Type::String)
-            .pattern(Some(r"^(random|fixed:[1-9][0-9]*|chained:[1-9][0-9]*)$"))
-            .description(Some("`random`, `fixed:N` or `chained:N`"))
-            .into()
-    }
-}
-
-impl utoipa::ToSchema for Strategy {}
-
-impl Strategy {
-    /// How many distinct live agents the strategy needs at run start.
-    pub fn agents_needed(self) -> usize {
-        match self {
-            Strategy::Random => 1,
-            Strategy::Fixed(n) | Strategy::Chained(n) => n as usize,
-        }
-    }
-}
-
-impl fmt::Display for Strategy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Strategy::Random => f.write_str("random"),
-            Strategy::Fixed(n) => write!(f, "fixed:{n}"),
-            Strategy::Chained(n) => write!(f, "chained:{n}"),
-        }
-    }
-}
-
-impl FromStr for Strategy {
-    type Err = AllocationError;
-
-    fn from_str(input: &str) -> Result<Self, AllocationError> {
-        let bad = |reason: &str| AllocationError::BadStrategy {
-            input: input.to_owned(),
-            reason: reason.to_owned(),
-        };
-        let text = input.trim();
-        if text == "random" {
-            return Ok(Strategy::Random);
-        }
-        let (name, n) = match text.split_once(':') {
-            Some((name, n)) => (name, Some(n)),
-            None => (text, None),
-        };
-        let make = match name {
-            "fixed" => Strategy::Fixed,
-            "chained" => Strategy::Chained,
-            "random" => return Err(bad("`random` takes no agent count")),
-            _ => return Err(bad("unknown strategy")),
-        };
-        let n = n.ok_or_else(|| bad("missing the agent count N"))?;
-        let n: u32 = n
-            .parse()
-            .map_err(|_| bad("the agent count N must be a whole number"))?;
-        if n == 0 {
-            return Err(bad("the agent count N must be at least 1"));
-        }
-        Ok(make(n))
-    }
-}
-
-impl TryFrom<String> for Strategy {
-    type Error = AllocationError;
-    fn try_from(s: String) -> Result<Self, AllocationError> {
-        s.parse()
-    }
-}
-
-impl From<Strategy> for String {
-    fn from(s: Strategy) -> String {
-        s.to_string()
-    }
-}
-
-/// What happens to a request whose agent died (`chained`), or to any request of a
-/// `fixed`/`chained` run whose allocated agents all died.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum OnAgentLost {
-    /// The request fails with `agent_lost` (the default, as the seeds).
-    #[default]
-    Fail,
-    /// The request goes to another live agent, newly allocated if need be.
-    Reassign,
-}
-
-impl OnAgentLost {
-    /// `fail` or `reassign`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnAgentLost::Fail => "fail",
-            OnAgentLost::Reassign => "reassign",
-        }
-    }
-}
-
-impl fmt::Display for OnAgentLost {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for OnAgentLost {
-    type Err = AllocationError;
-
-    fn from_str(input: &str) -> Result<Self, AllocationError> {
-        match input.trim() {
-            "fail" => Ok(OnAgentLost::Fail),
-            "reassign" => Ok(OnAgentLost::Reassign),
-            _ => Err(AllocationError::BadPolicy {
-                input: input.to_owned(),
-            }),
-        }
-    }
 }
 
 /// Where one request goes.

@@ -27,54 +27,6 @@ fn alloc(strategy: &str, policy: OnAgentLost, agents: &[&str]) -> Allocation {
 }
 
 #[test]
-fn strategies_parse_and_print() {
-    let ok: &[(&str, Strategy, &str)] = &[
-        ("random", Strategy::Random, "random"),
-        ("fixed:3", Strategy::Fixed(3), "fixed:3"),
-        ("chained:1", Strategy::Chained(1), "chained:1"),
-        (" fixed:12 ", Strategy::Fixed(12), "fixed:12"),
-    ];
-    for (input, want, shown) in ok {
-        let s: Strategy = input.parse().unwrap();
-        assert_eq!((s, s.to_string().as_str()), (*want, *shown), "{input:?}");
-    }
-    let bad: &[(&str, &str)] = &[
-        ("", "unknown strategy"),
-        ("fixed", "missing the agent count N"),
-        ("chained:", "must be a whole number"),
-        ("fixed:x", "must be a whole number"),
-        ("fixed:-1", "must be a whole number"),
-        ("fixed:0", "must be at least 1"),
-        ("random:2", "`random` takes no agent count"),
-        ("Random", "unknown strategy"),
-        ("round-robin", "unknown strategy"),
-    ];
-    for (input, reason) in bad {
-        let err = input.parse::<Strategy>().unwrap_err();
-        let text = err.to_string();
-        assert!(text.contains(&format!("`{input}`")), "{text}");
-        assert!(text.contains(reason), "{text}");
-        assert!(
-            text.contains("expected `random`, `fixed:N` or `chained:N`"),
-            "{text}"
-        );
-    }
-}
-
-#[test]
-fn policies_parse_and_print() {
-    assert_eq!("fail".parse(), Ok(OnAgentLost::Fail));
-    assert_eq!("reassign".parse(), Ok(OnAgentLost::Reassign));
-    assert_eq!(OnAgentLost::default(), OnAgentLost::Fail);
-    assert_eq!(OnAgentLost::Reassign.to_string(), "reassign");
-    let err = "retry".parse::<OnAgentLost>().unwrap_err().to_string();
-    assert_eq!(
-        err,
-        "invalid on_agent_lost policy `retry` (expected `fail` or `reassign`)"
-    );
-}
-
-#[test]
 fn allocate_picks_distinct_live_agents_or_says_why_not() {
     let live = ids(&["a3", "a1", "a2", "a1"]);
     let cases: &[(&str, &[&str], Result<usize, &str>)] = &[

@@ -34,12 +34,9 @@
 //! TOKEN` unless the API is built with [`ApiOptions::auth`] false (`--no-auth`, loopback
 //! only). The web UI, `/healthz`, `/readyz` and `/metrics` are public.
 
-use crate::auth::{NewToken, Principal, TokenView};
+use crate::auth::Principal;
 use crate::error::HubError;
 use crate::hub::{HubHandle, RunQuery};
-use crate::jobs::{Job, JobSpec, TriggerRequest};
-use crate::registry::AgentView;
-use crate::run::{ItemsPage, RunRequest, RunState, RunView};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -49,14 +46,20 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde::{Deserialize, Serialize};
 use silk_api::ErrorCode;
+use silk_api::agents::AgentView;
+use silk_api::jobs::{Job, JobSpec, TriggerRequest};
+use silk_api::logs::{EventParams, LogLineView, LogPage, LogParams};
+use silk_api::runs::{
+    ItemsPage, ItemsParams, RestartRequest, RunRequest, RunState, RunView, RunsParams,
+};
+use silk_api::tokens::{NewToken, TokenRequest, TokenView};
 use silk_core::RunId;
 use silk_store::{Level, LogQuery};
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::time::Duration;
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -73,27 +76,18 @@ impl Default for ApiOptions {
     }
 }
 
-/// An API error: `{"code": "...", "message": "..."}`; the code (`silk_api::ErrorCode`, shared
-/// with the router) decides the status.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ApiError {
-    /// Machine-readable code (`bad_request`, `not_found`, `conflict`, …).
-    #[schema(value_type = String)]
-    code: ErrorCode,
-    /// For people.
-    message: String,
-}
+/// An API error answer: the shared body ([`silk_api::ApiError`]), whose code (shared with the
+/// router) decides the status.
+#[derive(Debug)]
+pub struct ApiError(silk_api::ApiError);
 
 impl ApiError {
     fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
+        Self(silk_api::ApiError::new(code, message))
     }
 
     fn status(&self) -> StatusCode {
-        StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        StatusCode::from_u16(self.0.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
@@ -121,7 +115,7 @@ fn internal_error(code: ErrorCode, detail: &dyn std::fmt::Display) -> ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let mut response = (status, Json(&self)).into_response();
+        let mut response = (status, Json(&self.0)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
@@ -440,7 +434,7 @@ async fn list_jobs(State(hub): State<HubHandle>) -> ApiResult<Json<Vec<Job>>> {
 
 /// Creates a job.
 #[utoipa::path(post, path = "/api/v1/jobs", request_body = JobSpec,
-    responses((status = 201, body = Job), (status = 400, body = ApiError), (status = 403, body = ApiError), (status = 409, body = ApiError)))]
+    responses((status = 201, body = Job), (status = 400, body = silk_api::ApiError), (status = 403, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn create_job(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -454,7 +448,7 @@ async fn create_job(
 
 /// A job, by id or name.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
-    responses((status = 200, body = Job), (status = 404, body = ApiError)))]
+    responses((status = 200, body = Job), (status = 404, body = silk_api::ApiError)))]
 async fn get_job(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<Json<Job>> {
     Ok(Json(hub.job(&id).await?))
 }
@@ -462,7 +456,7 @@ async fn get_job(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiRes
 /// Changes a job: a JSON merge patch of `JobSpec` fields (`null` resets one).
 #[utoipa::path(patch, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
     request_body = Object,
-    responses((status = 200, body = Job), (status = 400, body = ApiError), (status = 403, body = ApiError), (status = 404, body = ApiError)))]
+    responses((status = 200, body = Job), (status = 400, body = silk_api::ApiError), (status = 403, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
 async fn patch_job(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -481,22 +475,10 @@ async fn patch_job(
 
 /// Deletes a job (its runs stay).
 #[utoipa::path(delete, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
-    responses((status = 204), (status = 404, body = ApiError)))]
+    responses((status = 204), (status = 404, body = silk_api::ApiError)))]
 async fn delete_job(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<StatusCode> {
     hub.delete_job(&id).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Which runs to list.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-struct RunsParams {
-    /// Only this job's runs (id or name).
-    job: Option<String>,
-    /// Only runs in this state (or several, comma-separated).
-    state: Option<String>,
-    /// At most this many (default 100).
-    limit: Option<u32>,
 }
 
 fn parse_states(text: Option<&str>) -> ApiResult<Vec<RunState>> {
@@ -518,7 +500,7 @@ fn parse_states(text: Option<&str>) -> ApiResult<Vec<RunState>> {
 
 /// The job's runs, newest first.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}/runs", params(("id" = String, Path, description = "job id or name"), ("limit" = Option<u32>, Query, description = "at most this many")),
-    responses((status = 200, body = [RunView]), (status = 404, body = ApiError)))]
+    responses((status = 200, body = [RunView]), (status = 404, body = silk_api::ApiError)))]
 async fn job_runs(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -530,7 +512,7 @@ async fn job_runs(
 /// Triggers a run of the job now.
 #[utoipa::path(post, path = "/api/v1/jobs/{id}/runs", params(("id" = String, Path, description = "job id or name")),
     request_body(content = Object, description = "optional: {\"args\": {\"name\": \"value\"}}"),
-    responses((status = 201, body = RunView), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+    responses((status = 201, body = RunView), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn trigger_job(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -561,7 +543,7 @@ async fn list_runs(
 
 /// Starts an ad-hoc run (no job): allocated synchronously.
 #[utoipa::path(post, path = "/api/v1/runs", request_body = RunRequest,
-    responses((status = 201, body = RunView), (status = 400, body = ApiError), (status = 403, body = ApiError), (status = 409, body = ApiError)))]
+    responses((status = 201, body = RunView), (status = 400, body = silk_api::ApiError), (status = 403, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn submit_run(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -575,14 +557,14 @@ async fn submit_run(
 
 /// A run with its counters.
 #[utoipa::path(get, path = "/api/v1/runs/{id}", params(("id" = String, Path, description = "run id")),
-    responses((status = 200, body = RunView), (status = 404, body = ApiError)))]
+    responses((status = 200, body = RunView), (status = 404, body = silk_api::ApiError)))]
 async fn get_run(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
     Ok(Json(hub.run(&run_id(&id)?).await?))
 }
 
 /// Pauses a running run: no new dispatch; requests out finish.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/pause", params(("id" = String, Path, description = "run id")),
-    responses((status = 200, body = RunView), (status = 409, body = ApiError)))]
+    responses((status = 200, body = RunView), (status = 409, body = silk_api::ApiError)))]
 async fn pause_run(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -592,7 +574,7 @@ async fn pause_run(
 
 /// Resumes a paused run.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/resume", params(("id" = String, Path, description = "run id")),
-    responses((status = 200, body = RunView), (status = 409, body = ApiError)))]
+    responses((status = 200, body = RunView), (status = 409, body = silk_api::ApiError)))]
 async fn resume_run(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -602,7 +584,7 @@ async fn resume_run(
 
 /// Cancels a run; answers once it is recorded as cancelled.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/cancel", params(("id" = String, Path, description = "run id")),
-    responses((status = 200, body = RunView), (status = 409, body = ApiError)))]
+    responses((status = 200, body = RunView), (status = 409, body = silk_api::ApiError)))]
 async fn cancel_run(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -610,20 +592,10 @@ async fn cancel_run(
     Ok(Json(hub.cancel(&run_id(&id)?).await?))
 }
 
-/// How to restart.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-struct RestartRequest {
-    /// The new run takes over the old run's frontier (what was fetched is not fetched
-    /// again).
-    #[serde(default)]
-    keep_frontier: bool,
-}
-
 /// Restarts a run: stops it if active, then starts a new run of the same spider.
 #[utoipa::path(post, path = "/api/v1/runs/{id}/restart", params(("id" = String, Path, description = "run id")),
     request_body(content = RestartRequest, description = "optional"),
-    responses((status = 201, body = RunView), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+    responses((status = 201, body = RunView), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn restart_run(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -634,65 +606,23 @@ async fn restart_run(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-/// A run's log line.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct LogLineView {
-    /// Increasing id: the cursor.
-    pub id: i64,
-    /// The run.
-    pub run_id: String,
-    /// When, ms since the epoch.
-    pub ts_ms: u64,
-    /// `trace`, `debug`, `info`, `warn` or `error`.
-    #[schema(value_type = String)]
-    pub level: Level,
-    /// `hub` or `agent:ID`.
-    pub source: String,
-    /// The text.
-    pub message: String,
-}
-
-impl From<silk_store::LogLine> for LogLineView {
-    fn from(l: silk_store::LogLine) -> Self {
-        Self {
-            id: l.id,
-            run_id: l.run_id,
-            ts_ms: l.ts_ms,
-            level: l.level,
-            source: l.source,
-            message: l.message,
-        }
+/// The API's view of a stored log line.
+fn log_line_view(l: silk_store::LogLine) -> LogLineView {
+    use silk_api::logs::Level as L;
+    LogLineView {
+        id: l.id,
+        run_id: l.run_id,
+        ts_ms: l.ts_ms,
+        level: match l.level {
+            Level::Trace => L::Trace,
+            Level::Debug => L::Debug,
+            Level::Info => L::Info,
+            Level::Warn => L::Warn,
+            Level::Error => L::Error,
+        },
+        source: l.source,
+        message: l.message,
     }
-}
-
-/// A page of log lines.
-#[derive(Debug, Serialize, ToSchema)]
-struct LogPage {
-    lines: Vec<LogLineView>,
-    /// The cursor of the next page (`after` when ascending, `before` when descending).
-    next: Option<i64>,
-}
-
-/// Which log lines.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-struct LogParams {
-    /// Lowest level: trace, debug, info, warn, error.
-    level: Option<String>,
-    /// Text the message contains (case-insensitive).
-    q: Option<String>,
-    /// Not before, ms since the epoch.
-    since_ms: Option<u64>,
-    /// Not after, ms since the epoch.
-    until_ms: Option<u64>,
-    /// Lines after this id.
-    after: Option<i64>,
-    /// Lines before this id.
-    before: Option<i64>,
-    /// At most this many (default 100, at most 1000).
-    limit: Option<u32>,
-    /// `asc` (default) or `desc`.
-    order: Option<String>,
 }
 
 fn parse_level(text: Option<&str>) -> ApiResult<Option<Level>> {
@@ -705,7 +635,7 @@ fn parse_level(text: Option<&str>) -> ApiResult<Option<Level>> {
 
 /// A run's log lines: by level, text, time range, paged by id.
 #[utoipa::path(get, path = "/api/v1/runs/{id}/logs", params(("id" = String, Path, description = "run id"), LogParams),
-    responses((status = 200, body = LogPage), (status = 404, body = ApiError)))]
+    responses((status = 200, body = LogPage), (status = 404, body = silk_api::ApiError)))]
 async fn run_logs(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -739,7 +669,7 @@ async fn run_logs(
         .await
         .map_err(HubError::from)?
         .into_iter()
-        .map(LogLineView::from)
+        .map(log_line_view)
         .collect();
     let next = if lines.len() as u32 == limit {
         lines.last().map(|l| l.id)
@@ -749,23 +679,11 @@ async fn run_logs(
     Ok(Json(LogPage { lines, next }))
 }
 
-/// What the event stream carries.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-struct EventParams {
-    /// Also the log tail (default true).
-    logs: Option<bool>,
-    /// Log lines after this id (default: the last 100 lines).
-    after: Option<i64>,
-    /// Lowest log level.
-    level: Option<String>,
-}
-
 /// Live run counters and log tail, as server-sent events: `run` (a RunView, at once and
 /// then at most once a second while it changes), `log` (a LogLine), `end` (the run is over;
 /// the stream closes).
 #[utoipa::path(get, path = "/api/v1/runs/{id}/events", params(("id" = String, Path, description = "run id"), EventParams),
-    responses((status = 200, content_type = "text/event-stream", description = "events `run`, `log`, `end`"), (status = 404, body = ApiError)))]
+    responses((status = 200, content_type = "text/event-stream", description = "events `run`, `log`, `end`"), (status = 404, body = silk_api::ApiError)))]
 async fn run_events(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -837,7 +755,7 @@ async fn event_feed(
                 let n = lines.len();
                 for line in lines {
                     last_id = line.id;
-                    let data = serde_json::to_string(&LogLineView::from(line)).unwrap_or_default();
+                    let data = serde_json::to_string(&log_line_view(line)).unwrap_or_default();
                     if tx
                         .send(
                             Event::default()
@@ -884,19 +802,9 @@ async fn event_feed(
     }
 }
 
-/// Which items.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-struct ItemsParams {
-    /// Where to start (0, or a `next_cursor`).
-    cursor: Option<u64>,
-    /// At most this many (default 100, at most 1000).
-    limit: Option<u32>,
-}
-
 /// A run's items, in the order they were written.
 #[utoipa::path(get, path = "/api/v1/runs/{id}/items", params(("id" = String, Path, description = "run id"), ItemsParams),
-    responses((status = 200, body = ItemsPage), (status = 404, body = ApiError)))]
+    responses((status = 200, body = ItemsPage), (status = 404, body = silk_api::ApiError)))]
 async fn run_items(
     State(hub): State<HubHandle>,
     Path(id): Path<String>,
@@ -909,7 +817,7 @@ async fn run_items(
 }
 
 /// API tokens (admin only; no secrets).
-#[utoipa::path(get, path = "/api/v1/tokens", responses((status = 200, body = [TokenView]), (status = 403, body = ApiError)))]
+#[utoipa::path(get, path = "/api/v1/tokens", responses((status = 200, body = [TokenView]), (status = 403, body = silk_api::ApiError)))]
 async fn list_tokens(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -918,20 +826,9 @@ async fn list_tokens(
     Ok(Json(hub.tokens().await?))
 }
 
-/// A token to create.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-struct TokenRequest {
-    /// For people.
-    name: String,
-    /// May manage tokens (default false).
-    #[serde(default)]
-    admin: bool,
-}
-
 /// Creates a token (admin only); the answer is the only place its secret appears.
 #[utoipa::path(post, path = "/api/v1/tokens", request_body = TokenRequest,
-    responses((status = 201, body = NewToken), (status = 403, body = ApiError)))]
+    responses((status = 201, body = NewToken), (status = 403, body = silk_api::ApiError)))]
 async fn create_token(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,
@@ -945,7 +842,7 @@ async fn create_token(
 
 /// Deletes a token (admin only).
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", params(("id" = String, Path, description = "token id")),
-    responses((status = 204), (status = 403, body = ApiError), (status = 404, body = ApiError)))]
+    responses((status = 204), (status = 403, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
 async fn delete_token(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,

@@ -11,42 +11,14 @@ use crate::error::HubError;
 use crate::hub::HubHandle;
 use base64::Engine;
 use rand::RngCore;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+pub use silk_api::tokens::{NewToken, TokenView};
 use silk_store::TokenRow;
 use std::path::Path;
 use subtle::ConstantTimeEq;
 
 /// The name of the admin token file in the data dir.
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
-
-/// A token as the API lists it (no secret).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct TokenView {
-    /// The token id (the part after `silk_`).
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// Whether it may manage tokens.
-    pub admin: bool,
-    /// Created, ms since the epoch.
-    pub created_ms: u64,
-    /// Last used (to the minute), ms since the epoch.
-    pub last_used_ms: Option<u64>,
-}
-
-/// A token just created: the only time its secret is shown.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct NewToken {
-    /// The token id.
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// The bearer token (`silk_<id>_<secret>`); keep it: it cannot be shown again.
-    pub token: String,
-    /// Created, ms since the epoch.
-    pub created_ms: u64,
-}
 
 /// Who a request is.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -104,10 +104,9 @@ impl HubError {
             HubError::Allocation(AllocationError::NotEnoughAgents { .. }) => {
                 ErrorCode::AllocationFailed
             }
-            HubError::Allocation(_)
-            | HubError::BadLabelFilter { .. }
-            | HubError::BadRun(_)
-            | HubError::BadJob(_) => ErrorCode::BadRequest,
+            HubError::BadLabelFilter { .. } | HubError::BadRun(_) | HubError::BadJob(_) => {
+                ErrorCode::BadRequest
+            }
             HubError::BadConfig(_) => ErrorCode::BadConfig,
             HubError::AllocationFailed { .. } => ErrorCode::AllocationFailed,
             HubError::NoSuchRun(_) | HubError::NoSuchJob(_) | HubError::NoSuchToken(_) => {

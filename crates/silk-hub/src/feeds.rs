@@ -35,8 +35,8 @@ pub(crate) async fn feed_job(
     tasks: Vec<FeedTask>,
 ) -> Result<Vec<Result<(), String>>, HubError> {
     let job = load(shared, job).await?;
-    let request = job.spec.run_request(&BTreeMap::new())?;
-    let spider = request.check()?;
+    let request = crate::jobs::run_request(&job.spec, &BTreeMap::new())?;
+    let spider = crate::run::check_request(&request)?;
     let mut answers = Vec::with_capacity(tasks.len());
     let mut requests = Vec::new();
     let now = shared.clock.now_ms();

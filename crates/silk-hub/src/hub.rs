@@ -295,7 +295,7 @@ impl HubHandle {
     }
 
     fn stored_view(&self, record: &RunRecord) -> RunView {
-        RunView::new(
+        crate::run::run_view(
             record,
             record.final_stats.clone().unwrap_or_default(),
             crate::items::ItemLog::of(record, &self.shared.files)

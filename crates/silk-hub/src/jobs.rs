@@ -30,151 +30,11 @@
 //! a trigger may pass more args that override the job's. A placeholder without a value is an
 //! error naming it, both when the job is saved and when it is triggered.
 
-use crate::allocation::{OnAgentLost, Strategy};
 use crate::error::HubError;
-use crate::run::{RunRequest, RunState, Sinks};
-use serde::{Deserialize, Serialize};
-use silk_core::RunId;
-use silk_schedule::{CronSchedule, Overlap, RetryPolicy};
+use crate::run::{RunRequest, check_request};
+pub use silk_api::jobs::{Job, JobSpec, LastRun, PendingRetry, TriggerRequest};
+use silk_schedule::CronSchedule;
 use std::collections::BTreeMap;
-
-/// What a user writes to define a job (`POST /api/v1/jobs`). Only `name` and `spider` are
-/// required.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct JobSpec {
-    /// Unique name: letters, digits, `.`, `_`, `-`; at most 100 characters.
-    pub name: String,
-    /// The declarative spider, as YAML text (may hold `${args.NAME}` placeholders).
-    pub spider: String,
-    /// A cron expression (5 fields, or 6 with seconds, or `@daily` …); none: manual only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cron: Option<String>,
-    /// The IANA time zone of `cron`; default `UTC`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timezone: Option<String>,
-    /// Values of the spider's `${args.NAME}` placeholders.
-    #[serde(default, deserialize_with = "string_map")]
-    pub args: BTreeMap<String, String>,
-    /// Free text for people.
-    #[serde(default)]
-    pub remarks: String,
-    /// What a fire does while a run of the job is active: `skip` (default), `queue`,
-    /// `replace`.
-    #[serde(default)]
-    #[schema(value_type = String, example = "skip")]
-    pub overlap: Overlap,
-    /// A run still active this long after it started is failed ("timed out"), ms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    /// Retries of failed runs.
-    #[serde(default)]
-    #[schema(value_type = Object)]
-    pub retry: RetryPolicy,
-    /// Allocation strategy of its runs; default `random`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<Strategy>,
-    /// The runs' agent-lost policy; default `fail`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_agent_lost: Option<OnAgentLost>,
-    /// Back-pressure of its runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_pending: Option<u64>,
-    /// Stall timeout of its runs, ms.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stall_timeout_ms: Option<u64>,
-    /// Downloader settings of its runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub downloader: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Item sinks of its runs besides the JSON Lines file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sinks: Option<Sinks>,
-    /// When its runs, once they reached their end, count as failed (defaults: see
-    /// `FailIf`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fail_if: Option<crate::health::FailIf>,
-    /// Whether the schedule fires (manual triggers always work); default true.
-    #[serde(default = "yes")]
-    pub enabled: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// Accepts strings, numbers and booleans as argument values (`{"page": 3}` is `"3"`).
-fn string_map<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    let raw = Option::<BTreeMap<String, serde_json::Value>>::deserialize(d)?.unwrap_or_default();
-    raw.into_iter()
-        .map(|(k, v)| {
-            let s = match v {
-                serde_json::Value::String(s) => s,
-                serde_json::Value::Number(n) => n.to_string(),
-                serde_json::Value::Bool(b) => b.to_string(),
-                other => {
-                    return Err(serde::de::Error::custom(format!(
-                        "argument `{k}` must be a string, number or boolean, not {other}"
-                    )));
-                }
-            };
-            Ok((k, s))
-        })
-        .collect()
-}
-
-/// A run of a job, as the job remembers it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct LastRun {
-    /// The run.
-    #[schema(value_type = String)]
-    pub id: RunId,
-    /// Its state when last seen.
-    pub state: RunState,
-}
-
-/// A retry the scheduler will start.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct PendingRetry {
-    /// The failed run.
-    #[schema(value_type = String)]
-    pub of: RunId,
-    /// The attempt the retry will be (1 = first retry).
-    pub attempt: u32,
-    /// When, ms since the epoch.
-    pub at_ms: u64,
-}
-
-/// A job as the hub keeps it and the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Job {
-    /// The job id.
-    pub id: String,
-    /// The definition.
-    #[serde(flatten)]
-    pub spec: JobSpec,
-    /// The spider's `name`.
-    pub spider_name: String,
-    /// Created, ms since the epoch.
-    pub created_ms: u64,
-    /// Last changed.
-    pub updated_ms: u64,
-    /// The next scheduled fire (none without cron, or when disabled).
-    pub next_fire_ms: Option<u64>,
-    /// The last fire handled (started, skipped, queued).
-    pub last_fire_ms: Option<u64>,
-    /// Fires are counted from here (creation, or the last change of the schedule or of
-    /// `enabled`): a new or re-enabled job does not make up fires from before.
-    pub schedule_from_ms: u64,
-    /// The latest run.
-    pub last_run: Option<LastRun>,
-    /// A fire waiting for the active run to end (`overlap: queue`).
-    pub queued: u32,
-    /// A retry waiting for its time.
-    pub retry_pending: Option<PendingRetry>,
-}
 
 /// Fills `${args.NAME}` placeholders; the error names a placeholder without a value.
 pub fn fill_args(spider: &str, args: &BTreeMap<String, String>) -> Result<String, String> {
@@ -211,114 +71,83 @@ pub fn fill_args(spider: &str, args: &BTreeMap<String, String>) -> Result<String
     Ok(out)
 }
 
-impl JobSpec {
-    /// Checks everything that can be checked without running: name, spider (with the job's
-    /// args), cron and zone, settings. Returns the spider's name and the schedule.
-    pub fn validate(&self) -> Result<(String, Option<CronSchedule>), HubError> {
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 100
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-        if !name_ok {
-            return Err(HubError::BadJob(format!(
-                "name `{}`: use 1 to 100 letters, digits, `.`, `_` or `-`",
-                self.name
-            )));
-        }
-        let schedule = match &self.cron {
-            Some(cron) => Some(
-                CronSchedule::parse(cron, self.timezone.as_deref())
-                    .map_err(|e| HubError::BadJob(e.to_string()))?,
-            ),
-            None => {
-                if let Some(tz) = &self.timezone {
-                    silk_schedule::validate_timezone(tz)
-                        .map_err(|e| HubError::BadJob(e.to_string()))?;
-                }
-                None
+/// Checks everything in a job spec that can be checked without running: name, spider (with
+/// the job's args), cron and zone, settings. Returns the spider's name and the schedule.
+pub fn validate_spec(spec: &JobSpec) -> Result<(String, Option<CronSchedule>), HubError> {
+    let name_ok = !spec.name.is_empty()
+        && spec.name.len() <= 100
+        && spec
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !name_ok {
+        return Err(HubError::BadJob(format!(
+            "name `{}`: use 1 to 100 letters, digits, `.`, `_` or `-`",
+            spec.name
+        )));
+    }
+    let schedule = match &spec.cron {
+        Some(cron) => Some(
+            CronSchedule::parse(cron, spec.timezone.as_deref())
+                .map_err(|e| HubError::BadJob(e.to_string()))?,
+        ),
+        None => {
+            if let Some(tz) = &spec.timezone {
+                silk_schedule::validate_timezone(tz)
+                    .map_err(|e| HubError::BadJob(e.to_string()))?;
             }
-        };
-        self.retry
-            .validate()
-            .map_err(|e| HubError::BadJob(e.to_string()))?;
-        if self.timeout_ms == Some(0) {
-            return Err(HubError::BadJob("timeout_ms must be at least 1".into()));
+            None
         }
-        let request = self.run_request(&BTreeMap::new())?;
-        let spider = request.check()?;
-        Ok((spider.spec.name, schedule))
+    };
+    spec.retry
+        .validate()
+        .map_err(|e| HubError::BadJob(e.to_string()))?;
+    if spec.timeout_ms == Some(0) {
+        return Err(HubError::BadJob("timeout_ms must be at least 1".into()));
     }
-
-    /// The run request of a trigger with `extra` args over the job's.
-    pub fn run_request(&self, extra: &BTreeMap<String, String>) -> Result<RunRequest, HubError> {
-        let mut args = self.args.clone();
-        args.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let spider = fill_args(&self.spider, &args).map_err(HubError::BadJob)?;
-        Ok(RunRequest {
-            spider,
-            strategy: self.strategy,
-            on_agent_lost: self.on_agent_lost,
-            max_pending: self.max_pending,
-            stall_timeout_ms: self.stall_timeout_ms,
-            downloader: self.downloader.clone(),
-            sinks: self.sinks.clone(),
-            fail_if: self.fail_if.clone(),
-        })
-    }
-
-    /// The args of a trigger with `extra` over the job's.
-    pub fn merged_args(&self, extra: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-        let mut args = self.args.clone();
-        args.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
-        args
-    }
+    let request = run_request(spec, &BTreeMap::new())?;
+    let spider = check_request(&request)?;
+    Ok((spider.spec.name, schedule))
 }
 
-impl Job {
-    /// The schedule, if the job has a cron (it was validated when saved).
-    pub fn schedule(&self) -> Option<CronSchedule> {
-        let cron = self.spec.cron.as_ref()?;
-        CronSchedule::parse(cron, self.spec.timezone.as_deref()).ok()
-    }
+/// The run request of a trigger of `spec` with `extra` args over the job's.
+pub fn run_request(
+    spec: &JobSpec,
+    extra: &BTreeMap<String, String>,
+) -> Result<RunRequest, HubError> {
+    let spider = fill_args(&spec.spider, &spec.merged_args(extra)).map_err(HubError::BadJob)?;
+    Ok(RunRequest {
+        spider,
+        strategy: spec.strategy,
+        on_agent_lost: spec.on_agent_lost,
+        max_pending: spec.max_pending,
+        stall_timeout_ms: spec.stall_timeout_ms,
+        downloader: spec.downloader.clone(),
+        sinks: spec.sinks.clone(),
+        fail_if: spec.fail_if.clone(),
+    })
+}
 
-    /// Recomputes `next_fire_ms`: the first fire after the last one handled (or after
-    /// `schedule_from_ms`); in the past when a fire is due.
-    pub fn refresh_next_fire(&mut self) {
-        self.next_fire_ms = match (self.spec.enabled, self.schedule()) {
-            (true, Some(s)) => {
-                let from = self
-                    .last_fire_ms
-                    .unwrap_or(self.schedule_from_ms)
-                    .max(self.schedule_from_ms);
-                s.next_after(from)
-            }
-            _ => None,
-        };
-    }
+/// The store row of a job.
+pub(crate) fn job_row(job: &Job) -> Result<silk_store::JobRow, HubError> {
+    Ok(silk_store::JobRow {
+        id: job.id.clone(),
+        name: job.spec.name.clone(),
+        enabled: job.spec.enabled,
+        spec: serde_json::to_value(job)
+            .map_err(|e| HubError::Store(format!("job `{}`: {e}", job.spec.name)))?,
+        created_ms: job.created_ms,
+        updated_ms: job.updated_ms,
+        next_fire_ms: job.next_fire_ms,
+        last_fire_ms: job.last_fire_ms,
+        queued: job.queued,
+    })
+}
 
-    /// The store row of the job.
-    pub(crate) fn row(&self) -> Result<silk_store::JobRow, HubError> {
-        Ok(silk_store::JobRow {
-            id: self.id.clone(),
-            name: self.spec.name.clone(),
-            enabled: self.spec.enabled,
-            spec: serde_json::to_value(self)
-                .map_err(|e| HubError::Store(format!("job `{}`: {e}", self.spec.name)))?,
-            created_ms: self.created_ms,
-            updated_ms: self.updated_ms,
-            next_fire_ms: self.next_fire_ms,
-            last_fire_ms: self.last_fire_ms,
-            queued: self.queued,
-        })
-    }
-
-    /// The job of a store row.
-    pub(crate) fn from_row(row: silk_store::JobRow) -> Result<Job, HubError> {
-        serde_json::from_value(row.spec)
-            .map_err(|e| HubError::Store(format!("job `{}` is unreadable: {e}", row.name)))
-    }
+/// The job of a store row.
+pub(crate) fn job_from_row(row: silk_store::JobRow) -> Result<Job, HubError> {
+    serde_json::from_value(row.spec)
+        .map_err(|e| HubError::Store(format!("job `{}` is unreadable: {e}", row.name)))
 }
 
 /// Applies a JSON merge patch (`PATCH /api/v1/jobs/{id}`) to a spec: a key replaces the
@@ -341,15 +170,6 @@ pub fn patch_spec(spec: &JobSpec, patch: &serde_json::Value) -> Result<JobSpec, 
     let value = serde_json::Value::Object(doc);
     serde_path_to_error::deserialize(&value)
         .map_err(|e| HubError::BadJob(format!("`{}`: {}", e.path(), e.inner())))
-}
-
-/// A trigger of a job (`POST /api/v1/jobs/{id}/runs`).
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TriggerRequest {
-    /// Arguments over the job's.
-    #[serde(default)]
-    pub args: BTreeMap<String, String>,
 }
 
 #[cfg(test)]
@@ -393,26 +213,31 @@ mod tests {
         let s = spec();
         assert_eq!(s.args.get("page").map(String::as_str), Some("3"));
         assert!(s.enabled);
-        let (name, schedule) = s.validate().unwrap();
+        let (name, schedule) = validate_spec(&s).unwrap();
         assert_eq!(name, "shop");
         assert!(schedule.is_some());
         let mut bad = s.clone();
         bad.name = "no spaces".into();
-        assert!(bad.validate().unwrap_err().to_string().contains("name"));
+        assert!(
+            validate_spec(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("name")
+        );
         let mut bad = s.clone();
         bad.cron = Some("61 * * * *".into());
-        assert!(matches!(bad.validate(), Err(HubError::BadJob(_))));
+        assert!(matches!(validate_spec(&bad), Err(HubError::BadJob(_))));
         let mut bad = s.clone();
         bad.timezone = Some("Mars/Olympus".into());
         assert!(
-            bad.validate()
+            validate_spec(&bad)
                 .unwrap_err()
                 .to_string()
                 .contains("Mars/Olympus")
         );
         let mut bad = s;
         bad.spider = "name: [".into();
-        assert!(matches!(bad.validate(), Err(HubError::BadRun(_))));
+        assert!(matches!(validate_spec(&bad), Err(HubError::BadRun(_))));
     }
 
     #[test]

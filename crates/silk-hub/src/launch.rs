@@ -42,7 +42,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         return Err(HubError::ShuttingDown);
     }
     let request = new.request;
-    let spider = request.check()?;
+    let spider = crate::run::check_request(&request)?;
     let now = hub.clock.now_ms();
     let id = RunId::new(uuid::Uuid::now_v7().simple().to_string());
     let (job_id, job_name) = new.job.unzip();

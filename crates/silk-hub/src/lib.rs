@@ -30,11 +30,11 @@
 //!   `files` (the data dir), `logs` (the run log queue into the store), `items` (a run's one
 //!   item log: its file or the store's table), `outcomes` (the per-run final outcomes file),
 //!   `tailer` (the one tailer of a run's append-only logs).
-//! - **model** — pure: [`run`] (a run's wire and stored shapes, states, request checks),
+//! - **model** — pure: [`run`] (a run's stored record, request checks, its API view),
 //!   `routed` (what the router and the hub exchange: [`FeedTask`], outcome lines, the
 //!   outcome consumer trait),
-//!   [`jobs`] (job specs, args, patches), `dispatch` (a dispatch turn's decision), [`health`]
-//!   ([`FailIf`]), [`phi`] ([`PhiDetector`], [`AgentState`]), [`registry`] ([`AgentRegistry`]
+//!   [`jobs`] (job checks, args, patches, store rows), `dispatch` (a dispatch turn's
+//!   decision), [`phi`] ([`PhiDetector`]), [`registry`] ([`AgentRegistry`]
 //!   fed by [`Register`](silk_bus::Register) and [`Heartbeat`](silk_bus::Heartbeat); state
 //!   changes come out of [`tick`](AgentRegistry::tick) as [`Transition`]s), [`allocation`]
 //!   (`random`, `fixed:N`, `chained:N`, `on_agent_lost`: [`allocate`] at run start, then
@@ -57,7 +57,6 @@ mod dispatch;
 pub mod error;
 mod feeds;
 mod files;
-pub mod health;
 pub mod hub;
 mod items;
 pub mod jobs;
@@ -81,19 +80,16 @@ mod tailer;
 pub mod taskhub;
 mod ui;
 
-pub use allocation::{Allocation, AllocationError, OnAgentLost, Route, Strategy, allocate};
+pub use allocation::{Allocation, AllocationError, Route, allocate};
 pub use api::{ApiOptions, openapi};
-pub use auth::{ADMIN_TOKEN_FILE, NewToken, TokenView};
+pub use auth::ADMIN_TOKEN_FILE;
 pub use config::HubConfig;
 pub use error::HubError;
 pub use files::KnownAgent;
-pub use health::FailIf;
 pub use hub::{Hub, HubHandle, RunQuery};
-pub use jobs::{Job, JobSpec, TriggerRequest};
-pub use phi::{AgentState, PhiConfig, PhiDetector};
+pub use phi::{PhiConfig, PhiDetector};
 pub use registry::{
-    AgentRegistry, AgentView, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,
+    AgentRegistry, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,
 };
 pub use routed::FeedTask;
-pub use run::{Feed, ItemsPage, RunRequest, RunState, RunStats, RunView, Sinks, WebhookSink};
 pub use taskhub::HubClasses;

@@ -248,7 +248,7 @@ impl Run {
             Some(s) if record.state.is_terminal() => s.clone(),
             _ => self.stats(now_ms).await,
         };
-        RunView::new(&record, stats, self.item_log.path().map(Path::to_path_buf))
+        crate::run::run_view(&record, stats, self.item_log.path().map(Path::to_path_buf))
     }
 
     /// Another hub holds the run's lease now: the loop lets go (see [`End::Disowned`]).

@@ -38,54 +38,8 @@
 
 use crate::error::HubError;
 use serde::{Deserialize, Serialize};
+pub use silk_api::agents::AgentState;
 use std::collections::VecDeque;
-use std::fmt;
-
-/// The liveness of an agent, as the failure detector sees it.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    utoipa::ToSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum AgentState {
-    /// Heartbeats arrive as expected.
-    Alive,
-    /// Late: `phi >= threshold / 2`. Still live.
-    Suspect,
-    /// `phi >= threshold` or silent for `dead_after_ms`: its work goes elsewhere.
-    Dead,
-}
-
-impl AgentState {
-    /// `alive`, `suspect` or `dead`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentState::Alive => "alive",
-            AgentState::Suspect => "suspect",
-            AgentState::Dead => "dead",
-        }
-    }
-
-    /// Whether the agent may be given work (alive or suspect).
-    pub fn is_live(self) -> bool {
-        self != AgentState::Dead
-    }
-}
-
-impl fmt::Display for AgentState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Settings of the failure detector.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

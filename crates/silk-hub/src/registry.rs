@@ -22,6 +22,7 @@
 use crate::error::HubError;
 use crate::phi::{AgentState, PhiConfig, PhiDetector};
 use serde::{Deserialize, Serialize};
+pub use silk_api::agents::AgentView;
 use silk_bus::{Envelope, Heartbeat, Message, Register};
 use silk_core::AgentId;
 use std::collections::BTreeMap;
@@ -76,42 +77,6 @@ pub struct Transition {
     pub at_ms: u64,
     /// phi at that time.
     pub phi: f64,
-}
-
-/// One agent as `silk agents` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct AgentView {
-    /// The agent.
-    #[schema(value_type = String)]
-    pub id: AgentId,
-    /// Its state at the time asked.
-    pub state: AgentState,
-    /// CPU use, percent (last heartbeat; 0 before any).
-    pub cpu_pct: f64,
-    /// Memory in use (last heartbeat; 0 before any).
-    pub memory_bytes: u64,
-    /// Downloaders allocated on it (last heartbeat).
-    pub active_downloaders: u32,
-    /// Requests it is fetching (last heartbeat).
-    pub in_flight: u32,
-    /// Requests per second (last heartbeat).
-    pub qps: f64,
-    /// When its last heartbeat was read, hub clock, ms since the epoch; `None` before any.
-    pub last_heartbeat_ms: Option<u64>,
-    /// phi at the time asked.
-    pub phi: f64,
-    /// Its labels.
-    pub labels: BTreeMap<String, String>,
-    /// Requests it accepts in flight at once.
-    pub capacity: u32,
-    /// Host name.
-    pub host: String,
-    /// Silk version.
-    pub version: String,
-    /// CPU cores.
-    pub cores: u32,
-    /// Physical memory.
-    pub total_memory_bytes: u64,
 }
 
 /// Labels an agent must all carry (`pool=cn,net=adsl`); empty matches every agent.

@@ -955,7 +955,7 @@ impl Run {
         }
         let fail_if = self.record.lock().fail_if.clone().unwrap_or_default();
         let stats = self.final_stats(cx, cx.clock.now_ms()).await;
-        let figures = crate::health::Figures {
+        let figures = silk_api::health::Figures {
             success: stats.success,
             failed: stats.failed,
             items: stats.items,

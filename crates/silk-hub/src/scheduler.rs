@@ -4,7 +4,10 @@
 
 use crate::dispatch::Desired;
 use crate::error::HubError;
-use crate::jobs::{Job, JobSpec, LastRun, PendingRetry, TriggerRequest, patch_spec};
+use crate::jobs::{
+    Job, JobSpec, LastRun, PendingRetry, TriggerRequest, job_from_row, job_row, patch_spec,
+    run_request, validate_spec,
+};
 use crate::launch::{NewRun, start_run};
 use crate::live::Run;
 use crate::run::{RunRecord, RunState, RunView};
@@ -52,11 +55,11 @@ pub(crate) async fn load(shared: &HubCore, id_or_name: &str) -> Result<Job, HubE
             None => return Err(HubError::NoSuchJob(id_or_name.to_owned())),
         },
     };
-    Job::from_row(row)
+    job_from_row(row)
 }
 
 async fn save(shared: &HubCore, job: &Job) -> Result<(), HubError> {
-    shared.store.update_job(&job.row()?).await?;
+    shared.store.update_job(&job_row(job)?).await?;
     Ok(())
 }
 
@@ -67,7 +70,7 @@ async fn start_job_run(
     extra: &BTreeMap<String, String>,
     attempt: u32,
 ) -> Result<RunView, HubError> {
-    let request = job.spec.run_request(extra)?;
+    let request = run_request(&job.spec, extra)?;
     start_run(
         shared,
         NewRun {
@@ -313,7 +316,7 @@ async fn runs_elsewhere(shared: &HubCore, job_id: &str) -> Result<Vec<RunId>, Hu
 
 /// Creates a job.
 pub(crate) async fn create_job(shared: &HubCore, spec: JobSpec) -> Result<Job, HubError> {
-    let (spider_name, _) = spec.validate()?;
+    let (spider_name, _) = validate_spec(&spec)?;
     let now = shared.schedule_clock.now_ms();
     let mut job = Job {
         id: uuid::Uuid::now_v7().simple().to_string(),
@@ -343,7 +346,7 @@ pub(crate) async fn create_job(shared: &HubCore, spec: JobSpec) -> Result<Job, H
     }
     shared
         .store
-        .create_job(&job.row()?)
+        .create_job(&job_row(&job)?)
         .await
         .map_err(|e| match e {
             silk_store::StoreError::Conflict { .. } => {
@@ -360,7 +363,7 @@ pub(crate) async fn jobs(shared: &HubCore) -> Result<Vec<Job>, HubError> {
     let rows = shared.store.list_jobs().await?;
     let mut jobs = Vec::with_capacity(rows.len());
     for row in rows {
-        match Job::from_row(row) {
+        match job_from_row(row) {
             Ok(job) => jobs.push(job),
             Err(e) => tracing::warn!(error = %e, "stored job skipped"),
         }
@@ -377,7 +380,7 @@ pub(crate) async fn update_job(
     let _guard = shared.jobs_lock.lock().await;
     let mut job = load(shared, id_or_name).await?;
     let spec = patch_spec(&job.spec, patch)?;
-    let (spider_name, _) = spec.validate()?;
+    let (spider_name, _) = validate_spec(&spec)?;
     if spec.name != job.spec.name && shared.store.get_job_by_name(&spec.name).await?.is_some() {
         return Err(HubError::Conflict(format!(
             "a job named `{}` exists already",

@@ -7,8 +7,14 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
+use silk_api::ErrorCode;
+use silk_api::client::Client;
+use silk_api::jobs::{JobSpec, TriggerRequest};
+use silk_api::logs::{EventParams, LogParams};
+use silk_api::runs::{ItemsParams, RestartRequest, RunState, RunView, RunsParams};
+use silk_api::tokens::TokenRequest;
 use silk_core::{Clock, ManualClock, SystemClock};
-use silk_hub::{Hub, HubHandle, RunState};
+use silk_hub::{Hub, HubHandle};
 use silk_testkit::demo::DemoSite;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -25,8 +31,13 @@ fn site_args(site: &DemoSite) -> Value {
     json!({"start_url": site.start_url(), "hosts": hosts.join(", ")})
 }
 
+/// The hub's API over HTTP, through the typed client of `silk-api`; `get`/`post` give the
+/// status and the JSON body (an error answer as `{"code", "message"}`) for tests that look at
+/// the wire. `http` and `token` are for what is not the JSON API (metrics, health) and for
+/// bodies no client would send.
 struct Api {
     base: String,
+    client: Client,
     http: reqwest::Client,
     token: Option<String>,
 }
@@ -38,7 +49,12 @@ impl Api {
         let router = hub.router();
         tokio::spawn(async move { axum::serve(listener, router).await });
         let token = hub.ensure_admin_token().await.unwrap();
+        Api::new(base, token)
+    }
+
+    fn new(base: String, token: Option<String>) -> Api {
         Api {
+            client: Client::new(reqwest::Url::parse(&base).unwrap(), token.clone()).unwrap(),
             base,
             http: reqwest::Client::new(),
             token,
@@ -46,33 +62,28 @@ impl Api {
     }
 
     fn with_token(&self, token: Option<String>) -> Api {
-        Api {
-            base: self.base.clone(),
-            http: self.http.clone(),
-            token,
-        }
+        Api::new(self.base.clone(), token)
+    }
+
+    /// A route that answers text (health, metrics): the status and the text.
+    async fn text(&self, path: &str) -> (u16, String) {
+        let resp = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("request");
+        (resp.status().as_u16(), resp.text().await.unwrap())
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
+        match self.client.request(method, path, body.as_ref()).await {
+            Ok(answer) => (answer.status, answer.value),
+            Err(e) => match (e.status(), e.body()) {
+                (Some(status), Some(body)) => (status, body),
+                _ => panic!("no API answer from {path}: {e}"),
+            },
         }
-        if let Some(b) = body {
-            req = req
-                .header("content-type", "application/json")
-                .body(b.to_string());
-        }
-        let resp = req.send().await.expect("request");
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.unwrap();
-        let value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-        };
-        (status, value)
     }
 
     async fn get(&self, path: &str) -> (u16, Value) {
@@ -85,13 +96,11 @@ impl Api {
 
     /// Reads the run's event stream to its end; the (event, data) pairs.
     async fn events(&self, run: &str) -> Vec<(String, Value)> {
-        let mut req = self
-            .http
-            .get(format!("{}/api/v1/runs/{run}/events?logs=true", self.base));
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        let resp = req.send().await.expect("events");
+        let params = EventParams {
+            logs: Some(true),
+            ..EventParams::default()
+        };
+        let resp = self.client.events(run, &params).await.expect("events");
         assert_eq!(resp.status().as_u16(), 200);
         let text = within("the event stream to end", 60, resp.text())
             .await
@@ -154,11 +163,11 @@ async fn served(pages: u32) -> Served {
 
 /// Creates the job `shop` of the demo site; its id.
 async fn create_shop_job(api: &Api, site: &DemoSite) -> String {
-    let spec =
-        json!({"name": "shop", "spider": SPIDER, "args": site_args(site), "remarks": "daily"});
-    let (status, job) = api.post("/api/v1/jobs", spec).await;
-    assert_eq!(status, 201, "{job}");
-    job["id"].as_str().unwrap().to_owned()
+    let spec: JobSpec = serde_json::from_value(
+        json!({"name": "shop", "spider": SPIDER, "args": site_args(site), "remarks": "daily"}),
+    )
+    .unwrap();
+    api.client.create_job(&spec).await.unwrap().id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -169,15 +178,16 @@ async fn jobs_are_created_checked_read_patched_and_deleted_keeping_their_runs() 
     let job_id = create_shop_job(api, site).await;
     let spec =
         json!({"name": "shop", "spider": SPIDER, "args": site_args(site), "remarks": "daily"});
-    let (_, job) = api.get(&format!("/api/v1/jobs/{job_id}")).await;
-    assert_eq!(job["spider_name"], "shop");
-    assert_eq!(job["enabled"], true);
-    let (status, dup) = api.post("/api/v1/jobs", spec.clone()).await;
-    assert_eq!(
-        (status, dup["code"].as_str()),
-        (409, Some("conflict")),
-        "{dup}"
-    );
+    let job = api.client.job(&job_id).await.unwrap();
+    assert_eq!(job.spider_name, "shop");
+    assert!(job.spec.enabled);
+    let dup = api
+        .client
+        .create_job(&serde_json::from_value(spec.clone()).unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(dup.code(), Some(ErrorCode::Conflict), "{dup}");
+    assert_eq!(dup.status(), Some(409), "{dup}");
     let (status, bad) = api
         .post(
             "/api/v1/jobs",
@@ -208,26 +218,23 @@ async fn jobs_are_created_checked_read_patched_and_deleted_keeping_their_runs() 
         .await;
     assert_eq!(status, 400);
     assert!(bad["message"].as_str().unwrap().contains("colour"), "{bad}");
-    let (_, by_name) = api.get("/api/v1/jobs/shop").await;
-    assert_eq!(by_name["id"], job_id.as_str());
-    let (status, patched) = api
-        .call(
-            reqwest::Method::PATCH,
-            &format!("/api/v1/jobs/{job_id}"),
-            Some(json!({"remarks": "hourly", "cron": "0 * * * *"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{patched}");
-    assert_eq!(patched["remarks"], "hourly");
-    assert!(patched["next_fire_ms"].as_u64().is_some());
-    let (_, jobs) = api.get("/api/v1/jobs").await;
-    assert_eq!(jobs.as_array().unwrap().len(), 1);
+    let by_name = api.client.job("shop").await.unwrap();
+    assert_eq!(by_name.id, job_id);
+    let patched = api
+        .client
+        .patch_job(&job_id, &json!({"remarks": "hourly", "cron": "0 * * * *"}))
+        .await
+        .unwrap();
+    assert_eq!(patched.spec.remarks, "hourly");
+    assert!(patched.next_fire_ms.is_some());
+    assert_eq!(api.client.jobs().await.unwrap().len(), 1);
 
-    let (status, run) = api
-        .post(&format!("/api/v1/jobs/{job_id}/runs"), json!({}))
-        .await;
-    assert_eq!(status, 201, "{run}");
-    let run_id = run["id"].as_str().unwrap().to_owned();
+    let run = api
+        .client
+        .trigger_job(&job_id, &TriggerRequest::default())
+        .await
+        .unwrap();
+    let run_id = run.id.to_string();
     within(
         "the run",
         30,
@@ -237,16 +244,10 @@ async fn jobs_are_created_checked_read_patched_and_deleted_keeping_their_runs() 
     .unwrap();
 
     // Delete the job; its runs stay.
-    let (status, _) = api
-        .call(
-            reqwest::Method::DELETE,
-            &format!("/api/v1/jobs/{job_id}"),
-            None,
-        )
-        .await;
-    assert_eq!(status, 204);
-    assert_eq!(api.get(&format!("/api/v1/jobs/{job_id}")).await.0, 404);
-    assert_eq!(api.get(&format!("/api/v1/runs/{run_id}")).await.0, 200);
+    api.client.delete_job(&job_id).await.unwrap();
+    let gone = api.client.job(&job_id).await.unwrap_err();
+    assert_eq!(gone.code(), Some(ErrorCode::NotFound), "{gone}");
+    assert_eq!(api.client.run(&run_id).await.unwrap().id, run.id);
     hub.shutdown().await;
 }
 
@@ -257,20 +258,22 @@ async fn a_triggered_run_streams_its_events_and_pages_its_logs_and_items_then_re
     let job_id = create_shop_job(api, site).await;
 
     // Trigger: a run of the job; its event stream ends with it and carries logs.
-    let (status, run) = api
-        .post(&format!("/api/v1/jobs/{job_id}/runs"), json!({}))
-        .await;
-    assert_eq!(status, 201, "{run}");
-    let run_id = run["id"].as_str().unwrap().to_owned();
-    assert_eq!(run["job_id"], job_id.as_str());
-    assert_eq!(run["job_name"], "shop");
+    let run = api
+        .client
+        .trigger_job(&job_id, &TriggerRequest::default())
+        .await
+        .unwrap();
+    let run_id = run.id.to_string();
+    assert_eq!(run.job_id.as_deref(), Some(job_id.as_str()));
+    assert_eq!(run.job_name.as_deref(), Some("shop"));
     let events = api.events(&run_id).await;
     let last_run = events
         .iter()
         .rev()
         .find(|(e, _)| e == "run")
         .expect("a run event");
-    assert_eq!(last_run.1["state"], "succeeded", "{:?}", last_run.1);
+    let last_view: RunView = serde_json::from_value(last_run.1.clone()).unwrap();
+    assert_eq!(last_view.state, RunState::Succeeded, "{:?}", last_run.1);
     assert_eq!(events.last().unwrap().0, "end");
     let logged: Vec<&str> = events
         .iter()
@@ -286,107 +289,121 @@ async fn a_triggered_run_streams_its_events_and_pages_its_logs_and_items_then_re
         "{logged:?}"
     );
 
-    let (_, done) = api.get(&format!("/api/v1/runs/{run_id}")).await;
-    let stats = &done["stats"];
-    assert_eq!(stats["left"], 0);
-    assert_eq!(stats["in_flight"], 0);
-    assert!(stats["success"].as_u64().unwrap() > 30);
-    assert_eq!(
-        stats["total"].as_u64().unwrap(),
-        stats["success"].as_u64().unwrap()
-            + stats["failed"].as_u64().unwrap()
-            + stats["dropped"].as_u64().unwrap()
-    );
+    let done = api.client.run(&run_id).await.unwrap();
+    let stats = &done.stats;
+    assert_eq!(stats.left, 0);
+    assert_eq!(stats.in_flight, 0);
+    assert!(stats.success > 30);
+    assert_eq!(stats.total, stats.success + stats.failed + stats.dropped);
 
     // Logs: filters by level and text, both orders, paging.
-    let (_, page) = api
-        .get(&format!("/api/v1/runs/{run_id}/logs?level=info&q=STARTED"))
-        .await;
-    let lines = page["lines"].as_array().unwrap();
+    let logs = |params: LogParams| {
+        let (client, run_id) = (&api.client, &run_id);
+        async move { client.logs(run_id, &params).await }
+    };
+    let page = logs(LogParams {
+        level: Some("info".into()),
+        q: Some("STARTED".into()),
+        ..LogParams::default()
+    })
+    .await
+    .unwrap();
     assert!(
-        !lines.is_empty()
-            && lines.iter().all(|l| l["message"]
-                .as_str()
-                .unwrap()
-                .to_lowercase()
-                .contains("started")),
-        "{page}"
+        !page.lines.is_empty()
+            && page
+                .lines
+                .iter()
+                .all(|l| l.message.to_lowercase().contains("started")),
+        "{page:?}"
     );
-    let (_, errors) = api
-        .get(&format!("/api/v1/runs/{run_id}/logs?level=error"))
-        .await;
-    assert_eq!(errors["lines"].as_array().unwrap().len(), 0, "{errors}");
-    let (_, first) = api
-        .get(&format!("/api/v1/runs/{run_id}/logs?limit=1"))
-        .await;
-    let (_, next) = api
-        .get(&format!(
-            "/api/v1/runs/{run_id}/logs?limit=1&after={}",
-            first["next"]
-        ))
-        .await;
-    assert!(next["lines"][0]["id"].as_i64() > first["lines"][0]["id"].as_i64());
-    let (_, newest) = api
-        .get(&format!(
-            "/api/v1/runs/{run_id}/logs?order=desc&limit=5&level=info"
-        ))
-        .await;
-    let ids: Vec<i64> = newest["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["id"].as_i64().unwrap())
-        .collect();
+    let errors = logs(LogParams {
+        level: Some("error".into()),
+        ..LogParams::default()
+    })
+    .await
+    .unwrap();
+    assert_eq!(errors.lines.len(), 0, "{errors:?}");
+    let first = logs(LogParams {
+        limit: Some(1),
+        ..LogParams::default()
+    })
+    .await
+    .unwrap();
+    let next = logs(LogParams {
+        limit: Some(1),
+        after: first.next,
+        ..LogParams::default()
+    })
+    .await
+    .unwrap();
+    assert!(next.lines[0].id > first.lines[0].id);
+    let newest = logs(LogParams {
+        order: Some("desc".into()),
+        limit: Some(5),
+        level: Some("info".into()),
+        ..LogParams::default()
+    })
+    .await
+    .unwrap();
+    let ids: Vec<i64> = newest.lines.iter().map(|l| l.id).collect();
     assert!(
         ids.len() == 5 && ids.windows(2).all(|w| w[0] > w[1]),
-        "{newest}"
+        "{newest:?}"
     );
-    let (status, bad) = api
-        .get(&format!("/api/v1/runs/{run_id}/logs?level=loud"))
-        .await;
-    assert_eq!(status, 400, "{bad}");
+    let bad = logs(LogParams {
+        level: Some("loud".into()),
+        ..LogParams::default()
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(bad.status(), Some(400), "{bad}");
 
     // Items: paged through, every item once, as many as the run counted.
-    let mut cursor = 0;
+    let mut params = ItemsParams {
+        cursor: Some(0),
+        limit: Some(7),
+    };
     let mut urls = BTreeSet::new();
     loop {
-        let (_, page) = api
-            .get(&format!(
-                "/api/v1/runs/{run_id}/items?cursor={cursor}&limit=7"
-            ))
-            .await;
-        for item in page["items"].as_array().unwrap() {
+        let page = api.client.items(&run_id, &params).await.unwrap();
+        for item in &page.items {
             assert!(
                 urls.insert(item["url"].as_str().unwrap().to_owned()),
                 "duplicate item"
             );
         }
-        cursor = page["next_cursor"].as_u64().unwrap();
-        if page["done"] == true {
+        params.cursor = Some(page.next_cursor);
+        if page.done {
             break;
         }
     }
-    assert_eq!(urls.len() as u64, stats["items"].as_u64().unwrap());
+    assert_eq!(urls.len() as u64, stats.items);
+    assert_eq!(
+        api.client.all_items(&run_id).await.unwrap().len(),
+        urls.len()
+    );
 
     // The job remembers its last run.
     until("the job's last run", async || {
-        let (_, j) = api.get(&format!("/api/v1/jobs/{job_id}")).await;
-        (j["last_run"]["state"] == "succeeded").then_some(())
+        let j = api.client.job(&job_id).await.unwrap();
+        (j.last_run.map(|r| r.state) == Some(RunState::Succeeded)).then_some(())
     })
     .await;
-    let (_, runs) = api.get(&format!("/api/v1/jobs/{job_id}/runs")).await;
-    assert_eq!(runs.as_array().unwrap().len(), 1);
+    assert_eq!(api.client.job_runs(&job_id, None).await.unwrap().len(), 1);
 
     // Restart keeping the frontier: nothing is fetched again.
-    let (status, again) = api
-        .post(
-            &format!("/api/v1/runs/{run_id}/restart"),
-            json!({"keep_frontier": true}),
+    let again = api
+        .client
+        .restart_run(
+            &run_id,
+            &RestartRequest {
+                keep_frontier: true,
+            },
         )
-        .await;
-    assert_eq!(status, 201, "{again}");
-    assert_eq!(again["restart_of"], run_id.as_str());
-    let again_id = again["id"].as_str().unwrap().to_owned();
+        .await
+        .unwrap();
+    assert_eq!(again.restart_of.as_ref(), Some(&run.id));
+    let again_id = again.id.to_string();
     let after = within(
         "the restarted run",
         30,
@@ -396,16 +413,17 @@ async fn a_triggered_run_streams_its_events_and_pages_its_logs_and_items_then_re
     .unwrap();
     assert_eq!(after.state, RunState::Succeeded, "{:?}", after.reason);
     assert_eq!(after.stats.sent, 0, "what was fetched is not fetched again");
-    assert_eq!(after.stats.success, stats["success"].as_u64().unwrap());
-    let (_, listed) = api
-        .get(&format!("/api/v1/runs?job={job_id}&state=succeeded"))
-        .await;
-    let listed: Vec<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap())
-        .collect();
+    assert_eq!(after.stats.success, stats.success);
+    let listed = api
+        .client
+        .runs(&RunsParams {
+            job: Some(job_id.clone()),
+            state: Some("succeeded".into()),
+            limit: None,
+        })
+        .await
+        .unwrap();
+    let listed: Vec<&str> = listed.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(
         listed,
         vec![again_id.as_str(), run_id.as_str()],
@@ -421,10 +439,9 @@ async fn health_readiness_metrics_and_openapi_are_public_and_the_rest_is_not() {
     let (hub, api) = (&served.hub, &served.api);
     // Health, readiness, metrics, OpenAPI (public).
     let public = api.with_token(None);
-    assert_eq!(public.get("/healthz").await.0, 200);
-    assert_eq!(public.get("/readyz").await.0, 200);
-    let (_, metrics) = public.get("/metrics").await;
-    let metrics = metrics.as_str().unwrap().to_owned();
+    assert_eq!(public.text("/healthz").await.0, 200);
+    assert_eq!(public.text("/readyz").await.0, 200);
+    let (_, metrics) = public.text("/metrics").await;
     assert!(
         metrics.contains("silk_agents{state=\"alive\"} 1"),
         "{metrics}"
@@ -459,26 +476,27 @@ async fn an_admin_makes_tokens_that_cannot_manage_tokens_and_deletes_them() {
     let served = served(10).await;
     let (hub, api) = (&served.hub, &served.api);
     // Tokens: an admin makes one; it works but cannot manage tokens; deleted, it is refused.
-    let (status, made) = api.post("/api/v1/tokens", json!({"name": "ci"})).await;
-    assert_eq!(status, 201, "{made}");
-    let ci = api.with_token(made["token"].as_str().map(str::to_owned));
-    assert_eq!(ci.get("/api/v1/jobs").await.0, 200);
-    assert_eq!(ci.get("/api/v1/tokens").await.0, 403);
+    let made = api
+        .client
+        .create_token(&TokenRequest {
+            name: "ci".into(),
+            admin: false,
+        })
+        .await
+        .unwrap();
+    let ci = api.with_token(Some(made.token.clone()));
+    assert!(ci.client.jobs().await.is_ok());
+    let refused = ci.client.tokens().await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::Forbidden), "{refused}");
     let (_, tokens) = api.get("/api/v1/tokens").await;
-    assert_eq!(tokens.as_array().unwrap().len(), 2);
+    assert_eq!(api.client.tokens().await.unwrap().len(), 2);
     assert!(
-        !tokens.to_string().contains(made["token"].as_str().unwrap()),
+        !tokens.to_string().contains(&made.token),
         "no secrets listed"
     );
-    let (status, _) = api
-        .call(
-            reqwest::Method::DELETE,
-            &format!("/api/v1/tokens/{}", made["id"].as_str().unwrap()),
-            None,
-        )
-        .await;
-    assert_eq!(status, 204);
-    assert_eq!(ci.get("/api/v1/jobs").await.0, 401);
+    api.client.delete_token(&made.id).await.unwrap();
+    let refused = ci.client.jobs().await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::Unauthorized), "{refused}");
 
     hub.shutdown().await;
 }
@@ -632,8 +650,8 @@ async fn a_run_fails_when_its_health_says_so() {
         Some("fail_if.all_failed: every request failed (2 of 2)")
     );
     assert_eq!((done.stats.failed, done.stats.success), (2, 0));
-    let (_, view) = api.get(&format!("/api/v1/runs/{}", done.id)).await;
-    assert_eq!(view["fail_if"]["all_failed"], true, "{view}");
+    let view = api.client.run(done.id.as_str()).await.unwrap();
+    assert!(view.fail_if.all_failed, "{view:?}");
 
     let done = run(json!({"spider": unreachable, "fail_if": {"all_failed": false}})).await;
     assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
@@ -926,7 +944,7 @@ async fn sinks_get_every_item_once(frontier_url: Option<String>) {
     let hook = format!("http://{}/hook", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let spec: silk_hub::JobSpec = serde_json::from_value(json!({
+    let spec: silk_api::jobs::JobSpec = serde_json::from_value(json!({
         "name": "sinks", "spider": SPIDER, "args": site_args(&site),
         "sinks": {"sql": true, "webhook": {"url": hook, "batch": 5, "headers": {"x-secret": "s3cr3t"}}}
     }))
@@ -1015,14 +1033,14 @@ async fn scheduled() -> (
     (dir, site, clock, hub, agent)
 }
 
-async fn runs_of(hub: &HubHandle, job: &str) -> Vec<silk_hub::RunView> {
+async fn runs_of(hub: &HubHandle, job: &str) -> Vec<silk_api::runs::RunView> {
     hub.job_runs(job, None).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_schedule_fires_on_its_clock_coalesces_misfires_and_keeps_time_zones() {
     let (_dir, site, clock, hub, _agent) = scheduled().await;
-    let job = |name: &str, cron: &str, tz: &str| -> silk_hub::JobSpec {
+    let job = |name: &str, cron: &str, tz: &str| -> silk_api::jobs::JobSpec {
         serde_json::from_value(json!({"name": name, "spider": SPIDER, "args": site_args(&site), "cron": cron, "timezone": tz})).unwrap()
     };
     let hourly = hub
@@ -1081,7 +1099,7 @@ async fn the_schedule_fires_on_its_clock_coalesces_misfires_and_keeps_time_zones
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overlap_policies_and_retries_follow_the_job() {
     let (_dir, site, clock, hub, _agent) = scheduled().await;
-    let spec: silk_hub::JobSpec = serde_json::from_value(
+    let spec: silk_api::jobs::JobSpec = serde_json::from_value(
         json!({"name": "o", "spider": SPIDER, "args": site_args(&site), "cron": "0 * * * *", "overlap": "skip"}),
     )
     .unwrap();
@@ -1134,7 +1152,7 @@ async fn overlap_policies_and_retries_follow_the_job() {
         .unwrap();
 
     // Retries: a run that cannot be allocated fails; the job retries it once after the delay.
-    let spec: silk_hub::JobSpec = serde_json::from_value(json!({
+    let spec: silk_api::jobs::JobSpec = serde_json::from_value(json!({
         "name": "r", "spider": SPIDER, "args": site_args(&site), "strategy": "fixed:3",
         "retry": {"max_retries": 1, "delay_ms": 60000}
     }))
@@ -1188,7 +1206,7 @@ async fn the_hub_runs_on_postgresql() {
     assert_eq!(hub.store().backend(), "postgres");
     let _a = start_agent(dir.path(), &bus, "a1").await;
     within("a live agent", 10, hub.wait_for_live_agents(1)).await;
-    let spec: silk_hub::JobSpec =
+    let spec: silk_api::jobs::JobSpec =
         serde_json::from_value(json!({"name": "pg", "spider": SPIDER, "args": site_args(&site)}))
             .unwrap();
     hub.create_job(spec).await.unwrap();

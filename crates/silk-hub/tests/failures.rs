@@ -13,6 +13,7 @@
 use parking_lot::Mutex;
 use serde_json::Value;
 use silk_agent::AgentHandle;
+use silk_api::runs::{OnAgentLost, RunRequest, RunState, Strategy};
 use silk_bus::faulty::{Fault, Faults, FaultyBus};
 use silk_bus::{
     AllocationReply, Bus, BusConfig, Command, FetchOutcome, Heartbeat, InProcessBus, LeasedRequest,
@@ -20,7 +21,7 @@ use silk_bus::{
     TtlPolicy,
 };
 use silk_core::{AgentId, Clock, RunId, SystemClock};
-use silk_hub::{Hub, HubHandle, OnAgentLost, RunRequest, RunState, Strategy};
+use silk_hub::{Hub, HubHandle};
 use silk_testkit::demo::DemoSite;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -625,7 +626,7 @@ async fn a_job_run_past_its_timeout_is_failed() {
     .unwrap();
     hub.create_job(spec).await.expect("job");
     let view = hub
-        .trigger("slow", silk_hub::TriggerRequest::default())
+        .trigger("slow", silk_api::jobs::TriggerRequest::default())
         .await
         .expect("run starts");
     let done = within("the run to time out", 20, hub.wait_run(&view.id))

@@ -4,11 +4,12 @@
 //! hub restart in the middle of a run, and a run's lease in the store taken by another hub
 //! and given back.
 
-use serde_json::Value;
+use silk_api::ErrorCode;
+use silk_api::agents::AgentState;
+use silk_api::client::Client;
+use silk_api::runs::{OnAgentLost, RunRequest, RunState, RunView, Strategy};
 use silk_core::AgentId;
-use silk_hub::{
-    HubError, HubHandle, OnAgentLost, RunQuery, RunRequest, RunState, RunView, Strategy,
-};
+use silk_hub::{HubError, HubHandle, RunQuery};
 use silk_testkit::demo::DemoSite;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -348,91 +349,68 @@ async fn the_http_api_answers_json_with_codes() {
         hub.ensure_admin_token().await.unwrap().is_none(),
         "only once"
     );
-    let anonymous = Http(reqwest::Client::new(), None);
-    let (status, body) = anonymous.get(&format!("{base}/api/v1/agents")).await;
-    assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
-    let wrong = Http(reqwest::Client::new(), Some(format!("{token}x")));
-    let (status, _) = wrong.get(&format!("{base}/api/v1/agents")).await;
-    assert_eq!(status, 401);
-    let http = Http(reqwest::Client::new(), Some(token));
-
-    let (_, agents) = http.get(&format!("{base}/api/v1/agents")).await;
-    assert_eq!(agents[0]["id"], "a1");
-    assert_eq!(agents[0]["state"], "alive");
-
-    let (status, body) = http
-        .post(&format!("{base}/api/v1/runs"), "{\"spider\": 1}")
-        .await;
-    assert_eq!(status, 400);
-    assert_eq!(body["code"], "bad_request");
-    assert!(
-        body["message"].as_str().unwrap().contains("spider"),
-        "{body}"
+    let url = reqwest::Url::parse(&base).unwrap();
+    let anonymous = Client::new(url.clone(), None).unwrap();
+    let e = anonymous.agents().await.unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(401), Some(ErrorCode::Unauthorized))
     );
+    let wrong = Client::new(url.clone(), Some(format!("{token}x"))).unwrap();
+    assert_eq!(wrong.agents().await.unwrap_err().status(), Some(401));
+    let http = Client::new(url, Some(token)).unwrap();
 
-    let body = serde_json::json!({"spider": spider(&site), "strategy": "fixed:3"}).to_string();
-    let (status, refused) = http.post(&format!("{base}/api/v1/runs"), &body).await;
-    assert_eq!(status, 409);
-    assert_eq!(refused["code"], "allocation_failed");
+    let agents = http.agents().await.unwrap();
+    assert_eq!(agents[0].id.as_str(), "a1");
+    assert_eq!(agents[0].state, AgentState::Alive);
 
-    let body = serde_json::json!({"spider": spider(&site), "strategy": "random"}).to_string();
-    let (status, created) = http.post(&format!("{base}/api/v1/runs"), &body).await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().unwrap().to_owned();
-    assert_eq!(created["agents"], serde_json::json!(["a1"]));
-    within(
-        "the run",
-        30,
-        hub.wait_run(&silk_core::RunId::new(id.clone())),
-    )
-    .await
-    .unwrap();
-    let (_, got) = http.get(&format!("{base}/api/v1/runs/{id}")).await;
-    assert_eq!(got["state"], "succeeded", "{got}");
-    assert!(got["stats"]["success"].as_u64().unwrap() > 0);
+    // A body no typed client would send.
+    let e = http
+        .request(
+            reqwest::Method::POST,
+            "/api/v1/runs",
+            Some(&serde_json::json!({"spider": 1})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(400), Some(ErrorCode::BadRequest))
+    );
+    assert!(e.message().unwrap().contains("spider"), "{e}");
 
-    let (status, _) = http.get(&format!("{base}/api/v1/runs/nope")).await;
-    assert_eq!(status, 404);
-    let (status, action) = http
-        .post(&format!("{base}/api/v1/runs/{id}/pause"), "")
-        .await;
-    assert_eq!(status, 409);
-    assert_eq!(action["code"], "wrong_state");
+    let mut fixed = RunRequest {
+        spider: spider(&site),
+        strategy: Some(Strategy::Fixed(3)),
+        on_agent_lost: None,
+        max_pending: None,
+        stall_timeout_ms: None,
+        downloader: None,
+        sinks: None,
+        fail_if: None,
+    };
+    let refused = http.start_run(&fixed).await.unwrap_err();
+    assert_eq!(refused.status(), Some(409));
+    assert_eq!(refused.code(), Some(ErrorCode::AllocationFailed));
+
+    fixed.strategy = Some(Strategy::Random);
+    let created = http.start_run(&fixed).await.unwrap();
+    assert_eq!(created.agents, vec![silk_core::AgentId::from("a1")]);
+    within("the run", 30, hub.wait_run(&created.id))
+        .await
+        .unwrap();
+    let got = http.run(created.id.as_str()).await.unwrap();
+    assert_eq!(got.state, RunState::Succeeded, "{got:?}");
+    assert!(got.stats.success > 0);
+
+    let e = http.run("nope").await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotFound));
+    let e = http.pause_run(created.id.as_str()).await.unwrap_err();
+    assert_eq!(
+        (e.status(), e.code()),
+        (Some(409), Some(ErrorCode::WrongState))
+    );
     hub.shutdown().await;
-}
-
-struct Http(reqwest::Client, Option<String>);
-
-impl Http {
-    async fn read(resp: reqwest::Response) -> (u16, Value) {
-        let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.expect("body");
-        let value = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
-        (status, value)
-    }
-
-    fn auth(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.1 {
-            Some(token) => request.bearer_auth(token),
-            None => request,
-        }
-    }
-
-    async fn get(&self, url: &str) -> (u16, Value) {
-        Self::read(self.auth(self.0.get(url)).send().await.expect("GET")).await
-    }
-
-    async fn post(&self, url: &str, body: &str) -> (u16, Value) {
-        let resp = self
-            .auth(self.0.post(url))
-            .header("content-type", "application/json")
-            .body(body.to_owned())
-            .send()
-            .await
-            .expect("POST");
-        Self::read(resp).await
-    }
 }
 
 /// Run ownership (`ownership`): when another hub holds a run's lease (this hub was away

@@ -9,9 +9,10 @@
 mod common;
 
 use common::*;
+use silk_api::agents::AgentState;
 use silk_bus::{Bus, BusConfig, InProcessBus, Register, RetryPolicy, Subject};
 use silk_core::{AgentId, Clock, TokioClock};
-use silk_hub::{AgentState, Hub, PhiDetector};
+use silk_hub::{Hub, PhiDetector};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

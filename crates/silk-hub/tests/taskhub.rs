@@ -7,7 +7,9 @@ mod common;
 
 use common::*;
 use serde_json::{Value, json};
-use silk_hub::{Feed, FeedTask, HubClasses, HubConfig, HubHandle, JobSpec, RunState};
+use silk_api::jobs::JobSpec;
+use silk_api::runs::{Feed, RunState};
+use silk_hub::{FeedTask, HubClasses, HubConfig, HubHandle};
 use silk_router::{Config, Reason, Router, Vars};
 use silk_testkit::hostile::{self, HostileServer};
 use std::path::Path;

@@ -21,7 +21,7 @@
  * @property {Record<string, string>} labels Its labels.
  * @property {number|null} [last_heartbeat_ms] When its last heartbeat was read, hub clock, ms since the epoch; `None` before any.
  * @property {number} memory_bytes Memory in use (last heartbeat; 0 before any).
- * @property {number} phi phi at the time asked.
+ * @property {number} phi phi at the time asked (`null` when infinite: JSON has no infinity).
  * @property {number} qps Requests per second (last heartbeat).
  * @property {AgentState} state Its state at the time asked.
  * @property {number} total_memory_bytes Physical memory.
@@ -29,7 +29,7 @@
  */
 
 /**
- * An API error: `{"code": "...", "message": "..."}`; the code (`silk_api::ErrorCode`, shared
+ * The body of every error answer, `{"code": "...", "message": "..."}`, code first.
  * @typedef {object} ApiError
  * @property {string} code Machine-readable code (`bad_request`, `not_found`, `conflict`, …).
  * @property {string} message For people.
@@ -108,7 +108,7 @@
 /**
  * A page of log lines.
  * @typedef {object} LogPage
- * @property {Array<LogLineView>} lines
+ * @property {Array<LogLineView>} lines The lines.
  * @property {number|null} [next] The cursor of the next page (`after` when ascending, `before` when descending).
  */
 
@@ -135,7 +135,7 @@
  */
 
 /**
- * How to restart.
+ * How to restart a run (the optional body of `POST /api/v1/runs/{id}/restart`).
  * @typedef {object} RestartRequest
  * @property {boolean} [keep_frontier] The new run takes over the old run's frontier (what was fetched is not fetched
  */

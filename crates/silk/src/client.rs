@@ -2,16 +2,17 @@
 //! ad-hoc run), `silk runs` (list, show, pause, resume, cancel, restart, wait), `silk jobs`
 //! (list, show, create, update, delete, trigger, runs), `silk logs` (a run's log, `-f` follows
 //! it over the event stream), `silk items` (a run's items as JSON Lines), `silk agents` and
-//! `silk tokens`. [`Client`] is the shared HTTP client; `output::Table` prints the listings.
+//! `silk tokens`. `output::Table` prints the listings.
 //!
 //! Every command takes the same connection options ([`Conn`]): `--server` (`SILK_SERVER`),
 //! `--token`, else `SILK_TOKEN`, else the admin token a local hub wrote
 //! (`DATA_DIR/hub/admin.token`, then `DATA_DIR/admin.token`; `--data-dir`, default `.silk`),
 //! and `--json` (the API's answer as is, for scripts). The token is never printed.
 //!
-//! The hub answers errors as JSON `{"code": "...", "message": "..."}` with an HTTP error
-//! status; they are shown as one line, `error: MESSAGE (CODE, HTTP STATUS)`. Answers are read
-//! leniently: fields this build does not know are ignored, missing ones take defaults.
+//! [`Client`] is `silk-api`'s typed client with the token's source; answers are read into
+//! `silk-api`'s types (fields this build does not know are ignored). The hub answers errors as
+//! JSON `{"code": "...", "message": "..."}` with an HTTP error status; they are shown as one
+//! line, `error: MESSAGE (CODE, HTTP STATUS)`.
 
 mod agents;
 mod items;
@@ -22,7 +23,6 @@ mod output;
 mod runs;
 mod sse;
 mod tokens;
-mod views;
 
 pub use agents::{AgentsArgs, agents};
 pub use items::{ItemsArgs, items};
@@ -34,6 +34,8 @@ pub use tokens::{TokensArgs, tokens};
 use anyhow::Context;
 use clap::Args;
 use serde_json::Value;
+pub use silk_api::client::Answer;
+use silk_api::client::ClientError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,11 +45,6 @@ use url::Url;
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7700";
 /// The environment variable of the token (`--token` wins over it).
 pub const TOKEN_ENV: &str = "SILK_TOKEN";
-
-/// How long a request may wait for a connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a whole request may take (starting a run waits for the agents' allocations).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The options every client command takes: which hub, which token, which output.
 #[derive(Debug, Clone, Args)]
@@ -275,37 +272,55 @@ impl ApiError {
             ApiError::Unreachable { .. } | ApiError::Timeout { .. }
         )
     }
-}
 
-/// A JSON answer of the hub: parsed, and as sent (to print it with its key order).
-#[derive(Debug, Clone)]
-pub struct Answer {
-    /// The parsed JSON (`Null` for an empty body).
-    pub value: Value,
-    /// The body as sent.
-    pub text: String,
+    /// The error of the API client's `e`, with the token's source said when the hub refused
+    /// it.
+    fn of(e: ClientError, source: &TokenSource) -> Self {
+        match e {
+            ClientError::Unreachable { server, reason } => ApiError::Unreachable { server, reason },
+            ClientError::Timeout { server, after } => ApiError::Timeout { server, after },
+            ClientError::Unauthorized { server, message } => ApiError::Unauthorized {
+                server,
+                source: source.clone(),
+                message,
+            },
+            ClientError::Api {
+                status,
+                code,
+                message,
+            } => ApiError::Api {
+                status,
+                code,
+                message,
+            },
+            ClientError::Unexpected {
+                url,
+                status,
+                reason,
+            } => ApiError::Unexpected {
+                url,
+                status,
+                reason,
+            },
+            ClientError::Setup(reason) => ApiError::Unexpected {
+                url: String::new(),
+                status: 0,
+                reason,
+            },
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------
 // The client.
 
-/// An HTTP client of the hub's API.
-#[derive(Clone)]
+/// The CLI's client of the hub's API: the typed client of `silk-api`
+/// ([`silk_api::client::Client`]) and where its token came from (said when the hub refuses
+/// it).
+#[derive(Debug, Clone)]
 pub struct Client {
-    base: Url,
-    http: reqwest::Client,
-    token: Option<String>,
+    api: silk_api::client::Client,
     source: TokenSource,
-}
-
-impl fmt::Debug for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Never the token.
-        f.debug_struct("Client")
-            .field("base", &self.base.as_str())
-            .field("source", &self.source)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Client {
@@ -323,47 +338,33 @@ impl Client {
         token: Option<String>,
         source: TokenSource,
     ) -> anyhow::Result<Self> {
-        if let Some(token) = &token
-            && reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).is_err()
-        {
-            anyhow::bail!("{source} is not a valid token (it has control characters)");
-        }
-        // No overall timeout here: ordinary requests set theirs, event streams run as long as
-        // their run.
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("silk/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .context("cannot create the HTTP client")?;
-        Ok(Self {
-            base,
-            http,
-            token,
-            source,
-        })
+        let api = silk_api::client::Client::new(base, token).map_err(|e| match e {
+            ClientError::Setup(reason) if reason.contains("control characters") => {
+                anyhow::anyhow!("{source} is not a valid token (it has control characters)")
+            }
+            other => anyhow::anyhow!("{other}"),
+        })?;
+        Ok(Self { api, source })
+    }
+
+    /// The typed client underneath.
+    pub fn api(&self) -> &silk_api::client::Client {
+        &self.api
     }
 
     /// The hub's address as the user gave it (without a trailing slash).
     pub fn server(&self) -> String {
-        self.base.as_str().trim_end_matches('/').to_owned()
+        self.api.server()
     }
 
-    /// The URL of `segments` under the base (each segment percent-encoded) with `query`.
-    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> Url {
-        let mut url = self.base.clone();
-        if let Ok(mut path) = url.path_segments_mut() {
-            path.pop_if_empty().extend(segments);
-        }
-        if !query.is_empty() {
-            url.query_pairs_mut()
-                .extend_pairs(query.iter().map(|(k, v)| (k, v.as_str())));
-        }
-        url
+    /// The client's error as the CLI says it.
+    pub fn error(&self, e: ClientError) -> ApiError {
+        ApiError::of(e, &self.source)
     }
 
     /// `GET` → the JSON answer.
     pub async fn get(&self, segments: &[&str]) -> Result<Answer, ApiError> {
-        self.get_with(segments, &[]).await
+        self.api.get(segments).await.map_err(|e| self.error(e))
     }
 
     /// `GET` with a query string → the JSON answer.
@@ -372,147 +373,26 @@ impl Client {
         segments: &[&str],
         query: &[(&str, String)],
     ) -> Result<Answer, ApiError> {
-        let url = self.url(segments, query);
-        self.send(self.http.get(url.clone()), &url).await
+        self.api
+            .get_with(segments, query)
+            .await
+            .map_err(|e| self.error(e))
     }
 
     /// `POST` a JSON body → the JSON answer.
     pub async fn post(&self, segments: &[&str], body: &Value) -> Result<Answer, ApiError> {
-        let url = self.url(segments, &[]);
-        self.send(with_json(self.http.post(url.clone()), body), &url)
+        self.api
+            .post(segments, body)
             .await
+            .map_err(|e| self.error(e))
     }
 
     /// `PATCH` a JSON body → the JSON answer.
     pub async fn patch(&self, segments: &[&str], body: &Value) -> Result<Answer, ApiError> {
-        let url = self.url(segments, &[]);
-        self.send(with_json(self.http.patch(url.clone()), body), &url)
+        self.api
+            .patch(segments, body)
             .await
-    }
-
-    /// `DELETE` → the JSON answer (`Null` for 204).
-    pub async fn delete(&self, segments: &[&str]) -> Result<Answer, ApiError> {
-        let url = self.url(segments, &[]);
-        self.send(self.http.delete(url.clone()), &url).await
-    }
-
-    /// The request with the token (marked sensitive: never logged).
-    fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.token {
-            Some(token) => {
-                match reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")) {
-                    Ok(mut value) => {
-                        value.set_sensitive(true);
-                        request.header(reqwest::header::AUTHORIZATION, value)
-                    }
-                    // Checked in `with_token`.
-                    Err(_) => request,
-                }
-            }
-            None => request,
-        }
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder, url: &Url) -> Result<Answer, ApiError> {
-        let request = self
-            .authorized(request)
-            .timeout(REQUEST_TIMEOUT)
-            .header(reqwest::header::ACCEPT, "application/json");
-        let response = request.send().await.map_err(|e| self.transport(&e))?;
-        let status = response.status();
-        let body = response.bytes().await.map_err(|e| self.transport(&e))?;
-        if status.is_success() {
-            if body.iter().all(u8::is_ascii_whitespace) {
-                return Ok(Answer {
-                    value: Value::Null,
-                    text: "null".into(),
-                });
-            }
-            let value = serde_json::from_slice(&body).map_err(|e| ApiError::Unexpected {
-                url: url.to_string(),
-                status: status.as_u16(),
-                reason: format!("not JSON ({e}): {}", excerpt(&body)),
-            })?;
-            // Valid JSON is UTF-8.
-            let text = String::from_utf8_lossy(&body).into_owned();
-            return Ok(Answer { value, text });
-        }
-        Err(self.error_answer(status, &body, url))
-    }
-
-    /// The error of a non-success answer.
-    fn error_answer(&self, status: reqwest::StatusCode, body: &[u8], url: &Url) -> ApiError {
-        let error: Option<Value> = serde_json::from_slice(body).ok();
-        let field = |name: &str| {
-            error
-                .as_ref()
-                .and_then(|e| e.get(name))
-                .and_then(Value::as_str)
-                .map(|s| self.redact(s))
-        };
-        let (code, message) = (field("code"), field("message"));
-        if status == reqwest::StatusCode::UNAUTHORIZED {
-            return ApiError::Unauthorized {
-                server: self.server(),
-                source: self.source.clone(),
-                message: message
-                    .or(code)
-                    .unwrap_or_else(|| "HTTP 401 unauthorized".into()),
-            };
-        }
-        match (code, message) {
-            (Some(code), message) => ApiError::Api {
-                status: status.as_u16(),
-                message: message.unwrap_or_else(|| code.clone()),
-                code,
-            },
-            (None, Some(message)) => ApiError::Api {
-                status: status.as_u16(),
-                code: status
-                    .canonical_reason()
-                    .unwrap_or("error")
-                    .to_lowercase()
-                    .replace(' ', "_"),
-                message,
-            },
-            (None, None) => ApiError::Unexpected {
-                url: url.to_string(),
-                status: status.as_u16(),
-                reason: if body.is_empty() {
-                    "empty body".into()
-                } else {
-                    self.redact(&excerpt(body))
-                },
-            },
-        }
-    }
-
-    /// `text` with the token, should it appear, masked.
-    fn redact(&self, text: &str) -> String {
-        match &self.token {
-            Some(token) if text.contains(token.as_str()) => text.replace(token.as_str(), "***"),
-            _ => text.to_owned(),
-        }
-    }
-
-    fn transport(&self, e: &reqwest::Error) -> ApiError {
-        if e.is_timeout() {
-            return ApiError::Timeout {
-                server: self.server(),
-                after: REQUEST_TIMEOUT,
-            };
-        }
-        // The innermost cause says it best ("Connection refused (os error 111)").
-        let mut reason = e.to_string();
-        let mut source = std::error::Error::source(e);
-        while let Some(s) = source {
-            reason = s.to_string();
-            source = s.source();
-        }
-        ApiError::Unreachable {
-            server: self.server(),
-            reason,
-        }
+            .map_err(|e| self.error(e))
     }
 
     /// Opens an event stream (`text/event-stream`) at `segments` + `query`; the answer's body
@@ -522,38 +402,24 @@ impl Client {
         segments: &[&str],
         query: &[(&str, String)],
     ) -> Result<reqwest::Response, ApiError> {
-        let url = self.url(segments, query);
-        let request = self
-            .authorized(self.http.get(url.clone()))
-            .header(reqwest::header::ACCEPT, "text/event-stream");
-        let response = request.send().await.map_err(|e| self.transport(&e))?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(response);
-        }
-        let body = response.bytes().await.unwrap_or_default();
-        Err(self.error_answer(status, &body, &url))
+        self.api
+            .stream(segments, query)
+            .await
+            .map_err(|e| self.error(e))
     }
 }
 
-fn with_json(request: reqwest::RequestBuilder, body: &Value) -> reqwest::RequestBuilder {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    request
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(bytes)
-}
-
-/// The beginning of a body, on one line.
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let mut one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() > 200 {
-        one_line = one_line.chars().take(200).collect::<String>() + "…";
+/// A string or number id as text (`"12"` for `12`): cursors are opaque.
+pub fn cursor_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
-    one_line
 }
 
-/// Parses an answer into `T`, saying what was expected when it does not fit.
+/// Parses an answer into `T` (a type of `silk-api`), saying what was expected when it does not
+/// fit.
 fn parse<T: serde::de::DeserializeOwned>(value: &Value, what: &str) -> anyhow::Result<T> {
     T::deserialize(value).with_context(|| format!("unexpected answer from the hub: not {what}"))
 }
@@ -561,10 +427,6 @@ fn parse<T: serde::de::DeserializeOwned>(value: &Value, what: &str) -> anyhow::R
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn no_token() -> TokenSource {
-        TokenSource::Missing(Vec::new())
-    }
 
     #[test]
     fn server_urls() {
@@ -574,22 +436,6 @@ mod tests {
         );
         assert!(parse_server_url("nats://x:4222").is_err());
         assert!(parse_server_url("http://h:1/?x=1").is_err());
-    }
-
-    #[test]
-    fn urls_keep_a_path_prefix_and_encode_ids_and_queries() {
-        let c =
-            Client::with_token(Url::parse("http://h:1/silk/").unwrap(), None, no_token()).unwrap();
-        assert_eq!(
-            c.url(&["api", "v1", "runs", "a/b"], &[]).as_str(),
-            "http://h:1/silk/api/v1/runs/a%2Fb"
-        );
-        assert_eq!(
-            c.url(&["api", "v1", "runs"], &[("job", "a b&c".into())])
-                .as_str(),
-            "http://h:1/silk/api/v1/runs?job=a+b%26c"
-        );
-        assert_eq!(c.server(), "http://h:1/silk");
     }
 
     #[test]
@@ -676,18 +522,21 @@ mod tests {
         )
         .unwrap();
         let url = Url::parse("http://h:1/api/v1/runs").unwrap();
-        let e = c.error_answer(
+        let e = c.error(c.api().error_answer(
             reqwest::StatusCode::UNAUTHORIZED,
             br#"{"code":"unauthorized","message":"bad token silk_x_secret"}"#,
             &url,
-        );
+        ));
         let text = e.to_string();
         assert!(matches!(e, ApiError::Unauthorized { .. }));
         assert!(
             !text.contains("silk_x_secret") && text.contains("--token"),
             "{text}"
         );
-        let e = c.error_answer(reqwest::StatusCode::NOT_FOUND, b"{}", &url);
+        let e = c.error(
+            c.api()
+                .error_answer(reqwest::StatusCode::NOT_FOUND, b"{}", &url),
+        );
         assert!(matches!(e, ApiError::Unexpected { status: 404, .. }));
         assert!(!format!("{c:?}").contains("secret"));
     }

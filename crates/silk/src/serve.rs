@@ -347,7 +347,7 @@ async fn start_demo(
             .await
             .context("updating the demo job")?,
         Err(silk_hub::HubError::NoSuchJob(_)) => {
-            let spec: silk_hub::JobSpec = serde_json::from_value(serde_json::json!({
+            let spec: silk_api::jobs::JobSpec = serde_json::from_value(serde_json::json!({
                 "name": "demo",
                 "spider": DEMO_SPIDER,
                 "args": args,
@@ -361,7 +361,7 @@ async fn start_demo(
     };
     hub.wait_for_live_agents(agents).await;
     let run = hub
-        .trigger(&job.id, silk_hub::TriggerRequest::default())
+        .trigger(&job.id, silk_api::jobs::TriggerRequest::default())
         .await
         .context("triggering the demo job")?;
     println!(

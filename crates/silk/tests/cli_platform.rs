@@ -7,6 +7,7 @@ mod cli_support;
 
 use cli_support::{DEADLINE, Platform, Proc, output};
 use serde_json::Value;
+use silk_api::runs::{RunState, RunView};
 use std::time::Instant;
 
 /// A job file whose spider is in a file next to it.
@@ -126,11 +127,11 @@ fn a_triggered_job_run_is_listed_and_its_logs_and_items_are_read() {
     // Trigger and wait: the run id on stdout, exit 0 when it succeeded.
     let run = p.ok(&["jobs", "trigger", "shop", "--arg", "extra=1", "--wait"]);
     let run = run.trim();
-    let view = p.json(&["runs", "show", run]);
-    assert_eq!(view["state"], "succeeded", "{view}");
-    assert_eq!(view["job_name"], "shop", "{view}");
-    let items_count = view["stats"]["items"].as_u64().unwrap();
-    assert!(items_count > 0, "{view}");
+    let view: RunView = p.view(&["runs", "show", run]);
+    assert_eq!(view.state, RunState::Succeeded, "{view:?}");
+    assert_eq!(view.job_name.as_deref(), Some("shop"), "{view:?}");
+    let items_count = view.stats.items;
+    assert!(items_count > 0, "{view:?}");
     assert!(p.ok(&["runs", "show", run]).contains("state"));
 
     // The run is listed by job and by state, and under the job.
@@ -255,8 +256,8 @@ fn runs_pause_resume_cancel_restart_and_logs_follow() {
         p.ok(&["runs", "pause", &run]).trim(),
         format!("run {run}: paused")
     );
-    p.until("the run paused", &["runs", "show", &run], |v| {
-        v["state"] == "paused"
+    p.until_view("the run paused", &["runs", "show", &run], |v: &RunView| {
+        v.state == RunState::Paused
     });
     // Pausing again is the API's error, in one line.
     let (out, stderr) = output(p.cli().args(["runs", "pause", &run]));
@@ -264,8 +265,8 @@ fn runs_pause_resume_cancel_restart_and_logs_follow() {
     assert!(stderr.contains("(wrong_state, HTTP 409)"), "{stderr}");
     let resumed = p.json(&["runs", "resume", &run]);
     assert_eq!(resumed["id"], run.as_str());
-    p.until("the run running", &["runs", "show", &run], |v| {
-        v["state"] == "running"
+    p.until_view("the run running", &["runs", "show", &run], |v: &RunView| {
+        v.state == RunState::Running
     });
     p.ok(&["runs", "cancel", &run]);
 

@@ -13,6 +13,9 @@ mod cli_support;
 
 use cli_support::Proc;
 use serde_json::Value;
+use silk_api::agents::{AgentState, AgentView};
+use silk_api::client::Client;
+use silk_api::runs::{RunState, RunView};
 use silk_testkit::demo::{DemoConfig, DemoSite};
 use silk_testkit::free_port;
 use std::collections::BTreeSet;
@@ -52,7 +55,6 @@ struct Fleet {
     hub: Option<Proc>,
     agents: Vec<Proc>,
     site: DemoSite,
-    http: reqwest::Client,
     /// Extra arguments of every `silk hub` of the test.
     hub_args: Vec<String>,
 }
@@ -87,7 +89,6 @@ impl Fleet {
             hub: None,
             agents: Vec::new(),
             site,
-            http: reqwest::Client::new(),
             hub_args,
         };
         fleet.start_nats();
@@ -193,53 +194,42 @@ impl Fleet {
             .unwrap_or_default()
     }
 
-    async fn get(&self, path: &str) -> Value {
-        let url = format!("{}{path}", self.server());
-        let resp = self.http.get(&url).bearer_auth(self.token()).send().await;
-        match resp {
-            Ok(r) => serde_json::from_slice(&r.bytes().await.unwrap()).unwrap(),
-            Err(_) => Value::Null,
-        }
+    /// The typed API client of the hub that answers now, with its admin token.
+    fn client(&self) -> Client {
+        let url = reqwest::Url::parse(&self.server()).unwrap();
+        Client::new(url, Some(self.token()).filter(|t| !t.is_empty())).unwrap()
     }
 
-    async fn agent_states(&self) -> Vec<(String, String)> {
-        let agents = self.get("/api/v1/agents").await;
-        agents
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|x| {
-                        (
-                            x["id"].as_str().unwrap_or("").to_owned(),
-                            x["state"].as_str().unwrap_or("").to_owned(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+    /// The agents as the hub lists them (none while it does not answer).
+    async fn agents(&self) -> Vec<AgentView> {
+        self.client().agents().await.unwrap_or_default()
     }
 
-    /// Polls the hub until `check` holds (each poll is an HTTP request; 30 s at most).
-    async fn until<F: Fn(&Value) -> bool>(&self, what: &str, path: &str, check: F) -> Value {
-        let mut last = Value::Null;
+    async fn agent_states(&self) -> Vec<(String, AgentState)> {
+        self.agents()
+            .await
+            .into_iter()
+            .map(|a| (a.id.to_string(), a.state))
+            .collect()
+    }
+
+    /// Polls the hub until `check` holds (60 s at most).
+    async fn until<T>(&self, what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
         let every = Duration::from_millis(100);
-        let passed = silk_testkit::eventually(Duration::from_secs(60), every, async || {
-            last = self.get(path).await;
-            check(&last).then(|| last.clone())
-        })
-        .await;
-        passed.unwrap_or_else(|| {
-            panic!(
-                "timed out waiting for {what}; last answer: {last}\n{}",
-                self.logs()
-            )
-        })
+        silk_testkit::eventually(Duration::from_secs(60), every, check)
+            .await
+            .unwrap_or_else(|| panic!("timed out waiting for {what}\n{}", self.logs()))
     }
 
     async fn wait_agents_alive(&self, n: usize) {
-        self.until(&format!("{n} live agents"), "/api/v1/agents", |v| {
-            v.as_array()
-                .is_some_and(|a| a.iter().filter(|x| x["state"] == "alive").count() >= n)
+        self.until(&format!("{n} live agents"), async || {
+            let alive = self.agents().await;
+            (alive
+                .iter()
+                .filter(|a| a.state == AgentState::Alive)
+                .count()
+                >= n)
+                .then_some(())
         })
         .await;
     }
@@ -305,16 +295,17 @@ impl Fleet {
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
-    async fn run(&self, id: &str) -> Value {
-        self.get(&format!("/api/v1/runs/{id}")).await
+    async fn run(&self, id: &str) -> RunView {
+        self.client()
+            .run(id)
+            .await
+            .unwrap_or_else(|e| panic!("run {id}: {e}\n{}", self.logs()))
     }
 
-    async fn wait_run(&self, id: &str) -> Value {
-        self.until("the run to end", &format!("/api/v1/runs/{id}"), |v| {
-            matches!(
-                v["state"].as_str(),
-                Some("succeeded" | "failed" | "cancelled")
-            )
+    async fn wait_run(&self, id: &str) -> RunView {
+        self.until("the run to end", async || {
+            let run = self.client().run(id).await.ok()?;
+            run.is_terminal().then_some(run)
         })
         .await
     }
@@ -322,18 +313,16 @@ impl Fleet {
     /// The agent that fetched most of the run so far.
     async fn busiest_agent(&self, id: &str) -> String {
         let run = self.run(id).await;
-        run["stats"]["by_agent"]
-            .as_object()
-            .and_then(|m| {
-                m.iter()
-                    .max_by_key(|(_, n)| n.as_u64())
-                    .map(|(k, _)| k.clone())
-            })
+        run.stats
+            .by_agent
+            .iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(k, _)| k.clone())
             .expect("an agent fetched")
     }
 
-    fn assert_every_page_once(&self, run: &Value) {
-        let path = run["items_path"].as_str().expect("items_path");
+    fn assert_every_page_once(&self, run: &RunView) {
+        let path = run.items_path.as_ref().expect("items_path");
         let text = std::fs::read_to_string(path).expect("items file");
         let items: Vec<Value> = text
             .lines()
@@ -344,26 +333,7 @@ impl Fleet {
 
     /// A run's items as the hub's API pages them.
     async fn api_items(&self, id: &str) -> Vec<Value> {
-        let mut items = Vec::new();
-        let mut cursor = 0;
-        loop {
-            let page = self
-                .get(&format!(
-                    "/api/v1/runs/{id}/items?cursor={cursor}&limit=1000"
-                ))
-                .await;
-            items.extend(
-                page["items"]
-                    .as_array()
-                    .expect("an items page")
-                    .iter()
-                    .cloned(),
-            );
-            cursor = page["next_cursor"].as_u64().expect("next_cursor");
-            if page["done"] == true {
-                return items;
-            }
-        }
+        self.client().all_items(id).await.expect("the run's items")
     }
 
     fn assert_items_are_every_page_once(&self, items: &[Value]) {
@@ -392,14 +362,18 @@ async fn an_agent_killed_mid_run_is_declared_dead_and_the_run_finishes_with_ever
     let id = fleet.submit("random", "fail", 2);
     fleet.site.wait_for_requests(120).await;
     let victim = fleet.busiest_agent(&id).await;
-    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    assert_eq!(
+        fleet.run(&id).await.state,
+        RunState::Running,
+        "killed mid-run"
+    );
     let killed = fleet.kill_agent(&victim);
     fleet
-        .until("the killed agent to be dead", "/api/v1/agents", |v| {
-            v.as_array().is_some_and(|a| {
-                a.iter()
-                    .any(|x| x["id"] == victim.as_str() && x["state"] == "dead")
-            })
+        .until("the killed agent to be dead", async || {
+            let states = fleet.agent_states().await;
+            states
+                .contains(&(victim.clone(), AgentState::Dead))
+                .then_some(())
         })
         .await;
     let took = killed.elapsed();
@@ -408,11 +382,11 @@ async fn an_agent_killed_mid_run_is_declared_dead_and_the_run_finishes_with_ever
         "declared dead after {took:?}, dead_after is {DEAD_AFTER_S} s"
     );
     let run = fleet.wait_run(&id).await;
-    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    assert_eq!(run.state, RunState::Succeeded, "{run:?}\n{}", fleet.logs());
     fleet.assert_every_page_once(&run);
     let states = fleet.agent_states().await;
     assert!(
-        states.contains(&(victim.clone(), "dead".into())),
+        states.contains(&(victim.clone(), AgentState::Dead)),
         "{states:?}"
     );
 }
@@ -426,26 +400,25 @@ async fn chained_runs_keep_affinity_and_follow_on_agent_lost() {
     let mut fleet = Fleet::start(3, 150, 20).await;
     let id = fleet.submit("chained:2", "reassign", 2);
     let started = fleet.run(&id).await;
-    let allocated: Vec<String> = serde_json::from_value(started["agents"].clone()).unwrap();
+    let allocated: Vec<String> = started.agents.iter().map(ToString::to_string).collect();
     assert_eq!(allocated.len(), 2);
     fleet.site.wait_for_requests(120).await;
     let victim = fleet.busiest_agent(&id).await;
     assert!(allocated.contains(&victim));
-    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    assert_eq!(
+        fleet.run(&id).await.state,
+        RunState::Running,
+        "killed mid-run"
+    );
     fleet.kill_agent(&victim);
     let run = fleet.wait_run(&id).await;
-    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    assert_eq!(run.state, RunState::Succeeded, "{run:?}\n{}", fleet.logs());
     fleet.assert_every_page_once(&run);
-    let stats = &run["stats"];
-    assert_eq!(stats["affinity_broken"], 0, "{stats}");
-    assert!(stats["affinity_kept"].as_u64().unwrap() > 0, "{stats}");
-    assert!(stats["reassigned"].as_u64().unwrap() > 0, "{stats}");
-    let fetchers: Vec<String> = stats["by_agent"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect();
+    let stats = &run.stats;
+    assert_eq!(stats.affinity_broken, 0, "{stats:?}");
+    assert!(stats.affinity_kept > 0, "{stats:?}");
+    assert!(stats.reassigned > 0, "{stats:?}");
+    let fetchers: Vec<String> = stats.by_agent.keys().cloned().collect();
     assert!(
         fetchers.iter().all(|f| allocated.contains(f)),
         "only the allocated agents fetch: {fetchers:?} vs {allocated:?}"
@@ -456,18 +429,22 @@ async fn chained_runs_keep_affinity_and_follow_on_agent_lost() {
     fleet.wait_agents_alive(survivor_count).await;
     let id = fleet.submit("chained:2", "fail", 2);
     let started = fleet.run(&id).await;
-    let allocated: Vec<String> = serde_json::from_value(started["agents"].clone()).unwrap();
+    let allocated: Vec<String> = started.agents.iter().map(ToString::to_string).collect();
     fleet
         .site
         .wait_for_requests(fleet.site.stats().total_requests + 60)
         .await;
     let victim = fleet.busiest_agent(&id).await;
     assert!(allocated.contains(&victim));
-    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    assert_eq!(
+        fleet.run(&id).await.state,
+        RunState::Running,
+        "killed mid-run"
+    );
     fleet.kill_agent(&victim);
     let run = fleet.wait_run(&id).await;
-    assert_eq!(run["state"], "failed", "{run}");
-    let reason = run["reason"].as_str().unwrap();
+    assert_eq!(run.state, RunState::Failed, "{run:?}");
+    let reason = run.reason.as_deref().unwrap();
     assert!(
         reason.contains(&victim) && reason.contains("on_agent_lost"),
         "{reason}"
@@ -482,13 +459,17 @@ async fn a_nats_server_killed_and_restarted_mid_run_loses_nothing() {
     let mut fleet = Fleet::start(2, 150, 20).await;
     let id = fleet.submit("random", "fail", 2);
     fleet.site.wait_for_requests(120).await;
-    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    assert_eq!(
+        fleet.run(&id).await.state,
+        RunState::Running,
+        "killed mid-run"
+    );
     fleet.nats.as_mut().unwrap().kill();
     // An outage: agents and hub see the bus down (their reconnects run meanwhile).
     tokio::time::sleep(Duration::from_secs(2)).await;
     fleet.start_nats();
     let run = fleet.wait_run(&id).await;
-    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    assert_eq!(run.state, RunState::Succeeded, "{run:?}\n{}", fleet.logs());
     fleet.assert_every_page_once(&run);
     fleet.wait_agents_alive(2).await;
 }
@@ -501,13 +482,17 @@ async fn a_hub_killed_and_restarted_resumes_the_run_and_processes_registrations(
     let mut fleet = Fleet::start(2, 150, 20).await;
     let id = fleet.submit("random", "fail", 2);
     fleet.site.wait_for_requests(120).await;
-    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    assert_eq!(
+        fleet.run(&id).await.state,
+        RunState::Running,
+        "killed mid-run"
+    );
     fleet.hub.as_mut().unwrap().kill();
     // While the hub is down a new agent registers: its registration waits on the bus.
     fleet.start_agent("a3");
     fleet.start_hub();
     let run = fleet.wait_run(&id).await;
-    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    assert_eq!(run.state, RunState::Succeeded, "{run:?}\n{}", fleet.logs());
     fleet.assert_every_page_once(&run);
     fleet.wait_agents_alive(3).await;
     let states = fleet.agent_states().await;
@@ -555,29 +540,32 @@ async fn one_of_two_hubs_killed_mid_run_the_other_adopts_the_run_and_finishes_it
     let _hub_b = fleet.spawn_hub("hub-b", port_b);
     let id = fleet.submit("random", "fail", 2);
     let started = fleet.run(&id).await;
-    assert_eq!(started["hub"], "hub-a", "{started}");
-    assert_eq!(started["frontier"], "redis", "{started}");
+    assert_eq!(
+        started.hub.as_ref().map(|h| h.as_str()),
+        Some("hub-a"),
+        "{started:?}"
+    );
+    assert_eq!(started.frontier, "redis", "{started:?}");
     fleet.site.wait_for_requests(120).await;
-    assert_eq!(fleet.run(&id).await["state"], "running", "killed mid-run");
+    assert_eq!(
+        fleet.run(&id).await.state,
+        RunState::Running,
+        "killed mid-run"
+    );
     fleet.hub.as_mut().unwrap().kill();
     // From now on the API of the surviving hub answers.
     fleet.hub_port = port_b;
     fleet
-        .until(
-            "hub-b to adopt the run",
-            &format!("/api/v1/runs/{id}"),
-            |v| v["hub"] == "hub-b",
-        )
+        .until("hub-b to adopt the run", async || {
+            let run = fleet.client().run(&id).await.ok()?;
+            (run.hub.as_ref().map(|h| h.as_str()) == Some("hub-b")).then_some(())
+        })
         .await;
     let run = fleet.wait_run(&id).await;
-    assert_eq!(run["state"], "succeeded", "{run}\n{}", fleet.logs());
+    assert_eq!(run.state, RunState::Succeeded, "{run:?}\n{}", fleet.logs());
     let items = fleet.api_items(&id).await;
     fleet.assert_items_are_every_page_once(&items);
-    assert_eq!(
-        run["stats"]["items"].as_u64(),
-        Some(items.len() as u64),
-        "{run}"
-    );
+    assert_eq!(run.stats.items, items.len() as u64, "{run:?}");
     let log = std::fs::read_to_string(fleet.path("hub-b.log")).unwrap();
     assert!(log.contains("adopted from hub `hub-a`"), "{}", fleet.logs());
     pg.drop_schema().await;

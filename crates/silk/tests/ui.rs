@@ -18,6 +18,9 @@ use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
+use silk_api::client::Client as ApiClient;
+use silk_api::jobs::{Job, Overlap};
+use silk_api::runs::{RunState, RunView};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -61,11 +64,11 @@ impl Drop for Driver {
     }
 }
 
-/// The hub's API with the admin token: what the test checks beside the page.
+/// The hub's API with the admin token (the typed client of `silk-api`): what the test
+/// checks beside the page.
 struct Api {
-    server: String,
+    client: ApiClient,
     token: String,
-    http: reqwest::Client,
     hub_log: PathBuf,
 }
 
@@ -77,50 +80,40 @@ impl Api {
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", token_file.display()))
             .trim()
             .to_owned();
+        let url = reqwest::Url::parse(&p.server).unwrap();
         let api = Api {
-            server: p.server.clone(),
+            client: ApiClient::new(url, Some(token.clone())).unwrap(),
             token,
-            http: reqwest::Client::new(),
             hub_log: p.up.log.clone(),
         };
-        api.until("the admin token to be accepted", "/api/v1/agents", |v| {
-            v.is_array()
+        api.until("the admin token to be accepted", async || {
+            api.client.agents().await.ok()
         })
         .await;
         api
     }
 
-    /// `GET path` with the admin token; the JSON answer (`Null` when there is none).
-    async fn get(&self, path: &str) -> Value {
-        let resp = self
-            .http
-            .get(format!("{}{path}", self.server))
-            .bearer_auth(&self.token)
-            .send()
-            .await;
-        match resp {
-            Ok(r) => {
-                serde_json::from_slice(&r.bytes().await.unwrap_or_default()).unwrap_or(Value::Null)
-            }
-            Err(_) => Value::Null,
-        }
+    /// The job, if the hub answers with it.
+    async fn job(&self, name: &str) -> Option<Job> {
+        self.client.job(name).await.ok()
     }
 
-    /// Polls `GET path` until `check` holds; the answer that passed.
-    async fn until(&self, what: &str, path: &str, check: impl Fn(&Value) -> bool) -> Value {
-        let mut last = Value::Null;
+    /// The run, if the hub answers with it.
+    async fn run(&self, id: &str) -> Option<RunView> {
+        self.client.run(id).await.ok()
+    }
+
+    /// Polls `check` until it holds; what it gave.
+    async fn until<T>(&self, what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
         let every = Duration::from_millis(100);
-        let passed = silk_testkit::eventually(DEADLINE, every, async || {
-            last = self.get(path).await;
-            check(&last).then(|| last.clone())
-        })
-        .await;
-        passed.unwrap_or_else(|| {
-            panic!(
-                "timed out waiting for {what}; last answer: {last}\n--- silk up ---\n{}",
-                tail(&self.hub_log, 40)
-            )
-        })
+        silk_testkit::eventually(DEADLINE, every, check)
+            .await
+            .unwrap_or_else(|| {
+                panic!(
+                    "timed out waiting for {what}\n--- silk up ---\n{}",
+                    tail(&self.hub_log, 40)
+                )
+            })
     }
 }
 
@@ -404,23 +397,20 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
     b.until("the job in the list", async || b.find(&row).await)
         .await;
     let job = api
-        .until("the job in the API", &format!("/api/v1/jobs/{JOB}"), |v| {
-            v["name"] == JOB
-        })
+        .until("the job in the API", async || api.job(JOB).await)
         .await;
-    assert_eq!(job["cron"], "0 3 * * *", "{job}");
-    assert_eq!(job["timezone"], "Europe/Paris", "{job}");
-    assert_eq!(job["remarks"], "made in the browser", "{job}");
-    assert_eq!(job["overlap"], "skip", "{job}");
+    let spec = &job.spec;
+    assert_eq!(spec.cron.as_deref(), Some("0 3 * * *"), "{job:?}");
+    assert_eq!(spec.timezone.as_deref(), Some("Europe/Paris"), "{job:?}");
+    assert_eq!(spec.remarks, "made in the browser", "{job:?}");
+    assert_eq!(spec.overlap, Overlap::Skip, "{job:?}");
     assert!(
-        job["spider"]
-            .as_str()
-            .is_some_and(|s| s.contains("per_host_delay_ms: 30")),
-        "the spider is the pasted text: {job}"
+        spec.spider.contains("per_host_delay_ms: 30"),
+        "the spider is the pasted text: {job:?}"
     );
     assert!(
-        job["next_fire_ms"].is_u64(),
-        "a cron job has a next fire: {job}"
+        job.next_fire_ms.is_some(),
+        "a cron job has a next fire: {job:?}"
     );
 
     // Trigger: the run page opens.
@@ -430,7 +420,6 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
             b.hash().await.strip_prefix("/runs/").map(str::to_owned)
         })
         .await;
-    let run_path = format!("/api/v1/runs/{run_id}");
     // Running for a while (some hundred pages of some eight hundred), the chart drawn.
     b.until("the run to be running with pages fetched", async || {
         let state = b.text("[data-testid=run-state]").await?;
@@ -457,18 +446,20 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
     let paused = api
         .until(
             "the paused run's requests in flight to finish",
-            &run_path,
-            |v| v["state"] == "paused" && v["stats"]["in_flight"] == 0,
+            async || {
+                let v = api.run(&run_id).await?;
+                (v.state == RunState::Paused && v.stats.in_flight == 0).then_some(v)
+            },
         )
         .await;
-    let success = paused["stats"]["success"].as_u64().unwrap();
+    let success = paused.stats.success;
     let watched = Instant::now();
     while watched.elapsed() < PAUSE_WINDOW {
-        let v = api.get(&run_path).await;
-        assert_eq!(v["state"], "paused", "{v}");
+        let v = api.client.run(&run_id).await.unwrap();
+        assert_eq!(v.state, RunState::Paused, "{v:?}");
         assert_eq!(
-            v["stats"]["success"], success,
-            "pages were fetched while paused: {v}"
+            v.stats.success, success,
+            "pages were fetched while paused: {v:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -496,8 +487,9 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
 
     // Resume, then the run finishes.
     b.click("#run-resume").await;
-    api.until("pages fetched after resuming", &run_path, |v| {
-        v["stats"]["success"].as_u64().is_some_and(|s| s > success)
+    api.until("pages fetched after resuming", async || {
+        let v = api.run(&run_id).await?;
+        (v.stats.success > success).then_some(())
     })
     .await;
     b.until_within("the run to succeed", RUN_DEADLINE, async || {
@@ -514,15 +506,15 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
         (b.percent().await? == 100.0).then_some(())
     })
     .await;
-    let done = api.get(&run_path).await;
-    assert_eq!(done["state"], "succeeded", "{done}");
-    assert_eq!(done["stats"]["left"], 0, "{done}");
-    let fetched = done["stats"]["success"].as_u64().unwrap();
-    assert!(fetched > 200, "a few hundred pages: {done}");
+    let done = api.client.run(&run_id).await.unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    assert_eq!(done.stats.left, 0, "{done:?}");
+    let fetched = done.stats.success;
+    assert!(fetched > 200, "a few hundred pages: {done:?}");
     b.until("the final counts on the page", async || {
         let ok = b.number("[data-testid=stat-success]").await? == fetched
             && b.number("[data-testid=stat-left]").await? == 0
-            && b.number("[data-testid=stat-items]").await? == done["stats"]["items"];
+            && b.number("[data-testid=stat-items]").await? == done.stats.items;
         ok.then_some(())
     })
     .await;
@@ -575,8 +567,8 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
     b.until_text(&format!("{row} .badge"), "succeeded").await;
     b.shot("jobs").await;
     b.click(&format!("{row} [data-testid=job-enabled]")).await;
-    api.until("the job disabled", &format!("/api/v1/jobs/{JOB}"), |v| {
-        v["enabled"] == false
+    api.until("the job disabled", async || {
+        (!api.job(JOB).await?.spec.enabled).then_some(())
     })
     .await;
     b.click(&format!("{row} [data-testid=job-edit]")).await;
@@ -587,8 +579,9 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
     .await;
     b.type_into("#job-remarks", "edited in the browser").await;
     b.click("#job-save").await;
-    api.until("the job edited", &format!("/api/v1/jobs/{JOB}"), |v| {
-        v["remarks"] == "edited in the browser" && v["enabled"] == false
+    api.until("the job edited", async || {
+        let spec = api.job(JOB).await?.spec;
+        (spec.remarks == "edited in the browser" && !spec.enabled).then_some(())
     })
     .await;
 

@@ -6,6 +6,9 @@ mod cli_support;
 
 use cli_support::{Proc, closed_port, silk};
 use serde_json::Value;
+use silk_api::ErrorCode;
+use silk_api::client::Client;
+use silk_api::runs::{RunState, RunView};
 use std::time::Duration;
 use tempfile::TempDir;
 
@@ -61,37 +64,26 @@ async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
         .to_owned();
 
     let http = reqwest::Client::new();
-    assert_eq!(
-        get(&http, &format!("{base}/api/v1/jobs"), None).await.0,
-        401
-    );
-    let wrong = format!("{token}x");
-    assert_eq!(
-        get(&http, &format!("{base}/api/v1/jobs"), Some(&wrong))
-            .await
-            .0,
-        401
-    );
+    let url = reqwest::Url::parse(&base).unwrap();
+    for token in [None, Some(format!("{token}x"))] {
+        let refused = Client::new(url.clone(), token).unwrap().jobs().await;
+        assert_eq!(refused.unwrap_err().code(), Some(ErrorCode::Unauthorized));
+    }
     let (status, page) = get(&http, &format!("{base}/"), None).await;
     assert_eq!(status, 200, "the web UI is served: {page}");
     // The demo run is live within seconds and finishes.
-    let mut last = Value::Null;
+    let api = Client::new(url, Some(token.clone())).unwrap();
+    let mut last = None;
     let every = Duration::from_millis(200);
     let done = silk_testkit::eventually(Duration::from_secs(60), every, async || {
-        last = get(&http, &format!("{base}/api/v1/runs/{run}"), Some(&token))
-            .await
-            .1;
-        let ended = matches!(
-            last["state"].as_str(),
-            Some("succeeded" | "failed" | "cancelled")
-        );
-        ended.then(|| last.clone())
+        last = api.run(&run).await.ok();
+        last.clone().filter(RunView::is_terminal)
     })
     .await
-    .unwrap_or_else(|| panic!("the demo run did not finish: {last}"));
-    assert_eq!(done["state"], "succeeded", "{done}");
-    assert_eq!(done["job_name"], "demo");
-    assert!(done["stats"]["items"].as_u64().unwrap() > 100, "{done}");
+    .unwrap_or_else(|| panic!("the demo run did not finish: {last:?}"));
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    assert_eq!(done.job_name.as_deref(), Some("demo"));
+    assert!(done.stats.items > 100, "{done:?}");
 
     // The secret is printed once (the UI line) and nowhere else, also at debug level.
     up.kill();

@@ -94,7 +94,7 @@ pub async fn site(pages: u32, latency_ms: u64) -> DemoSite {
 }
 
 /// The URLs of the run's items file, asserting none is there twice.
-pub fn items_once(view: &silk_hub::RunView) -> std::collections::BTreeSet<String> {
+pub fn items_once(view: &silk_api::runs::RunView) -> std::collections::BTreeSet<String> {
     let path = view
         .items_path
         .as_ref()

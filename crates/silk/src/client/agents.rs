@@ -1,9 +1,9 @@
 //! `silk agents`: the agents known to the hub.
 
 use super::output::{Align, Table, ago, human_bytes, now_ms, print_json};
-use super::views::AgentView;
 use super::{Client, Conn, parse};
 use clap::Args;
+use silk_api::agents::AgentView;
 use std::process::ExitCode;
 
 /// Options of `silk agents`.
@@ -44,8 +44,8 @@ fn agents_table(agents: &[AgentView], now_ms: u64) -> Table {
     ]);
     for a in agents {
         table.row(vec![
-            a.id.clone(),
-            a.state.clone(),
+            a.id.to_string(),
+            a.state.to_string(),
             format!("{:.1}", a.cpu_pct),
             human_bytes(a.memory_bytes),
             a.active_downloaders.to_string(),
@@ -53,9 +53,10 @@ fn agents_table(agents: &[AgentView], now_ms: u64) -> Table {
             format!("{:.1}", a.qps),
             a.last_heartbeat_ms
                 .map_or_else(|| "never".to_owned(), |t| ago(t, now_ms)),
-            match a.phi {
-                Some(phi) if phi.is_finite() => format!("{phi:.2}"),
-                _ => "inf".to_owned(),
+            if a.phi.is_finite() {
+                format!("{:.2}", a.phi)
+            } else {
+                "inf".to_owned()
             },
         ]);
     }
@@ -68,10 +69,13 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn agent_views_parse_leniently() {
+    fn agent_views_parse_with_unknown_fields_and_an_infinite_phi() {
         let agents: Vec<AgentView> = parse(
             &json!([{"id": "a1", "state": "alive", "phi": null, "last_heartbeat_ms": 1_000,
-                     "memory_bytes": 3_221_225_472u64, "labels": {"pool": "cn"}}]),
+                     "memory_bytes": 3_221_225_472u64, "labels": {"pool": "cn"},
+                     "cpu_pct": 0.0, "active_downloaders": 0, "in_flight": 0, "qps": 0.0,
+                     "capacity": 8, "host": "h", "version": "0.1.0", "cores": 2,
+                     "total_memory_bytes": 1, "new_field": true}]),
             "agents",
         )
         .unwrap();

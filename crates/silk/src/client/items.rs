@@ -1,8 +1,8 @@
 //! `silk items RUN`: a run's items as JSON Lines on stdout, as the hub stored them (always
 //! JSON: items are data), following the pages' `next_cursor`.
 
+use super::cursor_text;
 use super::output::out;
-use super::views::cursor_text;
 use super::{Client, Conn};
 use anyhow::Context;
 use clap::Args;

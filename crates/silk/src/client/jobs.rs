@@ -4,10 +4,11 @@
 use super::jobfile::{Need, Origin, field_line, job_body, parse_arg};
 use super::output::{Align, Table, ago, describe, now_ms, print_json};
 use super::runs::{allocation_failure_is_one_line, print_runs, started};
-use super::views::{JobView, RunView};
 use super::{Answer, ApiError, Client, Conn, parse};
 use clap::{Args, Subcommand};
 use serde_json::Value;
+use silk_api::jobs::{Job as JobView, TriggerRequest};
+use silk_api::runs::RunView;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -210,7 +211,7 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<ExitCode> {
             }
             let job: JobView = parse(&answer.value, "a job")?;
             println!("{}", job.id);
-            eprintln!("job {} created{}", job.name, next_fire(&job));
+            eprintln!("job {} created{}", job.spec.name, next_fire(&job));
         }
         JobsCommand::Update(u) => {
             let answer = client
@@ -224,8 +225,8 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<ExitCode> {
             let job: JobView = parse(&answer.value, "a job")?;
             eprintln!(
                 "job {} updated ({}){}",
-                job.name,
-                if job.enabled.unwrap_or(true) {
+                job.spec.name,
+                if job.spec.enabled {
                     "enabled"
                 } else {
                     "disabled"
@@ -234,20 +235,17 @@ pub async fn jobs(args: JobsArgs) -> anyhow::Result<ExitCode> {
             );
         }
         JobsCommand::Delete { id } => {
-            client.delete(&["api", "v1", "jobs", &id]).await?;
+            client
+                .api()
+                .delete_job(&id)
+                .await
+                .map_err(|e| client.error(e))?;
             eprintln!("job {id} deleted (its runs stay)");
         }
         JobsCommand::Trigger(t) => {
-            let body = if t.args.is_empty() {
-                Value::Object(serde_json::Map::new())
-            } else {
-                let args: serde_json::Map<String, Value> = t
-                    .args
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                    .collect();
-                serde_json::json!({ "args": args })
-            };
+            let body = serde_json::to_value(TriggerRequest {
+                args: t.args.iter().cloned().collect(),
+            })?;
             let answer = client
                 .post(&["api", "v1", "jobs", &t.id, "runs"], &body)
                 .await;
@@ -290,21 +288,16 @@ fn jobs_table(jobs: &[JobView], now_ms: u64) -> Table {
         ("LAST-RUN", Left),
     ]);
     for j in jobs {
-        let cron = match (&j.cron, &j.timezone) {
+        let cron = match (&j.spec.cron, &j.spec.timezone) {
             (Some(c), Some(tz)) => format!("{c} ({tz})"),
             (Some(c), None) => c.clone(),
             (None, _) => "-".into(),
         };
         table.row(vec![
-            j.name.clone(),
+            j.spec.name.clone(),
             j.id.clone(),
             j.spider_name.clone(),
-            if j.enabled.unwrap_or(true) {
-                "yes"
-            } else {
-                "no"
-            }
-            .into(),
+            if j.spec.enabled { "yes" } else { "no" }.into(),
             cron,
             j.next_fire_ms
                 .map_or_else(|| "-".into(), |t| ago(t, now_ms)),
@@ -322,12 +315,16 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn job_views_parse_leniently() {
+    fn job_views_parse_with_unknown_fields() {
         let jobs: Vec<JobView> = parse(
-            &json!([{"id": "j1", "name": "shop", "spider_name": "shop", "cron": "*/5 * * * *",
-                     "timezone": "Asia/Shanghai", "enabled": true, "next_fire_ms": 61_000,
+            &json!([{"id": "j1", "name": "shop", "spider": "name: shop", "spider_name": "shop",
+                     "cron": "*/5 * * * *", "timezone": "Asia/Shanghai", "enabled": true,
+                     "next_fire_ms": 61_000, "created_ms": 1, "updated_ms": 1,
+                     "schedule_from_ms": 1, "queued": 0,
                      "last_run": {"id": "r9", "state": "succeeded"}, "new": 1},
-                    {"id": "j2", "name": "once", "cron": null, "last_run": null}]),
+                    {"id": "j2", "name": "once", "spider": "name: once", "spider_name": "once",
+                     "cron": null, "last_run": null, "created_ms": 1, "updated_ms": 1,
+                     "schedule_from_ms": 1, "queued": 0}]),
             "jobs",
         )
         .unwrap();

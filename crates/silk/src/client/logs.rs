@@ -5,15 +5,17 @@
 //! Lines read `2026-11-21T10:00:00.123Z WARN  agent:local-1  message`; with `--json`, each
 //! line is the API's JSON object, one per line (JSON Lines).
 
+use super::cursor_text;
 use super::output::{out, timestamp};
 use super::sse::SseParser;
-use super::views::{LogLine, RunView, cursor_text};
 use super::{ApiError, Client, Conn};
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use silk_api::logs::{Level, LogLineView as LogLine};
+use silk_api::runs::RunView;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,39 +25,6 @@ const PAGE: usize = 500;
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// An event stream silent this long is taken as broken (the hub keeps it alive every 15 s).
 const SILENCE: Duration = Duration::from_secs(60);
-
-/// A log level, least to most severe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
-pub enum Level {
-    Trace,
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
-impl Level {
-    fn as_str(self) -> &'static str {
-        match self {
-            Level::Trace => "trace",
-            Level::Debug => "debug",
-            Level::Info => "info",
-            Level::Warn => "warn",
-            Level::Error => "error",
-        }
-    }
-
-    /// The level of a line (unknown levels count as info).
-    fn of(text: &str) -> Level {
-        match text.to_ascii_lowercase().as_str() {
-            "trace" => Level::Trace,
-            "debug" => Level::Debug,
-            "warn" | "warning" => Level::Warn,
-            "error" => Level::Error,
-            _ => Level::Info,
-        }
-    }
-}
 
 /// Options of `silk logs`.
 #[derive(Debug, Args)]
@@ -67,7 +36,7 @@ pub struct LogsArgs {
     #[arg(short = 'f', long)]
     pub follow: bool,
     /// Only lines of this level or more severe.
-    #[arg(long, value_enum, value_name = "LEVEL")]
+    #[arg(long, value_name = "LEVEL")]
     pub level: Option<Level>,
     /// Only lines whose message contains this text (case-insensitive).
     #[arg(long, value_name = "TEXT")]
@@ -122,7 +91,7 @@ struct Filter {
 
 impl Filter {
     fn keeps(&self, line: &LogLine) -> bool {
-        self.level.is_none_or(|min| Level::of(&line.level) >= min)
+        self.level.is_none_or(|min| line.level >= min)
             && self.grep.as_deref().is_none_or(|text| {
                 // As the hub's `q`: case-insensitive.
                 line.message.to_lowercase().contains(&text.to_lowercase())
@@ -151,7 +120,7 @@ fn format_line(line: &LogLine) -> String {
     format!(
         "{} {:<5} {}  {}",
         timestamp(line.ts_ms),
-        line.level.to_ascii_uppercase(),
+        line.level.as_str().to_ascii_uppercase(),
         line.source,
         line.message
     )
@@ -203,7 +172,7 @@ async fn history(
     filter: &Filter,
     limit: Option<u32>,
     json: bool,
-) -> anyhow::Result<(Option<u64>, bool)> {
+) -> anyhow::Result<(Option<i64>, bool)> {
     let lines = fetch(client, run, filter, limit.map(|n| n as usize)).await?;
     let mut last = None;
     for (line, raw) in &lines {
@@ -274,7 +243,7 @@ async fn follow(
 ) -> anyhow::Result<ExitCode> {
     // Without --limit or --since the stream starts with the log's tail; with them, the lines
     // they select come first and the stream goes on after them.
-    let mut after: Option<u64> = None;
+    let mut after: Option<i64> = None;
     if limit.is_some() || since {
         let (last, open) = history(client, run, filter, limit, json).await?;
         if !open {
@@ -339,7 +308,7 @@ async fn follow(
                     }
                     "run" => {
                         if let Ok(view) = serde_json::from_str::<RunView>(&event.data) {
-                            state = view.state;
+                            state = view.state.to_string();
                         }
                     }
                     "end" => {
@@ -371,8 +340,9 @@ mod tests {
     fn line(level: &str, message: &str, ts_ms: u64) -> LogLine {
         LogLine {
             id: 1,
+            run_id: "r1".into(),
             ts_ms,
-            level: level.into(),
+            level: level.parse().unwrap(),
             source: "agent:local-1".into(),
             message: message.into(),
         }

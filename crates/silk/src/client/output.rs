@@ -130,11 +130,12 @@ pub fn now_ms() -> u64 {
 }
 
 /// `a,b,c`, or `a,b,c +2` for more than three, `-` for none.
-pub fn agent_list(agents: &[String]) -> String {
-    match agents.len() {
+pub fn agent_list<A: AsRef<str>>(agents: &[A]) -> String {
+    let names: Vec<&str> = agents.iter().map(AsRef::as_ref).collect();
+    match names.len() {
         0 => "-".into(),
-        n if n <= 3 => agents.join(","),
-        n => format!("{} +{}", agents[..3].join(","), n - 3),
+        n if n <= 3 => names.join(","),
+        n => format!("{} +{}", names[..3].join(","), n - 3),
     }
 }
 
@@ -433,7 +434,7 @@ mod tests {
         assert_eq!(ago(200_000, 0), "in 3m 20s");
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(timestamp(1_795_255_200_123), "2026-11-21T10:00:00.123Z");
-        assert_eq!(agent_list(&[]), "-");
+        assert_eq!(agent_list::<&str>(&[]), "-");
     }
 
     #[test]

@@ -3,12 +3,12 @@
 //! progress on stderr.
 
 use super::output::{Align, Table, agent_list, describe, human_bytes, now_ms, print_json};
-use super::views::RunView;
 use super::{Answer, ApiError, Client, Conn, parse};
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
+use silk_api::runs::{RestartRequest, RunView, RunsParams};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -145,11 +145,9 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
         Some(RunsCommand::Resume(IdArg { id })) => act(&client, &id, "resume", json).await,
         Some(RunsCommand::Cancel(IdArg { id })) => act(&client, &id, "cancel", json).await,
         Some(RunsCommand::Restart(r)) => {
-            let body = if r.keep_frontier {
-                serde_json::json!({"keep_frontier": true})
-            } else {
-                serde_json::json!({})
-            };
+            let body = serde_json::to_value(RestartRequest {
+                keep_frontier: r.keep_frontier,
+            })?;
             let answer = client
                 .post(&["api", "v1", "runs", &r.id, "restart"], &body)
                 .await?;
@@ -166,17 +164,14 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn list(client: &Client, args: &ListArgs, json: bool) -> anyhow::Result<ExitCode> {
-    let mut query = Vec::new();
-    if let Some(job) = &args.job {
-        query.push(("job", job.clone()));
-    }
-    if let Some(state) = &args.state {
-        query.push(("state", state.clone()));
-    }
-    if let Some(limit) = args.limit {
-        query.push(("limit", limit.to_string()));
-    }
-    let answer = client.get_with(&["api", "v1", "runs"], &query).await?;
+    let params = RunsParams {
+        job: args.job.clone(),
+        state: args.state.clone(),
+        limit: args.limit,
+    };
+    let answer = client
+        .get_with(&["api", "v1", "runs"], &params.pairs())
+        .await?;
     print_runs(client, &answer, json)
 }
 
@@ -226,19 +221,20 @@ pub fn runs_table(runs: &[RunView], now_ms: u64) -> Table {
     ]);
     for r in runs {
         table.row(vec![
-            r.id.clone(),
+            r.id.to_string(),
             r.job_name.clone().unwrap_or_else(|| "-".into()),
-            r.state.clone(),
-            r.strategy.clone(),
+            r.state.to_string(),
+            r.strategy.to_string(),
             agent_list(&r.agents),
-            r.hub.clone().unwrap_or_else(|| "-".into()),
+            r.hub
+                .as_ref()
+                .map_or_else(|| "-".into(), ToString::to_string),
             format!("{}/{}", r.stats.success, r.stats.total),
             r.stats.left.to_string(),
             r.stats.failed.to_string(),
             r.stats.items.to_string(),
             format!("{:.1}", r.stats.pages_per_s),
-            r.started_ms
-                .or(r.created_ms)
+            Some(r.started_ms.unwrap_or(r.created_ms))
                 .map_or_else(|| "-".into(), |t| super::output::ago(t, now_ms)),
             r.reason.clone().unwrap_or_else(|| "-".into()),
         ]);
@@ -376,7 +372,7 @@ pub async fn started(
     wait: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    if view.id.is_empty() {
+    if view.id.as_str().is_empty() {
         anyhow::bail!("unexpected answer from the hub: the new run has no id");
     }
     if !wait {
@@ -394,11 +390,7 @@ pub async fn started(
         "run {} started on {} ({} agents: {})",
         view.id,
         client.server(),
-        if view.strategy.is_empty() {
-            "default"
-        } else {
-            &view.strategy
-        },
+        view.strategy,
         agent_list(&view.agents),
     );
     wait_for(client, view, answer, json).await
@@ -469,7 +461,7 @@ async fn follow(client: &Client, first: RunView) -> anyhow::Result<(RunView, Ans
     let mut last_log = std::time::Instant::now();
     let mut unreachable = false;
     let result = loop {
-        match client.get(&["api", "v1", "runs", &id]).await {
+        match client.get(&["api", "v1", "runs", id.as_str()]).await {
             Ok(raw) => {
                 if unreachable {
                     tracing::info!("the hub answers again");
@@ -538,7 +530,10 @@ fn summary(view: &RunView) -> String {
         s.items,
         human_bytes(s.bytes),
     );
-    if let (Some(start), Some(end)) = (view.started_ms.or(view.created_ms), view.finished_ms) {
+    if let (Some(start), Some(end)) = (
+        Some(view.started_ms.unwrap_or(view.created_ms)),
+        view.finished_ms,
+    ) {
         let secs = end.saturating_sub(start) / 1000;
         line.push_str(&format!(
             " in {}",
@@ -546,7 +541,7 @@ fn summary(view: &RunView) -> String {
         ));
     }
     if let Some(path) = &view.items_path {
-        line.push_str(&format!(" -> {path}"));
+        line.push_str(&format!(" -> {}", path.display()));
     }
     line
 }
@@ -557,10 +552,11 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn run_views_parse_leniently() {
+    fn run_views_parse_with_unknown_fields() {
         let runs: Vec<RunView> = parse(
             &json!([{"id": "r1", "state": "running", "reason": null, "extra": {"x": 1},
-                     "job_name": "shop",
+                     "job_name": "shop", "strategy": "random", "spider_name": "shop",
+                     "max_pending": 100, "stall_timeout_ms": 60000, "created_ms": 1,
                      "stats": {"total": 10, "success": 4, "items": 3, "pages_per_s": 2.5, "new": 1}}]),
             "runs",
         )

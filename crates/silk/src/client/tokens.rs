@@ -1,10 +1,9 @@
 //! `silk tokens list|create NAME|delete ID`: the hub's API tokens (admin only).
 
 use super::output::{Align, Table, ago, now_ms, out, print_json};
-use super::views::TokenView;
 use super::{Client, Conn, parse};
-use anyhow::Context;
 use clap::{Args, Subcommand};
+use silk_api::tokens::{NewToken, TokenRequest, TokenView};
 use std::process::ExitCode;
 
 /// Options of `silk tokens`.
@@ -54,28 +53,29 @@ pub async fn tokens(args: TokensArgs) -> anyhow::Result<ExitCode> {
             let answer = client
                 .post(
                     &["api", "v1", "tokens"],
-                    &serde_json::json!({ "name": name, "admin": admin }),
+                    &serde_json::to_value(TokenRequest {
+                        name: name.clone(),
+                        admin,
+                    })?,
                 )
                 .await?;
             if json {
                 print_json(&answer);
                 return Ok(ExitCode::SUCCESS);
             }
-            let token = answer
-                .value
-                .get("token")
-                .and_then(|t| t.as_str())
-                .context("unexpected answer from the hub: the new token is missing")?;
-            let id = answer
-                .value
-                .get("id")
-                .and_then(|t| t.as_str())
-                .unwrap_or("?");
-            eprintln!("token {name} created (id {id}); it is shown only this once:");
-            out(&format!("{token}\n"));
+            let made: NewToken = parse(&answer.value, "a new token")?;
+            eprintln!(
+                "token {name} created (id {}); it is shown only this once:",
+                made.id
+            );
+            out(&format!("{}\n", made.token));
         }
         TokensCommand::Delete { id } => {
-            client.delete(&["api", "v1", "tokens", &id]).await?;
+            client
+                .api()
+                .delete_token(&id)
+                .await
+                .map_err(|e| client.error(e))?;
             eprintln!("token {id} deleted");
         }
     }
@@ -97,7 +97,7 @@ fn tokens_table(tokens: &[TokenView], now_ms: u64) -> Table {
             t.id.clone(),
             t.name.clone(),
             if t.admin { "yes" } else { "no" }.into(),
-            when(t.created_ms),
+            when(Some(t.created_ms)),
             when(t.last_used_ms),
         ]);
     }

@@ -4,6 +4,7 @@
 //! `--data-dir .silk` finds the hub's admin token).
 #![allow(dead_code)]
 
+use silk_api::agents::{AgentState, AgentView};
 use silk_testkit::eventually_blocking;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -181,9 +182,8 @@ impl Platform {
             up,
             site,
         };
-        platform.until("two live agents", &["agents"], |v| {
-            v.as_array()
-                .is_some_and(|a| a.iter().filter(|x| x["state"] == "alive").count() >= 2)
+        platform.until_view("two live agents", &["agents"], |a: &Vec<AgentView>| {
+            a.iter().filter(|x| x.state == AgentState::Alive).count() >= 2
         });
         platform
     }
@@ -220,6 +220,26 @@ impl Platform {
         all.push("--json");
         let text = self.ok(&all);
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+    }
+
+    /// Runs `silk ARGS --json` and reads its stdout as a type of the API (`silk_api`).
+    pub fn view<T: serde::de::DeserializeOwned>(&self, args: &[&str]) -> T {
+        let value = self.json(args);
+        serde_json::from_value(value.clone())
+            .unwrap_or_else(|e| panic!("not the API's type ({e}): {value}"))
+    }
+
+    /// Polls `silk ARGS` (JSON, read as a type of the API) until `check` holds.
+    pub fn until_view<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        args: &[&str],
+        check: impl Fn(&T) -> bool,
+    ) -> T {
+        let value = self.until(what, args, |v| {
+            serde_json::from_value::<T>(v.clone()).is_ok_and(|t| check(&t))
+        });
+        serde_json::from_value(value).unwrap()
     }
 
     /// Polls `silk ARGS` (JSON) until `check` holds.
