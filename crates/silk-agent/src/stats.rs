@@ -7,7 +7,7 @@
 //! the agent). Every run-scoped event also becomes a line of its run's log (`runlog`).
 
 use parking_lot::Mutex;
-use silk_core::RunId;
+use silk_core::{LeaseId, RunId};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -101,14 +101,14 @@ pub enum AgentEvent {
         /// The run.
         run: RunId,
         /// Its lease.
-        lease_id: String,
+        lease_id: LeaseId,
     },
     /// A result could not be published after its retries and was dropped.
     ResultDropped {
         /// The run.
         run: RunId,
         /// Its lease.
-        lease_id: String,
+        lease_id: LeaseId,
         /// The last error.
         error: String,
     },

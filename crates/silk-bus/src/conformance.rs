@@ -26,7 +26,7 @@ use crate::wire::{
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
-use silk_core::{AgentId, Clock, ManualClock, Request, RunId, SystemClock};
+use silk_core::{AgentId, Clock, LeaseId, ManualClock, Request, RunId, SystemClock};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,11 +147,18 @@ fn agent(name: &str) -> Subject {
     Subject::agent_commands(&AgentId::new(name)).expect("valid agent id")
 }
 
+/// A lease id named by a label (FNV-1a of it), so that the cases below read by name.
+pub fn lease_id(label: &str) -> LeaseId {
+    LeaseId(label.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    }))
+}
+
 fn result(lease: &str) -> RunResult {
     RunResult {
         run: RunId::new("r1"),
         agent: AgentId::new("a1"),
-        lease_id: lease.to_owned(),
+        lease_id: lease_id(lease),
         outcome: FetchOutcome {
             status: Some(200),
             ..FetchOutcome::default()
@@ -163,7 +170,7 @@ fn download(lease: &str) -> Command {
     Command::Download {
         run: RunId::new("r1"),
         batch: vec![LeasedRequest {
-            lease_id: lease.to_owned(),
+            lease_id: lease_id(lease),
             request: Request::from_canonical(format!("https://example.com/{lease}")),
         }],
         reply_to: None,

@@ -27,7 +27,7 @@
 //! - `heartbeat` → [`Heartbeat`]: `agent`, `cpu_pct`, `memory_bytes`, `active_downloaders`,
 //!   `in_flight`, `qps`, `seq`.
 //! - `command` → [`Command`], tagged by `op`: `{"op":"allocate","run":"r1","config":{…}}`,
-//!   `{"op":"download","run":"r1","batch":[{"lease_id":"…","request":{…Request…}}],
+//!   `{"op":"download","run":"r1","batch":[{"lease_id":"00000000000000a3","request":{…Request…}}],
 //!   "reply_to":"hub-a"}`, `{"op":"release","run":"r1"}`, `{"op":"shutdown"}`.
 //!   `reply_to` (added in wire version 1; absent when `None`) is the id of the hub that sent
 //!   the download: the agent publishes the batch's results on `results.{reply_to}`, or on
@@ -97,7 +97,7 @@
 use crate::error::BusError;
 use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize};
-use silk_core::{AgentId, Request, RunId};
+use silk_core::{AgentId, LeaseId, Request, RunId};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -232,8 +232,9 @@ fn null_as_zero<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
 /// One leased request of a download batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeasedRequest {
-    /// The frontier lease it belongs to; comes back in the [`RunResult`].
-    pub lease_id: String,
+    /// The frontier lease it belongs to (16 hex digits on the wire); comes back in the
+    /// [`RunResult`].
+    pub lease_id: LeaseId,
     /// What to fetch.
     pub request: Request,
 }
@@ -387,7 +388,7 @@ pub struct RunResult {
     /// The agent that fetched it.
     pub agent: AgentId,
     /// The lease from the [`LeasedRequest`]: the hub acks the frontier with it.
-    pub lease_id: String,
+    pub lease_id: LeaseId,
     /// What happened.
     pub outcome: FetchOutcome,
 }
@@ -791,7 +792,7 @@ mod tests {
             Command::Download {
                 run: "r1".into(),
                 batch: vec![LeasedRequest {
-                    lease_id: "l1".into(),
+                    lease_id: LeaseId(1),
                     request: req.clone(),
                 }],
                 reply_to: None,
@@ -800,7 +801,7 @@ mod tests {
             Command::Download {
                 run: "r1".into(),
                 batch: vec![LeasedRequest {
-                    lease_id: "l2".into(),
+                    lease_id: LeaseId(2),
                     request: req,
                 }],
                 reply_to: Some("hub-a".into()),
@@ -811,7 +812,7 @@ mod tests {
             RunResult {
                 run: "r1".into(),
                 agent: "a1".into(),
-                lease_id: "l1".into(),
+                lease_id: LeaseId(1),
                 outcome: FetchOutcome {
                     status: Some(200),
                     error: None,

@@ -36,7 +36,7 @@ fn download(lease: &str) -> Envelope {
     let command = Command::Download {
         run: RunId::new("r1"),
         batch: vec![LeasedRequest {
-            lease_id: lease.into(),
+            lease_id: silk_bus::conformance::lease_id(lease),
             request: Request::from_canonical(format!("https://example.com/{lease}")),
         }],
         reply_to: None,

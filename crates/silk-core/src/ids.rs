@@ -83,9 +83,70 @@ impl HubId {
     }
 }
 
+/// The id of one lease: one dispatch of one request by a frontier. Unique within the
+/// frontier's life, across restarts, so that a result for a lease from before a crash can never
+/// ack a new lease. Written as 16 lowercase hex digits, in text and on the bus
+/// (`"lease_id": "00000000000000a3"`); an agent gives it back with the request's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseId(pub u64);
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl std::str::FromStr for LeaseId {
+    type Err = String;
+
+    /// A lease id from 1 to 16 hex digits (any case).
+    fn from_str(text: &str) -> Result<Self, String> {
+        let ok =
+            !text.is_empty() && text.len() <= 16 && text.bytes().all(|b| b.is_ascii_hexdigit());
+        ok.then(|| u64::from_str_radix(text, 16).ok())
+            .flatten()
+            .map(LeaseId)
+            .ok_or_else(|| format!("lease id `{text}`: expected 1 to 16 hex digits"))
+    }
+}
+
+impl Serialize for LeaseId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for LeaseId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<str>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lease_ids_are_sixteen_hex_digits_on_the_wire() {
+        let id = LeaseId(0xa3);
+        assert_eq!(id.to_string(), "00000000000000a3");
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, r#""00000000000000a3""#);
+        assert_eq!(serde_json::from_str::<LeaseId>(&json).unwrap(), id);
+        assert_eq!("FF".parse::<LeaseId>(), Ok(LeaseId(255)));
+        assert_eq!("ffffffffffffffff".parse::<LeaseId>(), Ok(LeaseId(u64::MAX)));
+        for bad in ["", "l1", "lease-1", "+1", "-1", "1ffffffffffffffff", "0x1"] {
+            let err = bad.parse::<LeaseId>().unwrap_err();
+            assert!(err.contains("expected 1 to 16 hex digits"), "{bad}: {err}");
+        }
+        let err = serde_json::from_str::<LeaseId>(r#""l1""#).unwrap_err();
+        assert!(err.to_string().contains("lease id `l1`"), "{err}");
+        assert!(
+            serde_json::from_str::<LeaseId>("7").is_err(),
+            "a string, not a number"
+        );
+    }
 
     #[test]
     fn hub_ids_are_bus_tokens() {

@@ -19,7 +19,7 @@ pub use canon::{CanonRules, Fingerprint, canonicalize, fingerprint, fingerprint_
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use command::CommandSpec;
 pub use error::CoreError;
-pub use ids::{AgentId, HubId, JobId, RunId, TenantId};
+pub use ids::{AgentId, HubId, JobId, LeaseId, RunId, TenantId};
 pub use outcome::{Disposition, OutcomeCode};
 pub use request::{Method, Request};
 pub use spider::SpiderSpec;

@@ -9,20 +9,8 @@
 use crate::error::FrontierError;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+pub use silk_core::LeaseId;
 use silk_core::Request;
-use std::fmt;
-
-/// The id of one lease (one dispatch of one request). Unique within a frontier's life, across
-/// restarts, so that a result for a lease from before a crash can never ack a new lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct LeaseId(pub u64);
-
-impl fmt::Display for LeaseId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}", self.0)
-    }
-}
 
 /// A request handed out for fetching. It must be acked with its `id` before `deadline_ms`,
 /// or it is dispatched again.

@@ -277,9 +277,7 @@ impl Run {
     /// The result of one of the run's requests.
     pub(crate) async fn on_result(&self, cx: &RunContext, result: &RunResult) {
         let _applying = self.applying.read().await;
-        let lease = u64::from_str_radix(&result.lease_id, 16)
-            .ok()
-            .filter(|_| !self.closing.load(Ordering::SeqCst));
+        let lease = Some(result.lease_id.0).filter(|_| !self.closing.load(Ordering::SeqCst));
         let out = lease.and_then(|l| self.out.lock().remove(&l).map(|o| (l, o)));
         let Some((lease, out)) = out else {
             self.counters.late.fetch_add(1, Ordering::Relaxed);
@@ -822,7 +820,7 @@ impl Run {
                             },
                         );
                         batches.entry(agent).or_default().push(LeasedRequest {
-                            lease_id: lease.id.to_string(),
+                            lease_id: lease.id,
                             request: lease.request,
                         });
                     }
@@ -880,10 +878,7 @@ impl Run {
             let mut chunks = batch.into_iter().peekable();
             while chunks.peek().is_some() {
                 let chunk: Vec<LeasedRequest> = chunks.by_ref().take(MAX_BATCH).collect();
-                let leases: Vec<u64> = chunk
-                    .iter()
-                    .filter_map(|l| u64::from_str_radix(&l.lease_id, 16).ok())
-                    .collect();
+                let leases: Vec<u64> = chunk.iter().map(|l| l.lease_id.0).collect();
                 let command = Command::Download {
                     run: self.id.clone(),
                     batch: chunk,

@@ -20,7 +20,7 @@ use silk_bus::{
     Message, Register, RetryPolicy, RunResult, Subject, SubjectClass, SubscribeOpts, Subscription,
     TtlPolicy,
 };
-use silk_core::{AgentId, Clock, RunId, SystemClock};
+use silk_core::{AgentId, Clock, LeaseId, RunId, SystemClock};
 use silk_hub::{Hub, HubHandle};
 use silk_testkit::demo::DemoSite;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -75,7 +75,7 @@ impl Download {
 struct Backend {
     bus: InProcessBus,
     agent: AgentId,
-    waiting: Arc<Mutex<HashMap<String, oneshot::Sender<RunResult>>>>,
+    waiting: Arc<Mutex<HashMap<LeaseId, oneshot::Sender<RunResult>>>>,
     _handle: AgentHandle,
     _results: Tasks,
 }
@@ -92,7 +92,7 @@ impl Backend {
         })
         .expect("private bus");
         let handle = start_agent(dir, &bus, "real").await;
-        let waiting: Arc<Mutex<HashMap<String, oneshot::Sender<RunResult>>>> = Arc::default();
+        let waiting: Arc<Mutex<HashMap<LeaseId, oneshot::Sender<RunResult>>>> = Arc::default();
         let mut results = bus
             .subscribe(&Subject::results(), SubscribeOpts::durable("fake-results"))
             .await
@@ -159,9 +159,7 @@ impl Backend {
     /// The real agent's result for one leased request.
     async fn fetch(&self, download: &Download) -> RunResult {
         let (tx, rx) = oneshot::channel();
-        self.waiting
-            .lock()
-            .insert(download.leased.lease_id.clone(), tx);
+        self.waiting.lock().insert(download.leased.lease_id, tx);
         self.command(Command::Download {
             run: download.run.clone(),
             batch: vec![download.leased.clone()],
@@ -182,7 +180,7 @@ struct FakeAgent {
     bus: InProcessBus,
     backend: Option<Backend>,
     /// Lease ids of every download received, by URL, in order.
-    seen: Mutex<BTreeMap<String, Vec<String>>>,
+    seen: Mutex<BTreeMap<String, Vec<LeaseId>>>,
     /// Results published to the hub.
     published: AtomicU64,
 }
@@ -278,7 +276,7 @@ impl FakeAgent {
                                 .lock()
                                 .entry(leased.request.url.clone())
                                 .or_default()
-                                .push(leased.lease_id.clone());
+                                .push(leased.lease_id);
                             let _ = tx.send(Download {
                                 run: run.clone(),
                                 leased,
@@ -562,7 +560,7 @@ async fn no_more_than_max_pending_requests_are_out() {
     fake.answer(&RunResult {
         run: first.run.clone(),
         agent: AgentId::new("f1"),
-        lease_id: first.leased.lease_id.clone(),
+        lease_id: first.leased.lease_id,
         outcome: FetchOutcome {
             status: Some(200),
             ..FetchOutcome::default()

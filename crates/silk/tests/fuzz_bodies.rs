@@ -171,7 +171,7 @@ fn bus_message() {
         Command::Download {
             run: "r1".into(),
             batch: vec![LeasedRequest {
-                lease_id: "l1".into(),
+                lease_id: silk_core::LeaseId(1),
                 request,
             }],
             reply_to: Some("hub-a".into()),

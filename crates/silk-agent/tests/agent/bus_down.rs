@@ -34,12 +34,12 @@ async fn heartbeats_resume_and_results_are_dropped_while_the_bus_is_down() {
             lease_id, error, ..
         } => {
             assert!(error.contains("unavailable"), "{error}");
-            Some(lease_id.clone())
+            Some(*lease_id)
         }
         _ => None,
     })
     .await;
-    assert_eq!(lease, "lease-1");
+    assert_eq!(lease, silk_core::LeaseId(1));
     let stats = agent.stats();
     assert_eq!((stats.results_dropped, stats.results_published), (1, 0));
     event(&mut events, "a failed heartbeat", |e| {

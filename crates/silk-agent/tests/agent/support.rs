@@ -14,6 +14,7 @@ use silk_bus::{
     LogBatch, LogEntry, Message, Register, RetryPolicy, RunResult, Subject, SubscribeOpts,
     Subscription, TtlPolicy,
 };
+pub use silk_core::LeaseId;
 use silk_core::{AgentId, Clock, Request, RunId, SystemClock};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -150,7 +151,7 @@ impl Hub {
 
     /// Sends a download of `urls` for `run` (without `reply_to`: results on `results`);
     /// returns the lease ids in order.
-    pub async fn download(&mut self, run: &str, urls: &[String]) -> Vec<String> {
+    pub async fn download(&mut self, run: &str, urls: &[String]) -> Vec<LeaseId> {
         self.download_replying_to(run, urls, None).await
     }
 
@@ -161,18 +162,18 @@ impl Hub {
         run: &str,
         urls: &[String],
         reply_to: Option<&str>,
-    ) -> Vec<String> {
+    ) -> Vec<LeaseId> {
         let batch: Vec<LeasedRequest> = urls
             .iter()
             .map(|u| {
                 self.next_lease += 1;
                 LeasedRequest {
-                    lease_id: format!("lease-{}", self.next_lease),
+                    lease_id: LeaseId(self.next_lease),
                     request: Request::from_canonical(u.clone()),
                 }
             })
             .collect();
-        let leases = batch.iter().map(|l| l.lease_id.clone()).collect();
+        let leases = batch.iter().map(|l| l.lease_id).collect();
         self.send(Command::Download {
             run: RunId::new(run),
             batch,
@@ -203,12 +204,12 @@ impl Hub {
     }
 
     /// The results of `leases`, by lease id.
-    pub async fn results(&mut self, leases: &[String]) -> BTreeMap<String, RunResult> {
+    pub async fn results(&mut self, leases: &[LeaseId]) -> BTreeMap<LeaseId, RunResult> {
         let mut out = BTreeMap::new();
         while out.len() < leases.len() {
             let r = self.result().await;
             if leases.contains(&r.lease_id) {
-                out.insert(r.lease_id.clone(), r);
+                out.insert(r.lease_id, r);
             }
         }
         out
