@@ -412,11 +412,13 @@ impl AgentCore {
         let mut outcome = self.outcome(&run, &leased).await;
         outcome.timings.total_ms = received.elapsed().as_millis() as u64;
         self.events.outcome(&run, &leased.request.url, &outcome);
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        if !outcome.given_back() {
+            self.counters.requests.fetch_add(1, Ordering::Relaxed);
+            self.qps.record(self.clock.now_ms());
+        }
         self.counters
             .bytes_saved
             .fetch_add(outcome.bytes_saved, Ordering::Relaxed);
-        self.qps.record(self.clock.now_ms());
         let result = RunResult {
             run,
             agent: self.id.clone(),

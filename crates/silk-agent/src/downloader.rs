@@ -168,6 +168,10 @@ impl Downloader {
     pub(crate) async fn download(&self, req: &Request) -> FetchOutcome {
         let outcome = self.download_inner(req).await;
         let c = &self.counters;
+        if outcome.given_back() {
+            // Not finished: it comes again.
+            return outcome;
+        }
         c.requests.fetch_add(1, Ordering::Relaxed);
         c.bytes.fetch_add(outcome.bytes, Ordering::Relaxed);
         c.bytes_saved
@@ -199,7 +203,11 @@ impl Downloader {
         let mut crawl_delay_ms = None;
         let mut out = 'outcome: {
             if let Some(robots) = &session.robots {
-                let verdict = robots.check(&url).await;
+                // As the local engine: when the host's robots.txt is not known yet, reading it
+                // is the turn at the host of the request that reads it; that request goes back
+                // (`robots_fetched`, no retry used) with the crawl-delay, and the hub's
+                // frontier gives its page a turn when the host's politeness allows.
+                let (verdict, read_here) = robots.check_reading(&url).await;
                 if !matches!(verdict, RobotsVerdict::Unavailable { .. }) {
                     // The file is loaded by now: this is a cache lookup.
                     crawl_delay_ms = robots
@@ -207,13 +215,11 @@ impl Downloader {
                         .await
                         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
                 }
-                // No first-contact rule here: the hub's frontier learns the crawl-delay
-                // from this result.
                 if let Some(Verdict::Ended {
                     code,
                     retryable,
                     detail,
-                }) = silk_fetch::robots_verdict(&verdict, false, req)
+                }) = silk_fetch::robots_verdict(&verdict, read_here, req)
                 {
                     break 'outcome failure(&code.as_str(), detail, retryable);
                 }

@@ -161,7 +161,8 @@ pub struct AgentStats {
     pub active_downloaders: u32,
     /// Requests being fetched now.
     pub in_flight: u32,
-    /// Requests finished (any outcome).
+    /// Requests finished (any outcome; one given back to be dispatched again, such as
+    /// `robots_fetched` or `no_downloader`, is not finished).
     pub requests: u64,
     /// Results published.
     pub results_published: u64,
@@ -182,7 +183,7 @@ pub struct AgentStats {
 /// The counters of one allocated run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunStats {
-    /// Requests finished.
+    /// Requests finished (not counting those given back: see [`AgentStats::requests`]).
     pub requests: u64,
     /// Of which ended with an error.
     pub errors: u64,

@@ -347,6 +347,16 @@ pub struct FetchOutcome {
     pub crawl_delay_ms: Option<u64>,
 }
 
+impl FetchOutcome {
+    /// Whether the request was given back unharmed, to be dispatched again without using a
+    /// retry (`robots_fetched`, `no_downloader`, `agent_stopping`): it did not finish.
+    pub fn given_back(&self) -> bool {
+        self.error
+            .as_ref()
+            .is_some_and(|e| e.code.disposition(e.retryable) == silk_core::Disposition::Released)
+    }
+}
+
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }

@@ -442,19 +442,19 @@ impl CrawlCore {
         };
         if let Some(robots) = &self.robots {
             // robots.txt is a request to the host too. When it is not known yet, fetching it
-            // is this lease's start on the host, and the request goes back to the frontier:
-            // pages then start only when the host's politeness allows, crawl-delay included.
-            let first_contact = robots.cached(&url).is_none();
-            if first_contact {
+            // is the start on the host of the lease that reads it, and that request goes back
+            // to the frontier: its page then starts only when the host's politeness allows,
+            // crawl-delay included.
+            if robots.cached(&url).is_none() {
                 self.gate.wait(req).await;
             }
-            let verdict = robots.check(&url).await;
-            if first_contact {
+            let (verdict, read_here) = robots.check_reading(&url).await;
+            if read_here {
                 self.apply_crawl_delay(robots, &url, req).await?;
             }
             if let Some(Verdict::Ended {
                 code, retryable, ..
-            }) = silk_fetch::robots_verdict(&verdict, first_contact, req)
+            }) = silk_fetch::robots_verdict(&verdict, read_here, req)
             {
                 if code == OutcomeCode::RobotsDisallowed {
                     self.robots_denied.fetch_add(1, Ordering::Relaxed);

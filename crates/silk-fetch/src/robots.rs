@@ -202,6 +202,20 @@ impl RobotsCache {
         self.verdict(&entry, url)
     }
 
+    /// [`RobotsCache::check`], and whether this call is the one that read the origin's
+    /// robots.txt (its request's turn at the host went to that read: the first-contact rule
+    /// of [`crate::robots_verdict`]). Calls that waited for another's read get `false`.
+    pub async fn check_reading(&self, url: &Url) -> (RobotsVerdict, bool) {
+        let slot = self.slot(url);
+        let mut read_here = false;
+        slot.get_or_init(|| {
+            read_here = true;
+            self.load(url)
+        })
+        .await;
+        (self.verdict(&EntryRef(slot), url), read_here)
+    }
+
     /// Whether `url` may be fetched now (`false` also while robots.txt is unavailable).
     pub async fn allowed(&self, url: &Url) -> bool {
         self.check(url).await == RobotsVerdict::Allowed

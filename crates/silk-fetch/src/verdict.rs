@@ -93,8 +93,8 @@ pub fn judge(spider: &Spider, req: &Request, url: &Url, resp: &Response) -> Verd
 /// robots.txt unavailable (retryable), or — on `first_contact`, when the host's robots.txt
 /// was not known before this request — `robots_fetched`: reading it was this request's turn
 /// at the host, so the request goes back to the frontier and its page waits for the host's
-/// politeness, crawl-delay included. (The local engine applies the first-contact rule; an
-/// agent does not, and its hub's frontier learns the crawl-delay from the first result.)
+/// politeness, crawl-delay included. The local engine and the agents both apply it (an
+/// agent's result carries the crawl-delay, from which its hub's frontier learns it).
 pub fn robots_verdict(
     verdict: &RobotsVerdict,
     first_contact: bool,

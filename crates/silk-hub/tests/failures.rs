@@ -333,11 +333,15 @@ fn broken_commands() -> Fault {
 
 /// The spider of these tests: the demo site from `start_urls`, leases of `lease_ms`
 /// (`timeout_ms` is a third of it, so the lease timeout is what the spider says), one retry.
+/// robots.txt is not read (the spider denies its one rule, `/private/`, itself): these tests
+/// count dispatches and results exactly, and the request that reads a host's robots.txt on an
+/// agent is given back (`robots_fetched`) and sent again.
 fn spider(site: &DemoSite, start_urls: &[String], lease_ms: u64) -> String {
     let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
     let starts: Vec<String> = start_urls.iter().map(|u| format!("'{u}'")).collect();
     format!(
-        "name: failures\nstart_urls: [{}]\nallowed_domains: [{}]\nfollow: [{{deny: ['/calendar/']}}]\n\
+        "name: failures\nstart_urls: [{}]\nallowed_domains: [{}]\n\
+         follow: [{{deny: ['/calendar/', '/private/']}}]\nrobots: false\n\
          item_when: '/p/\\d+$'\nextract: {{title: {{css: 'h1.title'}}}}\n\
          per_host_concurrency: 8\nper_host_delay_ms: 0\n\
          lease_timeout_ms: {lease_ms}\ntimeout_ms: {}\nmax_retries: 1\nretry_backoff_ms: 50\n",

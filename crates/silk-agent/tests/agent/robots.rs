@@ -84,3 +84,74 @@ async fn results_carry_the_crawl_delay_of_their_host() {
     assert_eq!((unread.status, unread.crawl_delay_ms), (Some(200), None));
     agent.shutdown().await;
 }
+
+/// The first-contact rule, as in the local engine: the request whose turn at a host went to
+/// reading its robots.txt is given back (`robots_fetched`, retryable, no retry used, with the
+/// crawl-delay) without its page being fetched; requests that only waited for that read go
+/// on, and so does the request when the hub sends it again.
+#[tokio::test]
+async fn the_request_that_reads_robots_txt_is_given_back_with_the_delay() {
+    let pages = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = pages.clone();
+    let app = axum::Router::new()
+        .route(
+            "/robots.txt",
+            get(|| async { "User-agent: *\nCrawl-delay: 3\n" }),
+        )
+        .route(
+            "/page/{n}",
+            get(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { axum::response::Html("<h1>page</h1>") }
+            }),
+        );
+    let base = format!("http://{}", serve(app).await);
+    let dir = tempfile::tempdir().unwrap();
+    let bus = bus();
+    let agent = start(agent_config(dir.path(), "a-first"), &bus).await;
+    let mut hub = Hub::new(Arc::new(bus.clone()), "a-first").await;
+    hub.allocate(
+        "r1",
+        &DownloaderConfig::for_spider_yaml(spider_yaml(&format!("{base}/"), "")),
+    )
+    .await;
+
+    let urls: Vec<String> = (0..3).map(|n| format!("{base}/page/{n}")).collect();
+    let leases = hub.download("r1", &urls).await;
+    let mut given_back = Vec::new();
+    let mut fetched = Vec::new();
+    for _ in 0..urls.len() {
+        let r = hub.raw_result().await;
+        assert!(leases.contains(&r.lease_id), "{r:?}");
+        assert_eq!(r.outcome.crawl_delay_ms, Some(3_000), "{r:?}");
+        match &r.outcome.error {
+            Some(e) => {
+                assert_eq!(
+                    (e.code.as_str().as_ref(), e.retryable),
+                    ("robots_fetched", true),
+                    "{r:?}"
+                );
+                assert!(r.outcome.given_back() && r.outcome.status.is_none());
+                given_back.push(r.lease_id);
+            }
+            None => {
+                assert_eq!(r.outcome.status, Some(200), "{r:?}");
+                fetched.push(r.lease_id);
+            }
+        }
+    }
+    assert_eq!(given_back.len(), 1, "one request read robots.txt");
+    assert_eq!(pages.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(agent.stats().runs[&silk_core::RunId::new("r1")].requests, 2);
+
+    // Sent again (as a hub does), it is fetched: the file is known now.
+    let i = leases.iter().position(|l| *l == given_back[0]).unwrap();
+    let again = hub.fetch("r1", &urls[i]).await.outcome;
+    assert_eq!(
+        (again.status, &again.error),
+        (Some(200), &None),
+        "{again:?}"
+    );
+    assert_eq!(pages.load(std::sync::atomic::Ordering::SeqCst), 3);
+    agent.shutdown().await;
+}

@@ -15,8 +15,8 @@ use silk_bus::{
     Subscription, TtlPolicy,
 };
 pub use silk_core::LeaseId;
-use silk_core::{AgentId, Clock, Request, RunId, SystemClock};
-use std::collections::BTreeMap;
+use silk_core::{AgentId, Clock, OutcomeCode, Request, RunId, SystemClock};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -104,6 +104,10 @@ pub struct Hub {
     pub agent: AgentId,
     results: Subscription,
     next_lease: u64,
+    /// Every request sent, by lease: what a released one is sent again as.
+    sent: HashMap<LeaseId, (RunId, Request, Option<String>)>,
+    /// The lease a request was sent again under → the lease it was first sent under.
+    first_lease: HashMap<LeaseId, LeaseId>,
 }
 
 impl Hub {
@@ -127,6 +131,8 @@ impl Hub {
             agent: AgentId::new(agent),
             results,
             next_lease: 0,
+            sent: HashMap::new(),
+            first_lease: HashMap::new(),
         }
     }
 
@@ -163,19 +169,38 @@ impl Hub {
         urls: &[String],
         reply_to: Option<&str>,
     ) -> Vec<LeaseId> {
-        let batch: Vec<LeasedRequest> = urls
+        let requests: Vec<Request> = urls
             .iter()
-            .map(|u| {
+            .map(|u| Request::from_canonical(u.clone()))
+            .collect();
+        self.send_batch(&RunId::new(run), requests, reply_to).await
+    }
+
+    /// Sends `requests` under new leases; the leases in order.
+    async fn send_batch(
+        &mut self,
+        run: &RunId,
+        requests: Vec<Request>,
+        reply_to: Option<&str>,
+    ) -> Vec<LeaseId> {
+        let batch: Vec<LeasedRequest> = requests
+            .into_iter()
+            .map(|request| {
                 self.next_lease += 1;
                 LeasedRequest {
                     lease_id: LeaseId(self.next_lease),
-                    request: Request::from_canonical(u.clone()),
+                    request,
                 }
             })
             .collect();
         let leases = batch.iter().map(|l| l.lease_id).collect();
+        for l in &batch {
+            let reply_to = reply_to.map(str::to_owned);
+            self.sent
+                .insert(l.lease_id, (run.clone(), l.request.clone(), reply_to));
+        }
         self.send(Command::Download {
-            run: RunId::new(run),
+            run: run.clone(),
             batch,
             reply_to: reply_to.map(str::to_owned),
         })
@@ -183,8 +208,37 @@ impl Hub {
         leases
     }
 
-    /// The next result.
+    /// The next result that is not `robots_fetched` (use [`Hub::raw_result`] to see those).
+    /// As a hub does, a request the agent gives back because reading its host's robots.txt
+    /// was its turn (`robots_fetched`) is sent again; its result comes back under the lease
+    /// it was first sent under.
     pub async fn result(&mut self) -> RunResult {
+        loop {
+            let mut r = self.raw_result().await;
+            let released = r
+                .outcome
+                .error
+                .as_ref()
+                .is_some_and(|e| e.code == OutcomeCode::RobotsFetched);
+            let first = self.first_lease.get(&r.lease_id).copied();
+            if released {
+                let (run, request, reply_to) = self.sent[&r.lease_id].clone();
+                let again = self
+                    .send_batch(&run, vec![request], reply_to.as_deref())
+                    .await;
+                self.first_lease
+                    .insert(again[0], first.unwrap_or(r.lease_id));
+                continue;
+            }
+            if let Some(first) = first {
+                r.lease_id = first;
+            }
+            return r;
+        }
+    }
+
+    /// The next result, as the agent sent it.
+    pub async fn raw_result(&mut self) -> RunResult {
         within("a result", async {
             loop {
                 let d = self
