@@ -2,9 +2,8 @@
 //! timers and its clock reads move together, and only when every task waits. An agent's
 //! states (alive, suspect, dead) then change exactly when the phi detector says, whatever the
 //! load of the machine: the test replays the same heartbeats into a `PhiDetector` of its own
-//! and compares, millisecond by millisecond of virtual time. (The store's I/O still runs on
-//! real threads; virtual time may jump while it waits, which moves the hub and the test
-//! together.)
+//! and compares, millisecond by millisecond of virtual time. Time is paused from the start:
+//! the store holds the clock still while its calls run on sqlx's own thread.
 
 mod common;
 
@@ -18,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tempfile::TempDir;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_agent_that_falls_silent_turns_suspect_then_dead_exactly_when_phi_says() {
     let clock = Arc::new(TokioClock::new());
     let bus = InProcessBus::with_clock(
@@ -40,9 +39,6 @@ async fn an_agent_that_falls_silent_turns_suspect_then_dead_exactly_when_phi_say
         .await
         .expect("hub starts");
     hub.ready().await.expect("subscribed");
-    // From here on, time moves only when every task waits. (Not from the start: the store's
-    // connection pool, opened on a worker thread, would time out at once on paused time.)
-    tokio::time::pause();
 
     // A fake agent: it registers, then beats with a little jitter, then falls silent.
     let agent = AgentId::new("p1");

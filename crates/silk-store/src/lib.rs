@@ -15,6 +15,8 @@
 //! - `sql` — what both backends share: the migrations and the implementation of the trait,
 //!   written once over sqlx (the same SQL text runs on both databases).
 //! - `sqlite`, `postgres` — connecting, pool settings, transaction start, migration lock.
+//! - `held` — every call holds a paused tokio clock still while it runs (sqlx's SQLite runs
+//!   on a thread tokio does not see), so time-driven tests over a real store are exact.
 //! - [`conformance`] — the suite every backend passes (`tests/sqlite.rs`, `tests/postgres.rs`).
 //!
 //! # Schema
@@ -68,6 +70,7 @@
 
 pub mod conformance;
 pub mod error;
+mod held;
 pub mod model;
 mod postgres;
 mod redact;
@@ -123,6 +126,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn MetaStore>, StoreError> {
     if strip_prefix_ignore_case(url, "postgres://").is_some()
         || strip_prefix_ignore_case(url, "postgresql://").is_some()
     {
+        let _clock = held::hold_clock();
         let store = postgres::PgStore::open(url).await?;
         tracing::info!(location = %store.location(), "metadata store open (postgres)");
         return Ok(Arc::new(store));
@@ -136,6 +140,7 @@ pub async fn open(url: &str) -> Result<Arc<dyn MetaStore>, StoreError> {
 /// Opens (creating if missing, with its directory) the SQLite store at `path` and migrates
 /// it. Errors are [`StoreError::Connect`] or [`StoreError::Migrate`].
 pub async fn open_sqlite(path: &Path) -> Result<Arc<dyn MetaStore>, StoreError> {
+    let _clock = held::hold_clock();
     let store = sqlite::SqliteStore::open(path).await?;
     tracing::info!(location = %store.location(), "metadata store open (sqlite)");
     Ok(Arc::new(store))

@@ -678,17 +678,20 @@ macro_rules! impl_meta_store {
             }
 
             async fn ping(&self) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
                 execute(&self.pool, sqlx::query("SELECT 1"), "ping").await?;
                 Ok(())
             }
 
             async fn close(&self) {
+                let _clock = $crate::held::hold_clock();
                 self.pool.close().await;
             }
 
             // ---- jobs -----------------------------------------------------------------
 
             async fn create_job(&self, job: &JobRow) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
                 const OP: &str = "create_job";
                 let b = JobBinds::new(job)?;
                 let sql = format!(
@@ -710,6 +713,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn update_job(&self, job: &JobRow) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
                 const OP: &str = "update_job";
                 let b = JobBinds::new(job)?;
                 let update = sqlx::query(
@@ -731,29 +735,34 @@ macro_rules! impl_meta_store {
             }
 
             async fn get_job(&self, id: &str) -> Result<Option<JobRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE id = $1");
                 let query = sqlx::query(&sql).bind(id);
                 fetch_opt(&self.pool, query, "get_job", job_from_row).await
             }
 
             async fn get_job_by_name(&self, name: &str) -> Result<Option<JobRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE name = $1");
                 let query = sqlx::query(&sql).bind(name);
                 fetch_opt(&self.pool, query, "get_job_by_name", job_from_row).await
             }
 
             async fn list_jobs(&self) -> Result<Vec<JobRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {JOB_COLS} FROM jobs ORDER BY name{}", $c);
                 fetch_list(&self.pool, sqlx::query(&sql), "list_jobs", job_from_row).await
             }
 
             async fn delete_job(&self, id: &str) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 delete_by_id(&self.pool, "jobs", id, "delete_job").await
             }
 
             // ---- runs -----------------------------------------------------------------
 
             async fn put_run(&self, run: &RunRow) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
                 upsert_run(&self.pool, run, None).await.map(|_| ())
             }
 
@@ -763,16 +772,19 @@ macro_rules! impl_meta_store {
                 lease: &str,
                 holder: &str,
             ) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 Ok(upsert_run(&self.pool, run, Some((lease, holder))).await? > 0)
             }
 
             async fn get_run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {RUN_COLS} FROM runs WHERE id = $1");
                 let query = sqlx::query(&sql).bind(id);
                 fetch_opt(&self.pool, query, "get_run", run_from_row).await
             }
 
             async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let mut qb = QueryBuilder::<$db>::new(format!("SELECT {RUN_COLS} FROM runs"));
                 push_run_filter(&mut qb, filter);
                 if filter.newest_first {
@@ -787,6 +799,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn count_runs(&self, filter: &RunFilter) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let mut qb = QueryBuilder::<$db>::new("SELECT COUNT(*) FROM runs");
                 push_run_filter(&mut qb, filter);
                 let query = qb.build_query_scalar();
@@ -794,6 +807,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn delete_run(&self, id: &str) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 const OP: &str = "delete_run";
                 let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
                 let run = sqlx::query("DELETE FROM runs WHERE id = $1").bind(id);
@@ -817,6 +831,7 @@ macro_rules! impl_meta_store {
             // ---- agents ---------------------------------------------------------------
 
             async fn put_agent(&self, agent: &AgentRow) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let w = |col: &str| format!("agent {:?} {col}", agent.id);
                 let register = json_text(&agent.register, || w("register"))?;
                 let sent_ms = to_db(agent.sent_ms, || w("sent_ms"))?;
@@ -836,17 +851,20 @@ macro_rules! impl_meta_store {
             }
 
             async fn get_agent(&self, id: &str) -> Result<Option<AgentRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1");
                 let query = sqlx::query(&sql).bind(id);
                 fetch_opt(&self.pool, query, "get_agent", agent_from_row).await
             }
 
             async fn list_agents(&self) -> Result<Vec<AgentRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {AGENT_COLS} FROM agents ORDER BY id{}", $c);
                 fetch_list(&self.pool, sqlx::query(&sql), "list_agents", agent_from_row).await
             }
 
             async fn delete_agent(&self, id: &str) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 delete_by_id(&self.pool, "agents", id, "delete_agent").await
             }
 
@@ -857,6 +875,7 @@ macro_rules! impl_meta_store {
                 run_id: &str,
                 rows: &[AllocationRow],
             ) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
                 const OP: &str = "put_allocations";
                 let mut binds = Vec::with_capacity(rows.len());
                 let mut seen = std::collections::HashSet::with_capacity(rows.len());
@@ -900,6 +919,7 @@ macro_rules! impl_meta_store {
                 &self,
                 run_id: &str,
             ) -> Result<Vec<AllocationRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!(
                     "SELECT run_id, agent_id, confirmed_ms FROM allocations WHERE run_id = $1 \
                      ORDER BY agent_id{}",
@@ -910,6 +930,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn delete_allocations(&self, run_id: &str) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let query = sqlx::query("DELETE FROM allocations WHERE run_id = $1").bind(run_id);
                 execute(&self.pool, query, "delete_allocations").await
             }
@@ -917,6 +938,7 @@ macro_rules! impl_meta_store {
             // ---- logs -----------------------------------------------------------------
 
             async fn append_logs(&self, lines: &[NewLogLine]) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
                 const OP: &str = "append_logs";
                 if lines.is_empty() {
                     return Ok(());
@@ -949,6 +971,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn query_logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let limit = query.limit.min(MAX_PAGE);
                 if limit == 0 {
                     return Ok(Vec::new());
@@ -991,12 +1014,14 @@ macro_rules! impl_meta_store {
             }
 
             async fn delete_logs_before(&self, ts_ms: u64) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let ts_ms = to_db(ts_ms, || "log retention cutoff".to_owned())?;
                 let query = sqlx::query("DELETE FROM log_lines WHERE ts_ms < $1").bind(ts_ms);
                 execute(&self.pool, query, "delete_logs_before").await
             }
 
             async fn delete_run_logs(&self, run_id: &str) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let query = sqlx::query("DELETE FROM log_lines WHERE run_id = $1").bind(run_id);
                 execute(&self.pool, query, "delete_run_logs").await
             }
@@ -1004,6 +1029,7 @@ macro_rules! impl_meta_store {
             // ---- tokens ---------------------------------------------------------------
 
             async fn create_token(&self, token: &TokenRow) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let w = |col: &str| format!("token {:?} {col}", token.id);
                 let created_ms = to_db(token.created_ms, || w("created_ms"))?;
                 let last_used_ms = opt_to_db(token.last_used_ms, || w("last_used_ms"))?;
@@ -1029,21 +1055,25 @@ macro_rules! impl_meta_store {
             }
 
             async fn get_token(&self, id: &str) -> Result<Option<TokenRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {TOKEN_COLS} FROM tokens WHERE id = $1");
                 let query = sqlx::query(&sql).bind(id);
                 fetch_opt(&self.pool, query, "get_token", token_from_row).await
             }
 
             async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {TOKEN_COLS} FROM tokens ORDER BY created_ms, id{}", $c);
                 fetch_list(&self.pool, sqlx::query(&sql), "list_tokens", token_from_row).await
             }
 
             async fn delete_token(&self, id: &str) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 delete_by_id(&self.pool, "tokens", id, "delete_token").await
             }
 
             async fn touch_token(&self, id: &str, used_ms: u64) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let used_ms = to_db(used_ms, || format!("token {id:?} last_used_ms"))?;
                 let query = sqlx::query(
                     "UPDATE tokens SET last_used_ms = CASE \
@@ -1056,6 +1086,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn count_tokens(&self) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let query = sqlx::query_scalar("SELECT COUNT(*) FROM tokens");
                 fetch_count(&self.pool, query, "count_tokens", || "token count".to_owned()).await
             }
@@ -1067,6 +1098,7 @@ macro_rules! impl_meta_store {
                 run_id: &str,
                 items: &[(String, u64, serde_json::Value)],
             ) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 const OP: &str = "insert_items";
                 if items.is_empty() {
                     return Ok(0);
@@ -1110,6 +1142,7 @@ macro_rules! impl_meta_store {
                 after_seq: i64,
                 limit: u32,
             ) -> Result<Vec<ItemRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let limit = limit.min(MAX_PAGE);
                 if limit == 0 {
                     return Ok(Vec::new());
@@ -1125,6 +1158,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn count_items(&self, run_id: &str) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let query =
                     sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE run_id = $1").bind(run_id);
                 let what = || format!("item count of run {run_id:?}");
@@ -1132,6 +1166,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn delete_items(&self, run_id: &str) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let query = sqlx::query("DELETE FROM items WHERE run_id = $1").bind(run_id);
                 execute(&self.pool, query, "delete_items").await
             }
@@ -1139,6 +1174,7 @@ macro_rules! impl_meta_store {
             // ---- leases ---------------------------------------------------------------
 
             async fn store_now_ms(&self) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let now: i64 = sqlx::query_scalar(concat!("SELECT ", $now))
                     .fetch_one(&self.pool)
                     .await
@@ -1152,6 +1188,7 @@ macro_rules! impl_meta_store {
                 holder: &str,
                 ttl_ms: u64,
             ) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let ttl = lease_ttl(ttl_ms, || format!("lease {name:?} ttl_ms"))?;
                 // One statement, so racers get exactly one winner: the insert takes a free
                 // lease; on a taken one the update runs only if the caller holds it (a
@@ -1181,6 +1218,7 @@ macro_rules! impl_meta_store {
                 holder: &str,
                 ttl_ms: u64,
             ) -> Result<Vec<String>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let ttl = lease_ttl(ttl_ms, || format!("lease ttl_ms of holder {holder:?}"))?;
                 let mut names: Vec<String> = sqlx::query_scalar(concat!(
                     "UPDATE leases SET expires_ms = ",
@@ -1197,6 +1235,7 @@ macro_rules! impl_meta_store {
             }
 
             async fn release_lease(&self, name: &str, holder: &str) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let query = sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
                     .bind(name)
                     .bind(holder);
@@ -1204,12 +1243,14 @@ macro_rules! impl_meta_store {
             }
 
             async fn get_lease(&self, name: &str) -> Result<Option<LeaseRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {LEASE_COLS} FROM leases WHERE name = $1");
                 let query = sqlx::query(&sql).bind(name);
                 fetch_opt(&self.pool, query, "get_lease", lease_from_row).await
             }
 
             async fn list_leases(&self, prefix: &str) -> Result<Vec<LeaseRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
                 // `substr` on characters, not `LIKE`: exact (case-sensitive on SQLite too) and
                 // no wildcard to escape.
                 let chars = len_i64(prefix.chars().count(), "lease prefix characters")?;
