@@ -9,6 +9,11 @@
 //! - no result before `lease_timeout` → re-dispatched up to `max_retries`, then failed;
 //! - late and duplicate results → processed once;
 //! - the hub cannot publish commands → the run fails naming the bus, its leases go back.
+//!
+//! The tests whose fake agent answers by itself (silent requests, back-pressure, stall, job
+//! timeout) run on paused time (`TokioClock`, `start_paused`): their timings are virtual and
+//! exact, whatever the load of the machine. Those that proxy a real agent fetch over real
+//! sockets and stay on the system clock.
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -20,7 +25,7 @@ use silk_bus::{
     Message, Register, RetryPolicy, RunResult, Subject, SubjectClass, SubscribeOpts, Subscription,
     TtlPolicy,
 };
-use silk_core::{AgentId, Clock, LeaseId, RunId, SystemClock};
+use silk_core::{AgentId, Clock, LeaseId, RunId, SystemClock, TokioClock};
 use silk_hub::{Hub, HubHandle};
 use silk_testkit::demo::DemoSite;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -178,6 +183,8 @@ impl Backend {
 struct FakeAgent {
     id: AgentId,
     bus: InProcessBus,
+    /// Its clock (the hub's): envelopes are stamped with it.
+    clock: Arc<dyn Clock>,
     backend: Option<Backend>,
     /// Lease ids of every download received, by URL, in order.
     seen: Mutex<BTreeMap<String, Vec<LeaseId>>>,
@@ -190,12 +197,14 @@ impl FakeAgent {
     /// receiver. With `backend`, a real agent stands behind it ([`FakeAgent::fetch`]).
     async fn start(
         bus: &InProcessBus,
+        clock: Arc<dyn Clock>,
         id: &str,
         backend: Option<Backend>,
     ) -> (Arc<FakeAgent>, mpsc::UnboundedReceiver<Download>, Tasks) {
         let fake = Arc::new(FakeAgent {
             id: AgentId::new(id),
             bus: bus.clone(),
+            clock,
             backend,
             seen: Mutex::default(),
             published: AtomicU64::new(0),
@@ -227,7 +236,7 @@ impl FakeAgent {
         self.bus
             .publish(
                 &Subject::registrations(),
-                &ttl().envelope(register, now_ms()),
+                &ttl().envelope(register, self.clock.now_ms()),
             )
             .await
             .expect("register");
@@ -245,7 +254,10 @@ impl FakeAgent {
             };
             let _ = self
                 .bus
-                .publish(&Subject::heartbeats(), &ttl().envelope(heartbeat, now_ms()))
+                .publish(
+                    &Subject::heartbeats(),
+                    &ttl().envelope(heartbeat, self.clock.now_ms()),
+                )
                 .await;
         }
     }
@@ -266,7 +278,10 @@ impl FakeAgent {
                             error: None,
                         };
                         self.bus
-                            .publish(&Subject::allocations(), &ttl().envelope(reply, now_ms()))
+                            .publish(
+                                &Subject::allocations(),
+                                &ttl().envelope(reply, self.clock.now_ms()),
+                            )
                             .await
                             .expect("allocation reply");
                     }
@@ -305,7 +320,10 @@ impl FakeAgent {
         let mut result = result.clone();
         result.agent = self.id.clone();
         self.bus
-            .publish(&Subject::results(), &ttl().envelope(result, now_ms()))
+            .publish(
+                &Subject::results(),
+                &ttl().envelope(result, self.clock.now_ms()),
+            )
             .await
             .expect("result to the hub");
         self.published.fetch_add(1, Ordering::SeqCst);
@@ -372,9 +390,18 @@ fn content_pages(site: &DemoSite) -> BTreeSet<String> {
 }
 
 /// A hub and a fake agent `f1` that it sees live.
+/// A clock for a test on paused time (`#[tokio::test(start_paused = true)]`) and the test bus
+/// on it.
+fn paused() -> (Arc<dyn Clock>, InProcessBus) {
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+    let bus = bus_on(clock.clone());
+    (clock, bus)
+}
+
 async fn hub_with_fake(
     dir: &Path,
     bus: &InProcessBus,
+    clock: Arc<dyn Clock>,
     backend: bool,
 ) -> (
     HubHandle,
@@ -382,12 +409,12 @@ async fn hub_with_fake(
     mpsc::UnboundedReceiver<Download>,
     Tasks,
 ) {
-    let hub = start_hub(dir, bus).await;
+    let hub = start_hub_on(dir, bus, clock.clone()).await;
     let backend = match backend {
         true => Some(Backend::start(dir).await),
         false => None,
     };
-    let (fake, downloads, tasks) = FakeAgent::start(bus, "f1", backend).await;
+    let (fake, downloads, tasks) = FakeAgent::start(bus, clock, "f1", backend).await;
     within("the fake agent live", 10, hub.wait_for_live_agents(1)).await;
     (hub, fake, downloads, tasks)
 }
@@ -398,9 +425,9 @@ async fn hub_with_fake(
 /// all failed has nothing left and ends `failed` by its health (`fail_if.all_failed`).
 async fn silent_requests_are_retried_then_failed(lease_ms: u64) {
     let dir = TempDir::new().unwrap();
-    let bus = bus();
+    let (clock, bus) = paused();
     let site = site(10, 0).await;
-    let (hub, fake, _downloads, _tasks) = hub_with_fake(dir.path(), &bus, false).await;
+    let (hub, fake, _downloads, _tasks) = hub_with_fake(dir.path(), &bus, clock, false).await;
     let starts: Vec<String> = (1..=3)
         .flat_map(|h| [site.page_url(h, 0), site.page_url(h, 1)])
         .collect();
@@ -443,7 +470,7 @@ async fn silent_requests_are_retried_then_failed(lease_ms: u64) {
     hub.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[tokio::test(start_paused = true)]
 async fn silent_requests_are_dispatched_max_retries_plus_one_times_then_failed() {
     // 2 s: the hub's silent-expiry margin (a tenth of the lease) is then as long as the
     // dispatch loop's longest sleep, so the loop cannot sleep past it (see the next test).
@@ -456,7 +483,7 @@ async fn silent_requests_are_dispatched_max_retries_plus_one_times_then_failed()
 /// ~1.4 s after the lease (7 × 200 ms), 200 ms before the deadline, it sleeps until the
 /// deadline itself, and its `Retry` ack arrives when the frontier already counts the lease
 /// expired: the request is re-queued without using a retry, and dispatched again forever.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[tokio::test(start_paused = true)]
 async fn silent_requests_are_retried_then_failed_whatever_the_lease_timeout() {
     silent_requests_are_retried_then_failed(1_600).await;
 }
@@ -476,7 +503,8 @@ async fn a_page_that_kills_its_agent_every_time_is_given_up_as_poison() {
     let site = site(10, 0).await;
     let hub = start_hub(dir.path(), &bus).await;
     let poison = site.page_url(1, 0);
-    let (_fake, mut downloads, mut tasks) = FakeAgent::start(&bus, "f1", None).await;
+    let (_fake, mut downloads, mut tasks) =
+        FakeAgent::start(&bus, Arc::new(SystemClock), "f1", None).await;
     within("the fake agent live", 10, hub.wait_for_live_agents(1)).await;
     let mut request = request(spider(&site, std::slice::from_ref(&poison), 60_000), 8);
     request.strategy = Some(Strategy::Random);
@@ -494,7 +522,7 @@ async fn a_page_that_kills_its_agent_every_time_is_given_up_as_poison() {
             hub.wait_for_dead(&AgentId::new("f1")),
         )
         .await;
-        (_, downloads, tasks) = FakeAgent::start(&bus, "f1", None).await;
+        (_, downloads, tasks) = FakeAgent::start(&bus, Arc::new(SystemClock), "f1", None).await;
         within("the agent live again", 10, hub.wait_for_live_agents(1)).await;
     }
     let done = within("the run ends", 30, hub.wait_run(&run.id))
@@ -537,12 +565,12 @@ async fn no_more_downloads(downloads: &mut mpsc::UnboundedReceiver<Download>) {
 
 /// Back-pressure: at most `max_pending` requests are out at once; each result that comes
 /// back lets exactly one more go.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[tokio::test(start_paused = true)]
 async fn no_more_than_max_pending_requests_are_out() {
     let dir = TempDir::new().unwrap();
-    let bus = bus();
+    let (clock, bus) = paused();
     let site = site(20, 0).await;
-    let (hub, fake, mut downloads, _tasks) = hub_with_fake(dir.path(), &bus, false).await;
+    let (hub, fake, mut downloads, _tasks) = hub_with_fake(dir.path(), &bus, clock, false).await;
     let run = hub
         .submit(request(spider(&site, &pages(&site, 12), 60_000), 3))
         .await
@@ -588,12 +616,12 @@ async fn no_more_than_max_pending_requests_are_out() {
 
 /// Stall: a run with requests left and no live agent fails once nothing has moved for
 /// `stall_timeout_ms` (never less than the lease timeout + 1 s), naming the timeout.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[tokio::test(start_paused = true)]
 async fn a_run_left_without_live_agents_fails_after_its_stall_timeout() {
     let dir = TempDir::new().unwrap();
-    let bus = bus();
+    let (clock, bus) = paused();
     let site = site(20, 0).await;
-    let (hub, _fake, mut downloads, tasks) = hub_with_fake(dir.path(), &bus, false).await;
+    let (hub, _fake, mut downloads, tasks) = hub_with_fake(dir.path(), &bus, clock, false).await;
     let mut request = request(spider(&site, &pages(&site, 12), 1_000), 2);
     request.stall_timeout_ms = Some(1_000);
     let run = hub.submit(request).await.expect("run starts");
@@ -614,12 +642,12 @@ async fn a_run_left_without_live_agents_fails_after_its_stall_timeout() {
 
 /// A job's `timeout_ms`: its run still active that long after it started is failed,
 /// naming the timeout (the fake agent never answers, and leases last a minute).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[tokio::test(start_paused = true)]
 async fn a_job_run_past_its_timeout_is_failed() {
     let dir = TempDir::new().unwrap();
-    let bus = bus();
+    let (clock, bus) = paused();
     let site = site(20, 0).await;
-    let (hub, _fake, _downloads, _tasks) = hub_with_fake(dir.path(), &bus, false).await;
+    let (hub, _fake, _downloads, _tasks) = hub_with_fake(dir.path(), &bus, clock, false).await;
     let spec = serde_json::from_value(serde_json::json!({
         "name": "slow",
         "spider": spider(&site, &pages(&site, 4), 60_000),
@@ -648,7 +676,8 @@ async fn late_and_duplicate_results_are_processed_once() {
     let dir = TempDir::new().unwrap();
     let bus = bus();
     let site = site(20, 0).await;
-    let (hub, fake, mut downloads, tasks) = hub_with_fake(dir.path(), &bus, true).await;
+    let (hub, fake, mut downloads, tasks) =
+        hub_with_fake(dir.path(), &bus, Arc::new(SystemClock), true).await;
     // A lease of 3 s: the hub retries a silent request 300 ms before its deadline, more than
     // its dispatch loop ever sleeps (200 ms).
     let run = hub
@@ -747,7 +776,8 @@ async fn breakable_hub(
         .await
         .expect("hub starts");
     let backend = Backend::start(dir).await;
-    let (fake, downloads, tasks) = FakeAgent::start(&bus, "f1", Some(backend)).await;
+    let (fake, downloads, tasks) =
+        FakeAgent::start(&bus, Arc::new(SystemClock), "f1", Some(backend)).await;
     within("the fake agent live", 10, hub.wait_for_live_agents(1)).await;
     (hub, faults, fake, downloads, tasks)
 }

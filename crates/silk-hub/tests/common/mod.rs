@@ -4,7 +4,7 @@
 
 use silk_agent::{Agent, AgentConfig, AgentHandle};
 use silk_bus::{BusConfig, InProcessBus, RetryPolicy, TtlPolicy};
-use silk_core::{AgentId, SystemClock};
+use silk_core::{AgentId, Clock, SystemClock};
 use silk_hub::{Hub, HubConfig, HubHandle, PhiConfig};
 use silk_testkit::demo::{DemoConfig, DemoSite};
 use std::path::Path;
@@ -14,6 +14,12 @@ use std::time::Duration;
 pub const HEARTBEAT_MS: u64 = 100;
 
 pub fn bus() -> InProcessBus {
+    bus_on(Arc::new(SystemClock))
+}
+
+/// The test bus on `clock` (a `TokioClock` for tests on paused time: its TTLs and retry
+/// back-offs then move with virtual time).
+pub fn bus_on(clock: Arc<dyn Clock>) -> InProcessBus {
     let config = BusConfig {
         retry: RetryPolicy {
             retries: 2,
@@ -22,7 +28,7 @@ pub fn bus() -> InProcessBus {
         },
         ..BusConfig::with_namespace("hubtest")
     };
-    InProcessBus::new(config).expect("bus")
+    InProcessBus::with_clock(config, clock).expect("bus")
 }
 
 pub fn hub_config(dir: &Path) -> HubConfig {
@@ -45,13 +51,14 @@ pub fn hub_config(dir: &Path) -> HubConfig {
 }
 
 pub async fn start_hub(dir: &Path, bus: &InProcessBus) -> HubHandle {
-    Hub::start(
-        hub_config(dir),
-        Arc::new(bus.clone()),
-        Arc::new(SystemClock),
-    )
-    .await
-    .expect("hub starts")
+    start_hub_on(dir, bus, Arc::new(SystemClock)).await
+}
+
+/// [`start_hub`] with the hub on `clock`.
+pub async fn start_hub_on(dir: &Path, bus: &InProcessBus, clock: Arc<dyn Clock>) -> HubHandle {
+    Hub::start(hub_config(dir), Arc::new(bus.clone()), clock)
+        .await
+        .expect("hub starts")
 }
 
 /// The config of a test agent `id` with its data under `dir`.
