@@ -1,10 +1,12 @@
 //! The hub's web UI in a real browser: `silk up` (hub + two local agents) and `silk demo-site`
 //! as processes on loopback, Chromium driven over WebDriver (`chromedriver`, through the
-//! `fantoccini` client). The scenario is a user's: open the link with the token, create a job
-//! by pasting a spider, trigger it, pause the run on its page (the API confirms nothing is
-//! fetched while paused), look at the dashboard, resume, watch the run finish with its log
-//! and items, toggle and edit the job, see a clear error for a duplicate name, check the
-//! agents page, sign out and in again.
+//! `fantoccini` client). A user's scenarios, one test per feature over a shared fixture
+//! (`signed_in`: platform, API client, browser signed in with the link that carries the
+//! token): jobs — create one by pasting a spider, toggle and edit it, see a clear error for a
+//! duplicate name, check the agents page, sign out and in again; runs — trigger one, pause it
+//! on its page (the API confirms nothing is fetched while paused), look at the dashboard,
+//! resume, watch it finish with its log and items, find it in the runs list. One browser runs
+//! at a time.
 //!
 //! Screenshots of each page land in `CARGO_TARGET_TMPDIR/ui-screenshots/` (the path is
 //! printed). Debian's `chromium` and `chromium-driver` must be installed (`.ci/run` installs
@@ -19,7 +21,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 use silk_api::client::Client as ApiClient;
-use silk_api::jobs::{Job, Overlap};
+use silk_api::jobs::{Job, JobSpec, Overlap};
 use silk_api::runs::{RunState, RunView};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -345,14 +347,18 @@ fn have_chromedriver() -> bool {
     found
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
+/// One browser at a time: each test runs a platform and a Chromium of its own.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A platform, its API with the admin token, and a browser signed in with the link the hub
+/// prints: the token is taken, stored and removed from the URL, and the dashboard shows the
+/// two local agents. `None` when Chromium is not installed (outside CI).
+async fn signed_in() -> Option<(Platform, Api, Browser)> {
     if !have_chromedriver() {
-        return;
+        return None;
     }
     let p = Platform::start(PAGES);
     let api = Api::connect(&p).await;
-    let spider = spider_text(&p);
     let b = Browser::start(p.dir.path(), &p.server, p.up.log.clone()).await;
     println!("screenshots: {}", b.shots.display());
 
@@ -378,6 +384,21 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
     if stored.as_ref().and_then(Value::as_str) != Some(api.token.as_str()) {
         b.fail("the token is not in localStorage").await;
     }
+
+    Some((p, api, b))
+}
+
+/// Jobs in the browser: a job made from a pasted spider is saved as typed (cron, zone,
+/// remarks, overlap, the spider text); the enabled switch and the edit form change it; a second
+/// job with its name gets the API's message on one line and the form stays; the agents page;
+/// signing out, a refused token, signing in again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_made_in_the_browser_is_saved_as_typed_and_edited() {
+    let _one = ONE_BROWSER.lock().await;
+    let Some((p, api, b)) = signed_in().await else {
+        return;
+    };
+    let spider = spider_text(&p);
 
     // A new job from a pasted spider.
     b.click("[data-testid=nav-jobs]").await;
@@ -412,6 +433,117 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
         job.next_fire_ms.is_some(),
         "a cron job has a next fire: {job:?}"
     );
+
+    // The enabled switch (PATCH), and the edit form (PATCH).
+    b.click(&format!("{row} [data-testid=job-enabled]")).await;
+    api.until("the job disabled", async || {
+        (!api.job(JOB).await?.spec.enabled).then_some(())
+    })
+    .await;
+    b.click(&format!("{row} [data-testid=job-edit]")).await;
+    b.until("the form filled from the job", async || {
+        let name = b.find("#job-name").await?.prop("value").await.ok()??;
+        (name == JOB).then_some(())
+    })
+    .await;
+    b.type_into("#job-remarks", "edited in the browser").await;
+    b.click("#job-save").await;
+    api.until("the job edited", async || {
+        let spec = api.job(JOB).await?.spec;
+        (spec.remarks == "edited in the browser" && !spec.enabled).then_some(())
+    })
+    .await;
+
+    // A second job with the same name: the API's message on one line, the form stays.
+    b.until("the jobs list again", async || b.find(&row).await)
+        .await;
+    b.click("[data-testid=new-job]").await;
+    b.type_into("#job-name", JOB).await;
+    b.type_into("#job-spider", &spider).await;
+    b.click("#job-save").await;
+    let error = b
+        .until("the error line", async || {
+            let el = b.find("[data-testid=error]").await?;
+            if !el.is_displayed().await.ok()? {
+                return None;
+            }
+            el.text().await.ok().filter(|t| !t.trim().is_empty())
+        })
+        .await;
+    assert!(!error.contains('\n'), "one line: {error:?}");
+    let _ = b.client.execute("window.scrollTo(0, 0)", vec![]).await;
+    b.shot("job-error").await;
+    assert_eq!(b.hash().await, "/jobs/new", "the form stays open");
+
+    // The agents page: both local agents alive.
+    b.click("[data-testid=nav-agents]").await;
+    b.until("two alive agents in the table", async || {
+        let rows = b
+            .client
+            .find_all(Locator::Css("tr[data-testid=agent-row]"))
+            .await
+            .ok()?;
+        let mut alive = 0;
+        for row in &rows {
+            let state = row
+                .find(Locator::Css("[data-testid=agent-state]"))
+                .await
+                .ok()?;
+            if state.text().await.ok()? == "alive" {
+                alive += 1;
+            }
+        }
+        (rows.len() == 2 && alive == 2).then_some(())
+    })
+    .await;
+    b.shot("agents").await;
+
+    // Sign out: the sign-in box; a wrong token is refused; the right one lets in.
+    b.click("[data-testid=sign-out]").await;
+    b.until("the sign-in box", async || {
+        b.find("[data-testid=login]")
+            .await?
+            .is_displayed()
+            .await
+            .ok()?
+            .then_some(())
+    })
+    .await;
+    b.type_into("#login-token", "silk_nope_nope").await;
+    b.click("#login-submit").await;
+    b.until("the refusal", async || {
+        let el = b.find("[data-testid=login-message]").await?;
+        el.is_displayed().await.ok()?.then_some(())
+    })
+    .await;
+    b.shot("sign-in").await;
+    b.type_into("#login-token", &api.token).await;
+    b.click("#login-submit").await;
+    b.until("the agents page again", async || {
+        (b.count("tr[data-testid=agent-row]").await == 2).then_some(())
+    })
+    .await;
+
+    let _ = b.client.clone().close().await;
+}
+
+/// A run in the browser: triggered from the jobs list, followed on its page (state, counts,
+/// chart), paused (the hub fetches nothing more), found on the dashboard, resumed and followed
+/// to its end (progress at 100 %, final counts, log tail, items preview), in the runs list
+/// and its filter, and as the job's last run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_is_followed_paused_resumed_and_finished_in_the_browser() {
+    let _one = ONE_BROWSER.lock().await;
+    let Some((p, api, b)) = signed_in().await else {
+        return;
+    };
+    let spec: JobSpec = serde_json::from_value(json!({"name": JOB, "spider": spider_text(&p)}))
+        .expect("a job spec");
+    api.client.create_job(&spec).await.expect("the job");
+    b.click("[data-testid=nav-jobs]").await;
+    let row = format!("tr[data-testid=job-row][data-name='{JOB}']");
+    b.until("the job in the list", async || b.find(&row).await)
+        .await;
 
     // Trigger: the run page opens.
     b.click(&format!("{row} [data-testid=job-trigger]")).await;
@@ -562,98 +694,9 @@ async fn a_user_creates_a_job_runs_it_pauses_resumes_and_sees_it_finish() {
     })
     .await;
 
-    // The job's last run, the enabled switch (PATCH), and the edit form (PATCH).
+    // The job's last run.
     b.click("[data-testid=nav-jobs]").await;
     b.until_text(&format!("{row} .badge"), "succeeded").await;
     b.shot("jobs").await;
-    b.click(&format!("{row} [data-testid=job-enabled]")).await;
-    api.until("the job disabled", async || {
-        (!api.job(JOB).await?.spec.enabled).then_some(())
-    })
-    .await;
-    b.click(&format!("{row} [data-testid=job-edit]")).await;
-    b.until("the form filled from the job", async || {
-        let name = b.find("#job-name").await?.prop("value").await.ok()??;
-        (name == JOB).then_some(())
-    })
-    .await;
-    b.type_into("#job-remarks", "edited in the browser").await;
-    b.click("#job-save").await;
-    api.until("the job edited", async || {
-        let spec = api.job(JOB).await?.spec;
-        (spec.remarks == "edited in the browser" && !spec.enabled).then_some(())
-    })
-    .await;
-
-    // A second job with the same name: the API's message on one line, the form stays.
-    b.until("the jobs list again", async || b.find(&row).await)
-        .await;
-    b.click("[data-testid=new-job]").await;
-    b.type_into("#job-name", JOB).await;
-    b.type_into("#job-spider", &spider).await;
-    b.click("#job-save").await;
-    let error = b
-        .until("the error line", async || {
-            let el = b.find("[data-testid=error]").await?;
-            if !el.is_displayed().await.ok()? {
-                return None;
-            }
-            el.text().await.ok().filter(|t| !t.trim().is_empty())
-        })
-        .await;
-    assert!(!error.contains('\n'), "one line: {error:?}");
-    let _ = b.client.execute("window.scrollTo(0, 0)", vec![]).await;
-    b.shot("job-error").await;
-    assert_eq!(b.hash().await, "/jobs/new", "the form stays open");
-
-    // The agents page: both local agents alive.
-    b.click("[data-testid=nav-agents]").await;
-    b.until("two alive agents in the table", async || {
-        let rows = b
-            .client
-            .find_all(Locator::Css("tr[data-testid=agent-row]"))
-            .await
-            .ok()?;
-        let mut alive = 0;
-        for row in &rows {
-            let state = row
-                .find(Locator::Css("[data-testid=agent-state]"))
-                .await
-                .ok()?;
-            if state.text().await.ok()? == "alive" {
-                alive += 1;
-            }
-        }
-        (rows.len() == 2 && alive == 2).then_some(())
-    })
-    .await;
-    b.shot("agents").await;
-
-    // Sign out: the sign-in box; a wrong token is refused; the right one lets in.
-    b.click("[data-testid=sign-out]").await;
-    b.until("the sign-in box", async || {
-        b.find("[data-testid=login]")
-            .await?
-            .is_displayed()
-            .await
-            .ok()?
-            .then_some(())
-    })
-    .await;
-    b.type_into("#login-token", "silk_nope_nope").await;
-    b.click("#login-submit").await;
-    b.until("the refusal", async || {
-        let el = b.find("[data-testid=login-message]").await?;
-        el.is_displayed().await.ok()?.then_some(())
-    })
-    .await;
-    b.shot("sign-in").await;
-    b.type_into("#login-token", &api.token).await;
-    b.click("#login-submit").await;
-    b.until("the agents page again", async || {
-        (b.count("tr[data-testid=agent-row]").await == 2).then_some(())
-    })
-    .await;
-
     let _ = b.client.clone().close().await;
 }
