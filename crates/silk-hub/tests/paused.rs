@@ -219,6 +219,14 @@ async fn paused_hub_at(
     dir: &TempDir,
     clock: TokioClock,
 ) -> (HubHandle, Arc<Synthetic>, Arc<TokioClock>, u64) {
+    paused_hub_with(clock, hub_config(dir.path())).await
+}
+
+/// [`paused_hub`] on `clock`, with `config`.
+async fn paused_hub_with(
+    clock: TokioClock,
+    config: silk_hub::HubConfig,
+) -> (HubHandle, Arc<Synthetic>, Arc<TokioClock>, u64) {
     let clock = Arc::new(clock);
     let bus = InProcessBus::with_clock(
         BusConfig {
@@ -232,7 +240,6 @@ async fn paused_hub_at(
         clock.clone(),
     )
     .expect("bus");
-    let config = hub_config(dir.path());
     let (ttl, tick_ms) = (config.ttl, config.tick_ms);
     let hub = Hub::start(config, Arc::new(bus.clone()), clock.clone())
         .await
@@ -363,5 +370,76 @@ async fn a_cron_job_fires_at_each_of_its_times() {
         let done = hub.wait_run(&run.id).await.expect("the run ends");
         assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
     }
+    hub.shutdown().await;
+}
+
+/// Run ownership on virtual time: when another hub takes a run's lease, the hub lets the run
+/// go at its next renewal (a third of `ownership_ttl_ms`) without writing anything, control
+/// calls name the other hub; once the lease is free the hub adopts the run at its next round
+/// and finishes it, every page once.
+#[tokio::test(start_paused = true)]
+async fn a_hub_that_loses_a_runs_lease_lets_it_go_and_adopts_it_back_when_it_is_free() {
+    let dir = TempDir::new().unwrap();
+    let mut config = hub_config(dir.path());
+    config.ownership_ttl_ms = 600;
+    let round_ms = config.ownership_ttl_ms / 3;
+    let (hub, agent, clock, tick_ms) = paused_hub_with(TokioClock::new(), config).await;
+    let run = hub.submit(request(600_000)).await.expect("run starts");
+    while agent.results.load(Ordering::SeqCst) < 10 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    // Another hub takes the lease.
+    let store = hub.store().clone();
+    let lease = format!("run:{}", run.id);
+    let me = hub.hub_id().as_str().to_owned();
+    assert!(store.release_lease(&lease, &me).await.unwrap());
+    assert!(
+        store
+            .acquire_lease(&lease, "hub-other", 60_000)
+            .await
+            .unwrap()
+    );
+    let taken_at = clock.now_ms();
+    let let_go = hub.wait_run(&run.id).await.unwrap();
+    let after = clock.now_ms() - taken_at;
+    assert!(
+        after <= round_ms + tick_ms,
+        "let go {after} ms after the lease was taken (a round is {round_ms} ms)"
+    );
+    assert_eq!(
+        let_go.state,
+        RunState::Running,
+        "nothing written: {let_go:?}"
+    );
+    match hub.pause(&run.id).await {
+        Err(silk_hub::HubError::OwnedElsewhere { hub: other, .. }) => {
+            assert_eq!(other, "hub-other")
+        }
+        other => panic!("expected owned_elsewhere, got {other:?}"),
+    }
+
+    // The lease is free again: adopted at the next round, and finished.
+    assert!(store.release_lease(&lease, "hub-other").await.unwrap());
+    let freed_at = clock.now_ms();
+    hub.wait_driving(&run.id).await;
+    let after = clock.now_ms() - freed_at;
+    assert!(
+        after <= round_ms + tick_ms,
+        "adopted {after} ms after the lease was free (a round is {round_ms} ms)"
+    );
+    let done = hub.wait_run(&run.id).await.unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_eq!(
+        (done.stats.items, done.stats.left),
+        (PAGES, 0),
+        "{:?}",
+        done.stats
+    );
+    assert_eq!(
+        store.get_lease(&lease).await.unwrap(),
+        None,
+        "given back at the end"
+    );
     hub.shutdown().await;
 }
