@@ -21,9 +21,8 @@ use silk_agent::AgentHandle;
 use silk_api::runs::{OnAgentLost, RunRequest, RunState, Strategy};
 use silk_bus::faulty::{Fault, Faults, FaultyBus};
 use silk_bus::{
-    AllocationReply, Bus, BusConfig, Command, FetchOutcome, Heartbeat, InProcessBus, LeasedRequest,
-    Message, Register, RetryPolicy, RunResult, Subject, SubjectClass, SubscribeOpts, Subscription,
-    TtlPolicy,
+    AllocationReply, Bus, BusConfig, Command, FetchOutcome, InProcessBus, LeasedRequest, Message,
+    RetryPolicy, RunResult, Subject, SubjectClass, SubscribeOpts, Subscription,
 };
 use silk_core::{AgentId, Clock, LeaseId, RunId, SystemClock, TokioClock};
 use silk_hub::{Hub, HubHandle};
@@ -42,14 +41,6 @@ use common::*;
 
 fn now_ms() -> u64 {
     SystemClock.now_ms()
-}
-
-/// The TTLs the hub of `common` uses.
-fn ttl() -> TtlPolicy {
-    TtlPolicy {
-        heartbeat_interval_ms: HEARTBEAT_MS,
-        ..TtlPolicy::default()
-    }
 }
 
 /// Aborts the fake agent's tasks when the test ends.
@@ -224,42 +215,7 @@ impl FakeAgent {
     }
 
     async fn presence(self: Arc<Self>) {
-        let register = Register {
-            agent: self.id.clone(),
-            host: "fake-host".into(),
-            version: "test".into(),
-            cores: 1,
-            memory_bytes: 1 << 30,
-            labels: BTreeMap::new(),
-            capacity: 16,
-        };
-        self.bus
-            .publish(
-                &Subject::registrations(),
-                &ttl().envelope(register, self.clock.now_ms()),
-            )
-            .await
-            .expect("register");
-        let mut tick = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
-        for seq in 1.. {
-            tick.tick().await;
-            let heartbeat = Heartbeat {
-                agent: self.id.clone(),
-                cpu_pct: 1.0,
-                memory_bytes: 1 << 20,
-                active_downloaders: 1,
-                in_flight: 0,
-                qps: 0.0,
-                seq,
-            };
-            let _ = self
-                .bus
-                .publish(
-                    &Subject::heartbeats(),
-                    &ttl().envelope(heartbeat, self.clock.now_ms()),
-                )
-                .await;
-        }
+        fake_presence(self.bus.clone(), self.clock.clone(), self.id.clone()).await;
     }
 
     async fn commands(self: Arc<Self>, mut sub: Subscription, tx: mpsc::UnboundedSender<Download>) {

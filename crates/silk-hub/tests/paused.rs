@@ -10,8 +10,8 @@ use common::*;
 use silk_api::jobs::JobSpec;
 use silk_api::runs::{RunRequest, RunState};
 use silk_bus::{
-    AllocationReply, Bus, BusConfig, Command, FetchOutcome, Heartbeat, InProcessBus, Message,
-    Register, RetryPolicy, RunResult, Subject, SubscribeOpts, TtlPolicy,
+    AllocationReply, Bus, Command, FetchOutcome, InProcessBus, Message, RunResult, Subject,
+    SubscribeOpts, TtlPolicy,
 };
 use silk_core::{AgentId, Clock, TokioClock};
 use silk_hub::{Hub, HubHandle};
@@ -61,7 +61,11 @@ impl Synthetic {
             )
             .await
             .expect("subscribe to commands");
-        tokio::spawn(agent.clone().presence());
+        tokio::spawn(fake_presence(
+            bus.clone(),
+            agent.clock.clone(),
+            agent.id.clone(),
+        ));
         tokio::spawn(agent.clone().serve(commands));
         agent
     }
@@ -73,38 +77,6 @@ impl Synthetic {
     /// When `url` was received, in order.
     fn dispatched(&self, url: &str) -> Vec<u64> {
         self.received.lock().get(url).cloned().unwrap_or_default()
-    }
-
-    async fn presence(self: Arc<Self>) {
-        let register = Register {
-            agent: self.id.clone(),
-            host: "synthetic".into(),
-            version: "test".into(),
-            cores: 1,
-            memory_bytes: 1 << 30,
-            labels: BTreeMap::new(),
-            capacity: 16,
-        };
-        let envelope = self.ttl.envelope(register, self.now());
-        self.bus
-            .publish(&Subject::registrations(), &envelope)
-            .await
-            .expect("register");
-        let mut tick = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
-        for seq in 1.. {
-            tick.tick().await;
-            let heartbeat = Heartbeat {
-                agent: self.id.clone(),
-                cpu_pct: 1.0,
-                memory_bytes: 1 << 20,
-                active_downloaders: 1,
-                in_flight: 0,
-                qps: 0.0,
-                seq,
-            };
-            let envelope = self.ttl.envelope(heartbeat, self.now());
-            let _ = self.bus.publish(&Subject::heartbeats(), &envelope).await;
-        }
     }
 
     async fn serve(self: Arc<Self>, mut commands: silk_bus::Subscription) {
@@ -228,18 +200,7 @@ async fn paused_hub_with(
     config: silk_hub::HubConfig,
 ) -> (HubHandle, Arc<Synthetic>, Arc<TokioClock>, u64) {
     let clock = Arc::new(clock);
-    let bus = InProcessBus::with_clock(
-        BusConfig {
-            retry: RetryPolicy {
-                retries: 2,
-                backoff_initial_ms: 10,
-                backoff_max_ms: 50,
-            },
-            ..BusConfig::with_namespace("paused")
-        },
-        clock.clone(),
-    )
-    .expect("bus");
+    let bus = bus_on(clock.clone());
     let (ttl, tick_ms) = (config.ttl, config.tick_ms);
     let hub = Hub::start(config, Arc::new(bus.clone()), clock.clone())
         .await

@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use silk_api::agents::AgentState;
-use silk_bus::{Bus, BusConfig, InProcessBus, Register, RetryPolicy, Subject};
+use silk_bus::{Bus, Register, Subject};
 use silk_core::{AgentId, Clock, TokioClock};
 use silk_hub::{Hub, PhiDetector};
 use std::collections::BTreeMap;
@@ -20,18 +20,7 @@ use tempfile::TempDir;
 #[tokio::test(start_paused = true)]
 async fn an_agent_that_falls_silent_turns_suspect_then_dead_exactly_when_phi_says() {
     let clock = Arc::new(TokioClock::new());
-    let bus = InProcessBus::with_clock(
-        BusConfig {
-            retry: RetryPolicy {
-                retries: 2,
-                backoff_initial_ms: 10,
-                backoff_max_ms: 50,
-            },
-            ..BusConfig::with_namespace("presence")
-        },
-        clock.clone(),
-    )
-    .expect("bus");
+    let bus = bus_on(clock.clone());
     let dir = TempDir::new().unwrap();
     let config = hub_config(dir.path());
     let (phi, tick_ms, ttl) = (config.phi, config.tick_ms, config.ttl);

@@ -3,10 +3,13 @@
 #![allow(dead_code)]
 
 use silk_agent::{Agent, AgentConfig, AgentHandle};
-use silk_bus::{BusConfig, InProcessBus, RetryPolicy, TtlPolicy};
+use silk_bus::{
+    Bus, BusConfig, Heartbeat, InProcessBus, Register, RetryPolicy, Subject, TtlPolicy,
+};
 use silk_core::{AgentId, Clock, SystemClock};
 use silk_hub::{Hub, HubConfig, HubHandle, PhiConfig};
 use silk_testkit::demo::{DemoConfig, DemoSite};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +34,53 @@ pub fn bus_on(clock: Arc<dyn Clock>) -> InProcessBus {
     InProcessBus::with_clock(config, clock).expect("bus")
 }
 
+/// The TTLs of the hub of [`hub_config`].
+pub fn ttl() -> TtlPolicy {
+    TtlPolicy {
+        heartbeat_interval_ms: HEARTBEAT_MS,
+        ..TtlPolicy::default()
+    }
+}
+
+/// What a fake agent does to be live: registers `agent` (capacity 16), then heartbeats every
+/// `HEARTBEAT_MS` of tokio's time, stamped with `clock`, until its task is aborted.
+pub async fn fake_presence(bus: InProcessBus, clock: Arc<dyn Clock>, agent: AgentId) {
+    let register = Register {
+        agent: agent.clone(),
+        host: "fake-host".into(),
+        version: "test".into(),
+        cores: 1,
+        memory_bytes: 1 << 30,
+        labels: BTreeMap::new(),
+        capacity: 16,
+    };
+    bus.publish(
+        &Subject::registrations(),
+        &ttl().envelope(register, clock.now_ms()),
+    )
+    .await
+    .expect("register");
+    let mut tick = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
+    for seq in 1.. {
+        tick.tick().await;
+        let heartbeat = Heartbeat {
+            agent: agent.clone(),
+            cpu_pct: 1.0,
+            memory_bytes: 1 << 20,
+            active_downloaders: 1,
+            in_flight: 0,
+            qps: 0.0,
+            seq,
+        };
+        let _ = bus
+            .publish(
+                &Subject::heartbeats(),
+                &ttl().envelope(heartbeat, clock.now_ms()),
+            )
+            .await;
+    }
+}
+
 /// The hub of the tests: 100 ms heartbeats, a 50 ms tick. The failure detector forgives a
 /// heartbeat about a second late (a loaded machine's real-clock tests must not see a live
 /// agent die) and declares a silent agent dead within 2.5 s; `presence.rs` checks its exact
@@ -44,10 +94,7 @@ pub fn hub_config(dir: &Path) -> HubConfig {
             dead_after_ms: 2_500,
             ..PhiConfig::default()
         },
-        ttl: TtlPolicy {
-            heartbeat_interval_ms: HEARTBEAT_MS,
-            ..TtlPolicy::default()
-        },
+        ttl: ttl(),
         tick_ms: 50,
         allocate_timeout_ms: 5_000,
         ..HubConfig::new(dir.join("hub"))
