@@ -170,6 +170,18 @@ impl ApiError {
     }
 }
 
+/// Adds `key=value` to a query string's pairs when there is a value (the query types'
+/// `pairs`).
+pub(crate) fn push_param(
+    pairs: &mut Vec<(&'static str, String)>,
+    key: &'static str,
+    value: Option<&impl ToString>,
+) {
+    if let Some(v) = value {
+        pairs.push((key, v.to_string()));
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

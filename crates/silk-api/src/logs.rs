@@ -111,14 +111,14 @@ impl LogParams {
     /// The query string's pairs (absent fields left out).
     pub fn pairs(&self) -> Vec<(&'static str, String)> {
         let mut p = Vec::new();
-        push(&mut p, "level", self.level.as_ref());
-        push(&mut p, "q", self.q.as_ref());
-        push(&mut p, "since_ms", self.since_ms.as_ref());
-        push(&mut p, "until_ms", self.until_ms.as_ref());
-        push(&mut p, "after", self.after.as_ref());
-        push(&mut p, "before", self.before.as_ref());
-        push(&mut p, "limit", self.limit.as_ref());
-        push(&mut p, "order", self.order.as_ref());
+        crate::push_param(&mut p, "level", self.level.as_ref());
+        crate::push_param(&mut p, "q", self.q.as_ref());
+        crate::push_param(&mut p, "since_ms", self.since_ms.as_ref());
+        crate::push_param(&mut p, "until_ms", self.until_ms.as_ref());
+        crate::push_param(&mut p, "after", self.after.as_ref());
+        crate::push_param(&mut p, "before", self.before.as_ref());
+        crate::push_param(&mut p, "limit", self.limit.as_ref());
+        crate::push_param(&mut p, "order", self.order.as_ref());
         p
     }
 }
@@ -139,16 +139,9 @@ impl EventParams {
     /// The query string's pairs (absent fields left out).
     pub fn pairs(&self) -> Vec<(&'static str, String)> {
         let mut p = Vec::new();
-        push(&mut p, "logs", self.logs.as_ref());
-        push(&mut p, "after", self.after.as_ref());
-        push(&mut p, "level", self.level.as_ref());
+        crate::push_param(&mut p, "logs", self.logs.as_ref());
+        crate::push_param(&mut p, "after", self.after.as_ref());
+        crate::push_param(&mut p, "level", self.level.as_ref());
         p
-    }
-}
-
-/// Adds `key=value` when there is a value.
-fn push(p: &mut Vec<(&'static str, String)>, key: &'static str, value: Option<&impl ToString>) {
-    if let Some(v) = value {
-        p.push((key, v.to_string()));
     }
 }

@@ -516,9 +516,9 @@ impl RunsParams {
     /// The query string's pairs (absent fields left out).
     pub fn pairs(&self) -> Vec<(&'static str, String)> {
         let mut p = Vec::new();
-        push(&mut p, "job", self.job.as_ref());
-        push(&mut p, "state", self.state.as_ref());
-        push(&mut p, "limit", self.limit.as_ref());
+        crate::push_param(&mut p, "job", self.job.as_ref());
+        crate::push_param(&mut p, "state", self.state.as_ref());
+        crate::push_param(&mut p, "limit", self.limit.as_ref());
         p
     }
 }
@@ -537,22 +537,34 @@ impl ItemsParams {
     /// The query string's pairs (absent fields left out).
     pub fn pairs(&self) -> Vec<(&'static str, String)> {
         let mut p = Vec::new();
-        push(&mut p, "cursor", self.cursor.as_ref());
-        push(&mut p, "limit", self.limit.as_ref());
+        crate::push_param(&mut p, "cursor", self.cursor.as_ref());
+        crate::push_param(&mut p, "limit", self.limit.as_ref());
         p
-    }
-}
-
-/// Adds `key=value` when there is a value.
-fn push(p: &mut Vec<(&'static str, String)>, key: &'static str, value: Option<&impl ToString>) {
-    if let Some(v) = value {
-        p.push((key, v.to_string()));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_types_give_their_pairs_without_the_absent_ones() {
+        let params = RunsParams {
+            job: Some("shop".into()),
+            state: None,
+            limit: Some(5),
+        };
+        assert_eq!(
+            params.pairs(),
+            vec![("job", "shop".to_owned()), ("limit", "5".to_owned())]
+        );
+        assert!(RunsParams::default().pairs().is_empty());
+        let items = ItemsParams {
+            cursor: Some(0),
+            limit: None,
+        };
+        assert_eq!(items.pairs(), vec![("cursor", "0".to_owned())]);
+    }
 
     #[test]
     fn strategies_parse_and_print() {
