@@ -206,14 +206,8 @@ impl RobotsCache {
     /// robots.txt (its request's turn at the host went to that read: the first-contact rule
     /// of [`crate::robots_verdict`]). Calls that waited for another's read get `false`.
     pub async fn check_reading(&self, url: &Url) -> (RobotsVerdict, bool) {
-        let slot = self.slot(url);
-        let mut read_here = false;
-        slot.get_or_init(|| {
-            read_here = true;
-            self.load(url)
-        })
-        .await;
-        (self.verdict(&EntryRef(slot), url), read_here)
+        let (entry, read_here) = self.entry_reading(url).await;
+        (self.verdict(&entry, url), read_here)
     }
 
     /// Whether `url` may be fetched now (`false` also while robots.txt is unavailable).
@@ -257,9 +251,20 @@ impl RobotsCache {
     }
 
     async fn entry(&self, url: &Url) -> EntryRef {
+        self.entry_reading(url).await.0
+    }
+
+    /// The entry of `url`'s origin, loading it first if needed, and whether this call loaded
+    /// it.
+    async fn entry_reading(&self, url: &Url) -> (EntryRef, bool) {
         let slot = self.slot(url);
-        slot.get_or_init(|| self.load(url)).await;
-        EntryRef(slot)
+        let mut read_here = false;
+        slot.get_or_init(|| {
+            read_here = true;
+            self.load(url)
+        })
+        .await;
+        (EntryRef(slot), read_here)
     }
 
     /// The slot of `url`'s origin, replaced by an empty one when its entry has expired.

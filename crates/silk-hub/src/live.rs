@@ -14,7 +14,7 @@ use crate::run::{Feed, RunRecord, RunState, RunStats, RunView};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use silk_core::spider::Spider;
-use silk_core::{AgentId, Clock, HubId, Request, RunId};
+use silk_core::{AgentId, Clock, HubId, LeaseId, Request, RunId};
 use silk_frontier::FrontierStore;
 use silk_store::MetaStore;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -93,7 +93,7 @@ pub(crate) struct Run {
     pub(crate) items: ItemWriter,
     /// Where that log is.
     pub(crate) item_log: ItemLog,
-    pub(crate) out: Mutex<HashMap<u64, Out>>,
+    pub(crate) out: Mutex<HashMap<LeaseId, Out>>,
     /// Agents that were sent the run's `allocate` in this hub session.
     pub(crate) allocated_on: Mutex<BTreeSet<AgentId>>,
     /// Hosts whose robots.txt crawl-delay the frontier already has.

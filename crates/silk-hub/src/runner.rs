@@ -277,7 +277,7 @@ impl Run {
     /// The result of one of the run's requests.
     pub(crate) async fn on_result(&self, cx: &RunContext, result: &RunResult) {
         let _applying = self.applying.read().await;
-        let lease = Some(result.lease_id.0).filter(|_| !self.closing.load(Ordering::SeqCst));
+        let lease = Some(result.lease_id).filter(|_| !self.closing.load(Ordering::SeqCst));
         let out = lease.and_then(|l| self.out.lock().remove(&l).map(|o| (l, o)));
         let Some((lease, out)) = out else {
             self.counters.late.fetch_add(1, Ordering::Relaxed);
@@ -367,11 +367,7 @@ impl Run {
                 return;
             }
         }
-        match self
-            .frontier
-            .ack_and_enqueue(LeaseId(lease), outcome, links)
-            .await
-        {
+        match self.frontier.ack_and_enqueue(lease, outcome, links).await {
             Ok((ack, _)) => {
                 if ack == AckResult::Succeeded {
                     self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -561,7 +557,7 @@ impl Run {
         mut each: impl FnMut(&Out),
     ) -> Vec<(LeaseId, Outcome)> {
         let mut out = self.out.lock();
-        let ids: Vec<u64> = out
+        let ids: Vec<LeaseId> = out
             .iter()
             .filter(|(_, o)| which(o))
             .map(|(id, _)| *id)
@@ -570,7 +566,7 @@ impl Run {
             .filter_map(|id| out.remove(&id).map(|o| (id, o)))
             .map(|(id, o)| {
                 each(&o);
-                (LeaseId(id), outcome(&o))
+                (id, outcome(&o))
             })
             .collect()
     }
@@ -812,7 +808,7 @@ impl Run {
                             request.agent = Some(agent.clone());
                         }
                         out.insert(
-                            lease.id.0,
+                            lease.id,
                             Out {
                                 agent: agent.clone(),
                                 request,
@@ -878,7 +874,7 @@ impl Run {
             let mut chunks = batch.into_iter().peekable();
             while chunks.peek().is_some() {
                 let chunk: Vec<LeasedRequest> = chunks.by_ref().take(MAX_BATCH).collect();
-                let leases: Vec<u64> = chunk.iter().map(|l| l.lease_id.0).collect();
+                let leases: Vec<LeaseId> = chunk.iter().map(|l| l.lease_id).collect();
                 let command = Command::Download {
                     run: self.id.clone(),
                     batch: chunk,
@@ -894,7 +890,7 @@ impl Run {
                             .filter(|l| out.remove(l).is_some())
                             .map(|l| {
                                 (
-                                    LeaseId(*l),
+                                    *l,
                                     Outcome::Release {
                                         reason: "bus_unavailable".into(),
                                     },

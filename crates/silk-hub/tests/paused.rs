@@ -11,7 +11,7 @@ use silk_api::jobs::JobSpec;
 use silk_api::runs::{RunRequest, RunState};
 use silk_bus::{
     AllocationReply, Bus, Command, FetchOutcome, InProcessBus, Message, RunResult, Subject,
-    SubscribeOpts, TtlPolicy,
+    SubscribeOpts,
 };
 use silk_core::{AgentId, Clock, TokioClock};
 use silk_hub::{Hub, HubHandle};
@@ -34,7 +34,6 @@ struct Synthetic {
     id: AgentId,
     bus: InProcessBus,
     clock: Arc<TokioClock>,
-    ttl: TtlPolicy,
     /// Results published.
     results: AtomicU64,
     /// A URL whose first download gets no answer.
@@ -44,12 +43,11 @@ struct Synthetic {
 }
 
 impl Synthetic {
-    async fn start(bus: &InProcessBus, clock: Arc<TokioClock>, ttl: TtlPolicy) -> Arc<Synthetic> {
+    async fn start(bus: &InProcessBus, clock: Arc<TokioClock>) -> Arc<Synthetic> {
         let agent = Arc::new(Synthetic {
             id: AgentId::new("s1"),
             bus: bus.clone(),
             clock,
-            ttl,
             results: AtomicU64::new(0),
             ignore_once: parking_lot::Mutex::new(None),
             received: parking_lot::Mutex::default(),
@@ -91,7 +89,7 @@ impl Synthetic {
                             ok: true,
                             error: None,
                         };
-                        let envelope = self.ttl.envelope(reply, self.now());
+                        let envelope = ttl().envelope(reply, self.now());
                         self.bus
                             .publish(&Subject::allocations(), &envelope)
                             .await
@@ -122,7 +120,7 @@ impl Synthetic {
                                     lease_id: leased.lease_id,
                                     outcome: page(&leased.request.url),
                                 };
-                                let envelope = me.ttl.envelope(result, me.now());
+                                let envelope = ttl().envelope(result, me.now());
                                 me.bus
                                     .publish(&Subject::results(), &envelope)
                                     .await
@@ -201,11 +199,11 @@ async fn paused_hub_with(
 ) -> (HubHandle, Arc<Synthetic>, Arc<TokioClock>, u64) {
     let clock = Arc::new(clock);
     let bus = bus_on(clock.clone());
-    let (ttl, tick_ms) = (config.ttl, config.tick_ms);
+    let tick_ms = config.tick_ms;
     let hub = Hub::start(config, Arc::new(bus.clone()), clock.clone())
         .await
         .expect("hub starts on paused time");
-    let agent = Synthetic::start(&bus, clock.clone(), ttl).await;
+    let agent = Synthetic::start(&bus, clock.clone()).await;
     hub.wait_for_live_agents(1).await;
     (hub, agent, clock, tick_ms)
 }

@@ -9,10 +9,9 @@ mod common;
 
 use common::*;
 use silk_api::agents::AgentState;
-use silk_bus::{Bus, Register, Subject};
+use silk_bus::{Bus, Subject};
 use silk_core::{AgentId, Clock, TokioClock};
 use silk_hub::{Hub, PhiDetector};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tempfile::TempDir;
@@ -31,21 +30,7 @@ async fn an_agent_that_falls_silent_turns_suspect_then_dead_exactly_when_phi_say
 
     // A fake agent: it registers, then beats with a little jitter, then falls silent.
     let agent = AgentId::new("p1");
-    let register = Register {
-        agent: agent.clone(),
-        host: "fake-host".into(),
-        version: "test".into(),
-        cores: 1,
-        memory_bytes: 1 << 30,
-        labels: BTreeMap::new(),
-        capacity: 4,
-    };
-    bus.publish(
-        &Subject::registrations(),
-        &ttl.envelope(register, clock.now_ms()),
-    )
-    .await
-    .expect("register");
+    register_fake(&bus, &*clock, &agent).await;
     let mut replica = PhiDetector::new(phi);
     for seq in 1..=30u64 {
         tokio::time::sleep(Duration::from_millis(HEARTBEAT_MS + (seq % 3) * 7)).await;

@@ -38,7 +38,6 @@ pub use silk_api::client::Answer;
 use silk_api::client::ClientError;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use url::Url;
 
 /// Where the hub is when neither `--server` nor `SILK_SERVER` says.
@@ -174,69 +173,30 @@ pub fn resolve_token(
 // ------------------------------------------------------------------------------------------
 // Errors.
 
-/// What can go wrong talking to the hub.
+/// What can go wrong talking to the hub: the typed client's error ([`ClientError`]), said for
+/// people at a terminal, with where the token came from when the hub refused it.
 #[derive(Debug)]
-pub enum ApiError {
-    /// No connection (refused, unknown host, reset, …).
-    Unreachable {
-        /// The hub's address.
-        server: String,
-        /// The innermost cause.
-        reason: String,
-    },
-    /// No answer in time.
-    Timeout {
-        /// The hub's address.
-        server: String,
-        /// The time waited.
-        after: Duration,
-    },
-    /// The hub refused the token (or wants one): HTTP 401.
-    Unauthorized {
-        /// The hub's address.
-        server: String,
-        /// Where the token came from.
-        source: TokenSource,
-        /// The hub's message.
-        message: String,
-    },
-    /// The hub's own error answer.
-    Api {
-        /// The HTTP status.
-        status: u16,
-        /// The machine-readable code (`allocation_failed`, `not_found`, …).
-        code: String,
-        /// What went wrong, for people.
-        message: String,
-    },
-    /// An answer that is not what the API answers (wrong server, a proxy's error page, …).
-    Unexpected {
-        /// The URL asked.
-        url: String,
-        /// The HTTP status.
-        status: u16,
-        /// What was wrong, with the beginning of the body.
-        reason: String,
-    },
+pub struct ApiError {
+    /// What went wrong.
+    pub error: ClientError,
+    /// Where the token sent came from.
+    source: TokenSource,
 }
 
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApiError::Unreachable { server, reason } => write!(
+        match &self.error {
+            ClientError::Unreachable { server, reason } => write!(
                 f,
                 "cannot reach the hub at {server}: {reason} (is the hub running there? set --server or SILK_SERVER)"
             ),
-            ApiError::Timeout { server, after } => write!(
+            ClientError::Timeout { server, after } => write!(
                 f,
                 "the hub at {server} did not answer within {}",
                 humantime::format_duration(*after)
             ),
-            ApiError::Unauthorized {
-                server,
-                source,
-                message,
-            } => {
+            ClientError::Unauthorized { server, message } => {
+                let source = &self.source;
                 let what = match source {
                     TokenSource::Missing(_) => "wants a token",
                     _ => "refused the token",
@@ -248,68 +208,13 @@ impl fmt::Display for ApiError {
                      is (DATA_DIR: --data-dir, default .silk)"
                 )
             }
-            ApiError::Api {
-                status,
-                code,
-                message,
-            } => write!(f, "{message} ({code}, HTTP {status})"),
-            ApiError::Unexpected {
-                url,
-                status,
-                reason,
-            } => write!(f, "unexpected answer from {url} (HTTP {status}): {reason}"),
+            // The client's own wording: `MESSAGE (CODE, HTTP STATUS)`, `unexpected answer …`.
+            other => write!(f, "{other}"),
         }
     }
 }
 
 impl std::error::Error for ApiError {}
-
-impl ApiError {
-    /// Whether the hub could not be reached at all (worth trying again later).
-    fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            ApiError::Unreachable { .. } | ApiError::Timeout { .. }
-        )
-    }
-
-    /// The error of the API client's `e`, with the token's source said when the hub refused
-    /// it.
-    fn of(e: ClientError, source: &TokenSource) -> Self {
-        match e {
-            ClientError::Unreachable { server, reason } => ApiError::Unreachable { server, reason },
-            ClientError::Timeout { server, after } => ApiError::Timeout { server, after },
-            ClientError::Unauthorized { server, message } => ApiError::Unauthorized {
-                server,
-                source: source.clone(),
-                message,
-            },
-            ClientError::Api {
-                status,
-                code,
-                message,
-            } => ApiError::Api {
-                status,
-                code,
-                message,
-            },
-            ClientError::Unexpected {
-                url,
-                status,
-                reason,
-            } => ApiError::Unexpected {
-                url,
-                status,
-                reason,
-            },
-            ClientError::Setup(reason) => ApiError::Unexpected {
-                url: String::new(),
-                status: 0,
-                reason,
-            },
-        }
-    }
-}
 
 // ------------------------------------------------------------------------------------------
 // The client.
@@ -358,8 +263,11 @@ impl Client {
     }
 
     /// The client's error as the CLI says it.
-    pub fn error(&self, e: ClientError) -> ApiError {
-        ApiError::of(e, &self.source)
+    pub fn error(&self, error: ClientError) -> ApiError {
+        ApiError {
+            error,
+            source: self.source.clone(),
+        }
     }
 
     /// `GET` → the JSON answer.
@@ -440,16 +348,21 @@ mod tests {
 
     #[test]
     fn api_errors_read_as_one_line() {
-        let e = ApiError::Api {
-            status: 409,
-            code: "allocation_failed".into(),
-            message: "no live agent".into(),
+        let e = ApiError {
+            error: ClientError::Api {
+                status: 409,
+                code: "allocation_failed".into(),
+                message: "no live agent".into(),
+            },
+            source: TokenSource::Env,
         };
         assert_eq!(e.to_string(), "no live agent (allocation_failed, HTTP 409)");
-        let e = ApiError::Unauthorized {
-            server: "http://h:1".into(),
+        let e = ApiError {
+            error: ClientError::Unauthorized {
+                server: "http://h:1".into(),
+                message: "invalid token".into(),
+            },
             source: TokenSource::Env,
-            message: "invalid token".into(),
         };
         let text = e.to_string();
         assert!(
@@ -528,7 +441,7 @@ mod tests {
             &url,
         ));
         let text = e.to_string();
-        assert!(matches!(e, ApiError::Unauthorized { .. }));
+        assert!(matches!(e.error, ClientError::Unauthorized { .. }));
         assert!(
             !text.contains("silk_x_secret") && text.contains("--token"),
             "{text}"
@@ -537,7 +450,10 @@ mod tests {
             c.api()
                 .error_answer(reqwest::StatusCode::NOT_FOUND, b"{}", &url),
         );
-        assert!(matches!(e, ApiError::Unexpected { status: 404, .. }));
+        assert!(matches!(
+            e.error,
+            ClientError::Unexpected { status: 404, .. }
+        ));
         assert!(!format!("{c:?}").contains("secret"));
     }
 }

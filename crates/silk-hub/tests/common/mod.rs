@@ -42,9 +42,8 @@ pub fn ttl() -> TtlPolicy {
     }
 }
 
-/// What a fake agent does to be live: registers `agent` (capacity 16), then heartbeats every
-/// `HEARTBEAT_MS` of tokio's time, stamped with `clock`, until its task is aborted.
-pub async fn fake_presence(bus: InProcessBus, clock: Arc<dyn Clock>, agent: AgentId) {
+/// Registers the fake agent `agent` (capacity 16), stamped with `clock`.
+pub async fn register_fake(bus: &InProcessBus, clock: &dyn Clock, agent: &AgentId) {
     let register = Register {
         agent: agent.clone(),
         host: "fake-host".into(),
@@ -60,6 +59,12 @@ pub async fn fake_presence(bus: InProcessBus, clock: Arc<dyn Clock>, agent: Agen
     )
     .await
     .expect("register");
+}
+
+/// What a fake agent does to be live: registers `agent`, then heartbeats every
+/// `HEARTBEAT_MS` of tokio's time, stamped with `clock`, until its task is aborted.
+pub async fn fake_presence(bus: InProcessBus, clock: Arc<dyn Clock>, agent: AgentId) {
+    register_fake(&bus, &*clock, &agent).await;
     let mut tick = tokio::time::interval(Duration::from_millis(HEARTBEAT_MS));
     for seq in 1.. {
         tick.tick().await;

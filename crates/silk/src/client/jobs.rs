@@ -7,6 +7,7 @@ use super::runs::{allocation_failure_is_one_line, print_runs, started};
 use super::{Answer, ApiError, Client, Conn, parse};
 use clap::{Args, Subcommand};
 use serde_json::Value;
+use silk_api::client::ClientError;
 use silk_api::jobs::{Job as JobView, TriggerRequest};
 use silk_api::runs::RunView;
 use std::path::PathBuf;
@@ -126,8 +127,8 @@ fn answered(
     let Some((text, name)) = file else {
         return Err(e.into());
     };
-    match &e {
-        ApiError::Api {
+    match &e.error {
+        ClientError::Api {
             status,
             code,
             message,

@@ -8,7 +8,7 @@
 use super::cursor_text;
 use super::output::{out, timestamp};
 use super::sse::SseParser;
-use super::{ApiError, Client, Conn};
+use super::{Client, Conn};
 use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
@@ -268,7 +268,7 @@ async fn follow(
         {
             Ok(r) => r,
             // A hub that went away after the stream started is waited for.
-            Err(e @ (ApiError::Unreachable { .. } | ApiError::Timeout { .. })) if connected => {
+            Err(e) if connected && e.error.is_transient() => {
                 if !unreachable {
                     eprintln!("{e}; still trying");
                     unreachable = true;

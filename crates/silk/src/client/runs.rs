@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
+use silk_api::ErrorCode;
 use silk_api::runs::{RestartRequest, RunView, RunsParams};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -355,7 +356,8 @@ pub fn allocation_failure_is_one_line(
 ) -> anyhow::Result<Option<Answer>> {
     match answer {
         Ok(answer) => Ok(Some(answer)),
-        Err(ApiError::Api { code, message, .. }) if code == "allocation_failed" => {
+        Err(e) if e.error.code() == Some(ErrorCode::AllocationFailed) => {
+            let message = e.error.message().unwrap_or_default();
             eprintln!("error: the run could not be allocated: {message}");
             Ok(None)
         }
@@ -481,7 +483,7 @@ async fn follow(client: &Client, first: RunView) -> anyhow::Result<(RunView, Ans
                     None => {}
                 }
             }
-            Err(e) if e.is_transient() => {
+            Err(e) if e.error.is_transient() => {
                 if !unreachable {
                     let text = format!("{e}; still trying");
                     match &bar {
