@@ -7,6 +7,8 @@
 //!   and it is fast enough (tens of thousands of pages a second on one core) for benchmarks.
 //! - [`hostile`]: servers that misbehave on purpose (garbage, truncation, endless
 //!   redirects, huge or slow bodies, bad encodings, hangs, arbitrary status codes).
+//! - [`git`]: a real git server (git's `http-backend` behind basic auth) and a working
+//!   repository to commit, tag and push to it.
 //! - [`eventually`]: the one polling helper, for what no event announces.
 //!
 //! This crate must not depend on any other Silk crate (everything may depend on it in
@@ -16,6 +18,7 @@
 pub mod demo;
 mod error;
 mod eventually;
+pub mod git;
 pub mod hostile;
 pub mod mutate;
 mod rng;
@@ -24,6 +27,7 @@ mod server;
 pub use demo::{DemoConfig, DemoSite, DemoStats, PageInfo};
 pub use error::TestkitError;
 pub use eventually::{POLL_EVERY, eventually, eventually_blocking};
+pub use git::{GitServer, WorkRepo};
 pub use hostile::{HostileKind, HostileServer};
 
 /// A TCP port that was free on `127.0.0.1` a moment ago (the kernel's pick for port 0).
