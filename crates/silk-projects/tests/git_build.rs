@@ -56,7 +56,10 @@ fn spec(command: Option<&str>, timeout_ms: Option<u64>) -> BuildSpec {
     }
 }
 
-fn collecting() -> (LogFn, Arc<parking_lot::Mutex<Vec<(Stream, String)>>>) {
+/// The lines a build logged.
+type Lines = Arc<parking_lot::Mutex<Vec<(Stream, String)>>>;
+
+fn collecting() -> (LogFn, Lines) {
     let lines = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let sink = lines.clone();
     let log: LogFn = Arc::new(move |stream, line| sink.lock().push((stream, line)));
