@@ -19,6 +19,7 @@ use crate::model::{
     AgentRow, AllocationRow, JobRow, LeaseRow, Level, LogLine, LogQuery, MAX_PAGE, NewLogLine,
     RunFilter, RunRow, TokenRow, run_lease_name,
 };
+use crate::projects::{ARTIFACT_CHUNK, ProjectRow, VersionRow, build_log_key};
 use crate::store::MetaStore;
 use async_trait::async_trait;
 use serde_json::json;
@@ -53,7 +54,9 @@ macro_rules! store_conformance_tests {
             tokens_lifecycle, items_idempotent, items_paging, items_concurrent_inserts,
             leases_acquire_renew_release, leases_expire_and_are_taken_over,
             leases_concurrent_acquire, leases_prefix_listing, runs_written_under_a_lease,
-            reopen_keeps_data, concurrent_open);
+            reopen_keeps_data, concurrent_open, projects_crud, versions_queue_and_lease,
+            project_delete_takes_its_versions_logs_and_deliveries, artifacts_in_chunks,
+            settings_first_value_wins);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -1568,4 +1571,287 @@ pub async fn concurrent_open(f: &dyn StoreFactory) {
     ra.expect("append via a");
     rb.expect("append via b");
     assert_eq!(logs(&*c, LogQuery::new("r1")).await.len(), 2);
+}
+
+fn project(name: &str) -> ProjectRow {
+    ProjectRow {
+        name: name.to_owned(),
+        doc: json!({"git_url": format!("https://git.example/{name}.git"), "password": "v1:sealed"}),
+        created_ms: T0,
+        updated_ms: T0,
+    }
+}
+
+fn version(project: &str, version: &str, build: &str, state: &str, created_ms: u64) -> VersionRow {
+    VersionRow {
+        project: project.to_owned(),
+        version: version.to_owned(),
+        build_id: build.to_owned(),
+        state: state.to_owned(),
+        created_ms,
+        artifact: None,
+        doc: json!({"tag": format!("release/{project}/{version}")}),
+    }
+}
+
+/// Projects: create (a taken name conflicts), get, list by name, update (a missing one is
+/// NotFound), documents round-trip.
+pub async fn projects_crud(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    assert_eq!(s.get_project("shop").await.expect("get"), None);
+    s.create_project(&project("shop")).await.expect("create");
+    s.create_project(&project("blog")).await.expect("create");
+    let e = s.create_project(&project("shop")).await.unwrap_err();
+    assert!(matches!(e, StoreError::Conflict { .. }), "{e}");
+    let names: Vec<String> = s
+        .list_projects()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, ["blog", "shop"]);
+    let mut shop = project("shop");
+    shop.doc = json!({"git_url": "https://other.example/shop.git"});
+    shop.updated_ms = T0 + 5;
+    s.update_project(&shop).await.expect("update");
+    assert_eq!(s.get_project("shop").await.expect("get"), Some(shop));
+    let e = s.update_project(&project("nope")).await.unwrap_err();
+    assert!(matches!(e, StoreError::NotFound { .. }), "{e}");
+}
+
+/// Versions: inserted once per (project, version) (a second insert is a no-op, a reused
+/// build id conflicts), listed newest first per project and oldest first per state, found by
+/// build id, written under a lease only while it is held, deleted with their log lines.
+pub async fn versions_queue_and_lease(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    s.create_project(&project("shop")).await.expect("create");
+    assert!(
+        s.insert_version(&version("shop", "1.0", "b1", "queued", T0))
+            .await
+            .expect("insert")
+    );
+    assert!(
+        !s.insert_version(&version("shop", "1.0", "b9", "queued", T0 + 1))
+            .await
+            .expect("insert"),
+        "the same version twice is one version"
+    );
+    let e = s
+        .insert_version(&version("shop", "2.0", "b1", "queued", T0))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Conflict { .. }), "{e}");
+    assert!(
+        s.insert_version(&version("shop", "1.1", "b2", "queued", T0 + 2))
+            .await
+            .expect("insert")
+    );
+    assert!(
+        s.insert_version(&version("blog", "0.1", "b3", "queued", T0 + 1))
+            .await
+            .expect("insert")
+    );
+    let listed: Vec<String> = s
+        .list_versions("shop")
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|v| v.version)
+        .collect();
+    assert_eq!(listed, ["1.1", "1.0"]);
+    let queued: Vec<String> = s
+        .list_versions_in_state("queued")
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|v| v.build_id)
+        .collect();
+    assert_eq!(queued, ["b1", "b3", "b2"]);
+    assert_eq!(
+        s.get_version_by_build("b3")
+            .await
+            .expect("get")
+            .expect("b3")
+            .project,
+        "blog"
+    );
+
+    let lease = "build:shop";
+    let mut v = version("shop", "1.0", "b1", "building", T0);
+    assert!(
+        !s.put_version_held(&v, lease, "hub-a").await.expect("put"),
+        "no lease, no write"
+    );
+    assert!(
+        s.acquire_lease(lease, "hub-a", 60_000)
+            .await
+            .expect("acquire")
+    );
+    assert!(s.put_version_held(&v, lease, "hub-a").await.expect("put"));
+    assert!(!s.put_version_held(&v, lease, "hub-b").await.expect("put"));
+    v.state = "ready".into();
+    v.artifact = Some("ab".repeat(32));
+    s.put_version(&v).await.expect("put");
+    assert_eq!(
+        s.get_version("shop", "1.0").await.expect("get"),
+        Some(v.clone())
+    );
+    assert!(
+        s.list_versions_in_state("building")
+            .await
+            .expect("list")
+            .is_empty()
+    );
+
+    s.append_logs(&[NewLogLine {
+        run_id: build_log_key("b1"),
+        ts_ms: T0,
+        level: Level::Info,
+        source: "stdout".into(),
+        message: "built".into(),
+    }])
+    .await
+    .expect("log");
+    assert!(s.delete_version("shop", "1.0").await.expect("delete"));
+    assert!(!s.delete_version("shop", "1.0").await.expect("delete"));
+    assert!(
+        s.query_logs(&LogQuery::new(build_log_key("b1")))
+            .await
+            .expect("logs")
+            .is_empty()
+    );
+}
+
+/// Deleting a project takes its versions, their build logs and its deliveries, and nothing
+/// of another project; deliveries are recorded once and expire.
+pub async fn project_delete_takes_its_versions_logs_and_deliveries(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    for name in ["shop", "blog"] {
+        s.create_project(&project(name)).await.expect("create");
+        let build = format!("{name}-b");
+        s.insert_version(&version(name, "1.0", &build, "ready", T0))
+            .await
+            .expect("insert");
+        s.append_logs(&[NewLogLine {
+            run_id: build_log_key(&build),
+            ts_ms: T0,
+            level: Level::Info,
+            source: "silk".into(),
+            message: format!("{name} built"),
+        }])
+        .await
+        .expect("log");
+        assert!(s.record_delivery(name, "d-1", T0).await.expect("delivery"));
+        assert!(
+            !s.record_delivery(name, "d-1", T0 + 1)
+                .await
+                .expect("delivery"),
+            "seen"
+        );
+    }
+    assert!(s.delete_project("shop").await.expect("delete"));
+    assert!(!s.delete_project("shop").await.expect("delete"));
+    assert_eq!(s.get_project("shop").await.expect("get"), None);
+    assert!(s.list_versions("shop").await.expect("list").is_empty());
+    assert!(
+        s.query_logs(&LogQuery::new(build_log_key("shop-b")))
+            .await
+            .expect("logs")
+            .is_empty()
+    );
+    assert!(
+        s.record_delivery("shop", "d-1", T0)
+            .await
+            .expect("delivery"),
+        "forgotten"
+    );
+    assert_eq!(s.list_versions("blog").await.expect("list").len(), 1);
+    assert_eq!(
+        s.query_logs(&LogQuery::new(build_log_key("blog-b")))
+            .await
+            .expect("logs")
+            .len(),
+        1
+    );
+    assert!(
+        !s.record_delivery("blog", "d-1", T0)
+            .await
+            .expect("delivery")
+    );
+    assert_eq!(
+        s.delete_deliveries_before(T0 + 1).await.expect("retention"),
+        2
+    );
+    assert!(
+        s.record_delivery("blog", "d-1", T0)
+            .await
+            .expect("delivery")
+    );
+}
+
+/// Artifacts: chunks round-trip byte for byte (every byte value), are counted, replaced,
+/// deleted; a chunk over the limit is BadData; `artifact_in_use` follows the versions.
+pub async fn artifacts_in_chunks(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let sha = "cd".repeat(32);
+    let first: Vec<u8> = (0..=255u8).cycle().take(ARTIFACT_CHUNK).collect();
+    s.put_artifact_chunk(&sha, 0, &first).await.expect("put");
+    s.put_artifact_chunk(&sha, 1, b"old").await.expect("put");
+    s.put_artifact_chunk(&sha, 1, b"tail")
+        .await
+        .expect("replace");
+    assert_eq!(s.count_artifact_chunks(&sha).await.expect("count"), 2);
+    assert_eq!(
+        s.get_artifact_chunk(&sha, 0).await.expect("get").as_deref(),
+        Some(&first[..])
+    );
+    assert_eq!(
+        s.get_artifact_chunk(&sha, 1).await.expect("get").as_deref(),
+        Some(&b"tail"[..])
+    );
+    assert_eq!(s.get_artifact_chunk(&sha, 2).await.expect("get"), None);
+    let big = vec![0u8; ARTIFACT_CHUNK + 1];
+    let e = s.put_artifact_chunk(&sha, 2, &big).await.unwrap_err();
+    assert!(matches!(e, StoreError::BadData { .. }), "{e}");
+    assert!(!s.artifact_in_use(&sha).await.expect("in use"));
+    let mut v = version("shop", "1.0", "b1", "ready", T0);
+    v.artifact = Some(sha.clone());
+    s.put_version(&v).await.expect("put");
+    assert!(s.artifact_in_use(&sha).await.expect("in use"));
+    s.delete_version("shop", "1.0").await.expect("delete");
+    assert!(!s.artifact_in_use(&sha).await.expect("in use"));
+    assert_eq!(s.delete_artifact(&sha).await.expect("delete"), 2);
+    assert_eq!(s.count_artifact_chunks(&sha).await.expect("count"), 0);
+}
+
+/// Settings: the first value stored wins, also between concurrent callers.
+pub async fn settings_first_value_wins(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    assert_eq!(s.get_setting("key_check").await.expect("get"), None);
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            s.put_setting_if_absent("key_check", &format!("v{i}"))
+                .await
+                .expect("put")
+        }));
+    }
+    let mut seen = BTreeSet::new();
+    for t in tasks {
+        seen.insert(t.await.expect("task"));
+    }
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let winner = seen.into_iter().next().expect("one");
+    assert_eq!(
+        s.get_setting("key_check").await.expect("get"),
+        Some(winner.clone())
+    );
+    assert_eq!(
+        s.put_setting_if_absent("key_check", "later")
+            .await
+            .expect("put"),
+        winner
+    );
 }

@@ -73,8 +73,10 @@ pub mod error;
 mod held;
 pub mod model;
 mod postgres;
+pub mod projects;
 mod redact;
 mod sql;
+mod sql_projects;
 mod sqlite;
 pub mod store;
 pub mod testing;
@@ -84,6 +86,7 @@ pub use model::{
     AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery, MAX_PAGE,
     NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
 };
+pub use projects::{ARTIFACT_CHUNK, ProjectRow, ProjectStore, VersionRow, build_log_key};
 pub use redact::redact_url;
 pub use store::MetaStore;
 

@@ -76,3 +76,8 @@ crate::sql::impl_meta_store!(
     c = " COLLATE \"C\"",
     now = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 );
+crate::sql_projects::impl_project_store!(
+    store = PgStore,
+    db = sqlx::Postgres,
+    c = " COLLATE \"C\""
+);

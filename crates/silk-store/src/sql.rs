@@ -44,6 +44,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0002_leases",
         sql: include_str!("../migrations/0002_leases.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_projects",
+        sql: include_str!("../migrations/0003_projects.sql"),
+    },
 ];
 
 /// The table that records applied migrations (created at open if missing).

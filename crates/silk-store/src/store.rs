@@ -10,9 +10,10 @@ use async_trait::async_trait;
 
 /// The control plane's metadata store. Every call is one transaction: it happened entirely or
 /// not at all. Lists are ordered as documented per method (text ordering is by bytes on every
-/// backend).
+/// backend). Projects, versions, artifacts and settings are its
+/// [`crate::projects::ProjectStore`] half.
 #[async_trait]
-pub trait MetaStore: Send + Sync + std::fmt::Debug {
+pub trait MetaStore: crate::projects::ProjectStore + Send + Sync + std::fmt::Debug {
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
 

@@ -71,14 +71,19 @@ async fn tables_live_in_the_search_path_schema() {
         [
             "agents",
             "allocations",
+            "artifact_chunks",
+            "deliveries",
             "items",
             "jobs",
             "leases",
             "log_lines",
+            "projects",
             "runs",
             "seq_counters",
+            "settings",
             "silk_migrations",
-            "tokens"
+            "tokens",
+            "versions"
         ]
     );
     store.close().await;
