@@ -11,6 +11,9 @@ use crate::ErrorCode;
 use crate::agents::AgentView;
 use crate::jobs::{Job, JobSpec, TriggerRequest};
 use crate::logs::{EventParams, LogPage, LogParams};
+use crate::projects::{
+    BuildLog, BuildLogParams, BuildRequest, NewProject, ProjectRequest, ProjectView, VersionView,
+};
 use crate::runs::{ItemsPage, ItemsParams, RestartRequest, RunRequest, RunView, RunsParams};
 use crate::tokens::{NewToken, TokenRequest, TokenView};
 use serde::Serialize;
@@ -504,6 +507,129 @@ impl Client {
     /// `DELETE /api/v1/tokens/{id}` (admin).
     pub async fn delete_token(&self, id: &str) -> Result<(), ClientError> {
         self.delete(&["api", "v1", "tokens", id]).await.map(drop)
+    }
+
+    /// `GET /api/v1/projects`.
+    pub async fn projects(&self) -> Result<Vec<ProjectView>, ClientError> {
+        self.get(&["api", "v1", "projects"])
+            .await?
+            .parse("a list of projects")
+    }
+
+    /// `GET /api/v1/projects/{name}`.
+    pub async fn project(&self, name: &str) -> Result<ProjectView, ClientError> {
+        self.get(&["api", "v1", "projects", name])
+            .await?
+            .parse("a project")
+    }
+
+    /// `POST /api/v1/projects` (admin): the only answer that holds the webhook secret.
+    pub async fn create_project(
+        &self,
+        request: &ProjectRequest,
+    ) -> Result<NewProject, ClientError> {
+        self.post(&["api", "v1", "projects"], &to_json(request)?)
+            .await?
+            .parse("a new project")
+    }
+
+    /// `PATCH /api/v1/projects/{name}` (admin) with a JSON merge patch.
+    pub async fn patch_project(
+        &self,
+        name: &str,
+        patch: &Value,
+    ) -> Result<ProjectView, ClientError> {
+        self.patch(&["api", "v1", "projects", name], patch)
+            .await?
+            .parse("a project")
+    }
+
+    /// `DELETE /api/v1/projects/{name}` (admin).
+    pub async fn delete_project(&self, name: &str) -> Result<(), ClientError> {
+        self.delete(&["api", "v1", "projects", name])
+            .await
+            .map(drop)
+    }
+
+    /// `POST /api/v1/projects/{name}/builds`: the queued version.
+    pub async fn build_project(
+        &self,
+        name: &str,
+        request: &BuildRequest,
+    ) -> Result<VersionView, ClientError> {
+        self.post(
+            &["api", "v1", "projects", name, "builds"],
+            &to_json(request)?,
+        )
+        .await?
+        .parse("a version")
+    }
+
+    /// `GET /api/v1/projects/{name}/versions`, newest first.
+    pub async fn versions(&self, name: &str) -> Result<Vec<VersionView>, ClientError> {
+        self.get(&["api", "v1", "projects", name, "versions"])
+            .await?
+            .parse("a list of versions")
+    }
+
+    /// `GET /api/v1/projects/{name}/versions/{version}`.
+    pub async fn version(&self, name: &str, version: &str) -> Result<VersionView, ClientError> {
+        self.get(&["api", "v1", "projects", name, "versions", version])
+            .await?
+            .parse("a version")
+    }
+
+    /// `DELETE /api/v1/projects/{name}/versions/{version}`.
+    pub async fn delete_version(&self, name: &str, version: &str) -> Result<(), ClientError> {
+        self.delete(&["api", "v1", "projects", name, "versions", version])
+            .await
+            .map(drop)
+    }
+
+    /// `GET /api/v1/projects/{name}/versions/{version}/log`: a page of the build log.
+    pub async fn build_log(
+        &self,
+        name: &str,
+        version: &str,
+        params: &BuildLogParams,
+    ) -> Result<BuildLog, ClientError> {
+        self.get_with(
+            &["api", "v1", "projects", name, "versions", version, "log"],
+            &params.pairs(),
+        )
+        .await?
+        .parse("a build log")
+    }
+
+    /// `GET /api/v1/projects/{name}/versions/{version}/log` as server-sent events (`log`,
+    /// `version`, `end`), read by the caller.
+    pub async fn follow_build_log(
+        &self,
+        name: &str,
+        version: &str,
+        params: &BuildLogParams,
+    ) -> Result<reqwest::Response, ClientError> {
+        self.stream(
+            &["api", "v1", "projects", name, "versions", version, "log"],
+            &params.pairs(),
+        )
+        .await
+    }
+
+    /// `GET /api/v1/projects/{name}/versions/{version}/artifact`: the packed directory, read
+    /// by the caller (`X-Silk-Sha256` is its SHA-256).
+    pub async fn artifact(
+        &self,
+        name: &str,
+        version: &str,
+    ) -> Result<reqwest::Response, ClientError> {
+        self.stream(
+            &[
+                "api", "v1", "projects", name, "versions", version, "artifact",
+            ],
+            &[],
+        )
+        .await
     }
 
     // --------------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ impl Default for ApiOptions {
 pub struct ApiError(silk_api::ApiError);
 
 impl ApiError {
-    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self(silk_api::ApiError::new(code, message))
     }
 
@@ -133,7 +133,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -160,9 +160,14 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// The API router and its OpenAPI document, from the same declarations.
-fn api_routes() -> (Router<HubHandle>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+/// The API routes that need a token, those that do not (webhooks: their signature is the
+/// authentication), and the OpenAPI document of both, from the same declarations.
+fn api_routes() -> (
+    Router<HubHandle>,
+    Router<HubHandle>,
+    utoipa::openapi::OpenApi,
+) {
+    let (authed, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(list_agents))
         .routes(routes!(list_jobs, create_job))
         .routes(routes!(get_job, patch_job, delete_job))
@@ -178,12 +183,16 @@ fn api_routes() -> (Router<HubHandle>, utoipa::openapi::OpenApi) {
         .routes(routes!(run_items))
         .routes(routes!(list_tokens, create_token))
         .routes(routes!(delete_token))
-        .split_for_parts()
+        .merge(crate::project_api::routes())
+        .split_for_parts();
+    let (public, public_doc) = crate::project_api::public_routes().split_for_parts();
+    doc.merge(public_doc);
+    (authed, public, doc)
 }
 
 /// The OpenAPI document of the API.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_routes().1
+    api_routes().2
 }
 
 impl HubHandle {
@@ -200,7 +209,7 @@ impl HubHandle {
 
 /// The whole HTTP app: API (with auth per `options`), UI, health, metrics.
 pub(crate) fn router(hub: HubHandle, options: ApiOptions) -> Router {
-    let (api, doc) = api_routes();
+    let (api, public, doc) = api_routes();
     let doc_json = doc.to_pretty_json().unwrap_or_else(|_| "{}".into());
     let api = api
         .layer(axum::middleware::from_fn_with_state(
@@ -222,6 +231,9 @@ pub(crate) fn router(hub: HubHandle, options: ApiOptions) -> Router {
             }),
         )
         .merge(api)
+        .merge(public.layer(axum::extract::DefaultBodyLimit::max(
+            crate::project_api::MAX_WEBHOOK_BYTES,
+        )))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .with_state(hub)
         .merge(crate::ui::routes())
@@ -303,12 +315,18 @@ fn cross_site(request: &Request) -> Option<String> {
 }
 
 fn require_admin(principal: &Principal) -> ApiResult<()> {
+    require_admin_for(principal, "manage tokens")
+}
+
+/// Refuses a token that is not an admin's, naming what only an admin may do.
+pub(crate) fn require_admin_for(principal: &Principal, what: &str) -> ApiResult<()> {
     if principal.admin {
         Ok(())
     } else {
+        tracing::warn!(token = %principal.token_id, "refused: only an admin token may {what}");
         Err(ApiError::new(
             ErrorCode::Forbidden,
-            "only an admin token may manage tokens",
+            format!("only an admin token may {what}"),
         ))
     }
 }
@@ -360,7 +378,7 @@ pub const MAX_BODY_BYTES: usize = 2 << 20;
 
 /// A request body, read up to [`MAX_BODY_BYTES`]; a larger one, or one that cannot be read,
 /// is refused with a JSON error (`413 too_large`, `400 bad_request`).
-struct Body(Bytes);
+pub(crate) struct Body(pub(crate) Bytes);
 
 impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
     type Rejection = ApiError;
@@ -381,7 +399,7 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for Body {
 }
 
 /// Parses a JSON body; the error names the field (`spider: invalid type: …`) and the place.
-fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -607,7 +625,7 @@ async fn restart_run(
 }
 
 /// The API's view of a stored log line.
-fn log_line_view(l: silk_store::LogLine) -> LogLineView {
+pub(crate) fn log_line_view(l: silk_store::LogLine) -> LogLineView {
     use silk_api::logs::Level as L;
     LogLineView {
         id: l.id,

@@ -56,6 +56,13 @@ pub struct HubConfig {
     /// forever. Default 3. (A request whose lease expires uses up a retry each time, so
     /// `max_retries` bounds that case.)
     pub poison_after_losses: u32,
+    /// The key that seals projects' passwords and webhook secrets in the store (base64 or
+    /// hex of 32 bytes; `SILK_SECRET_KEY`). `None`: the key file `DATA_DIR/secret.key`, made
+    /// at first start. Hubs that share a store must share the key.
+    pub secret_key: Option<String>,
+    /// How projects' versions are built on this hub (container engine, parallel builds,
+    /// versions kept).
+    pub builds: crate::builds::BuildSettings,
 }
 
 impl HubConfig {
@@ -77,6 +84,8 @@ impl HubConfig {
             frontier_prefix: "silk".into(),
             ownership_ttl_ms: 15_000,
             poison_after_losses: 3,
+            secret_key: None,
+            builds: crate::builds::BuildSettings::default(),
         }
     }
 }

@@ -95,6 +95,28 @@ pub enum HubError {
         /// The hub that holds the run's lease.
         hub: String,
     },
+    /// A project, a build request or a webhook body that cannot be accepted (the message
+    /// names the field).
+    #[error("invalid project: {0}")]
+    BadProject(String),
+    /// No project with that name.
+    #[error("no project `{0}`")]
+    NoSuchProject(String),
+    /// No such version of the project.
+    #[error("project `{project}` has no version `{version}`")]
+    NoSuchVersion {
+        /// The project.
+        project: String,
+        /// The version asked for.
+        version: String,
+    },
+    /// A webhook delivery that is not signed with the project's secret.
+    #[error("{0}")]
+    WebhookRefused(String),
+    /// A secret that does not open with this hub's key (the message names whose, never the
+    /// value).
+    #[error("secrets: {0}")]
+    Secrets(String),
 }
 
 impl HubError {
@@ -104,9 +126,13 @@ impl HubError {
             HubError::Allocation(AllocationError::NotEnoughAgents { .. }) => {
                 ErrorCode::AllocationFailed
             }
-            HubError::BadLabelFilter { .. } | HubError::BadRun(_) | HubError::BadJob(_) => {
-                ErrorCode::BadRequest
-            }
+            HubError::BadLabelFilter { .. }
+            | HubError::BadRun(_)
+            | HubError::BadJob(_)
+            | HubError::BadProject(_) => ErrorCode::BadRequest,
+            HubError::NoSuchProject(_) | HubError::NoSuchVersion { .. } => ErrorCode::NotFound,
+            HubError::WebhookRefused(_) => ErrorCode::Unauthorized,
+            HubError::Secrets(_) => ErrorCode::Storage,
             HubError::BadConfig(_) => ErrorCode::BadConfig,
             HubError::AllocationFailed { .. } => ErrorCode::AllocationFailed,
             HubError::NoSuchRun(_) | HubError::NoSuchJob(_) | HubError::NoSuchToken(_) => {

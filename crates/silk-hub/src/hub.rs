@@ -118,6 +118,7 @@ impl Hub {
             None => format!("sqlite://{}", config.data_dir.join("silk.db").display()),
         };
         let store = silk_store::open(&store_url).await?;
+        let secrets = open_secrets(&config, store.as_ref()).await?;
         let mut registry = AgentRegistry::new(config.phi)?;
         let now = clock.now_ms();
         for row in store.list_agents().await? {
@@ -154,6 +155,7 @@ impl Hub {
             },
             stop: stop.subscribe(),
         };
+        let build_settings = config.builds.clone();
         let shared = Arc::new(HubCore {
             config,
             bus,
@@ -182,6 +184,7 @@ impl Hub {
             hub_id,
             starting: Mutex::new(std::collections::HashSet::new()),
             undrivable: Mutex::new(std::collections::HashSet::new()),
+            builds: crate::builds::Builds::new(secrets, build_settings),
         });
         // Per-hub durables: every hub reads every registration, and the results of the
         // downloads it sent (`results.{hub id}`).
@@ -231,9 +234,29 @@ impl Hub {
         tokio::spawn(crate::ownership::ownership_loop(shared.clone()));
         crate::sinks::resume_pending(&shared).await;
         tokio::spawn(crate::scheduler::scheduler(shared.clone(), ended_rx));
+        tokio::spawn(crate::builds::build_loop(shared.clone()));
         tracing::info!(hub = %shared.hub_id, data_dir = %shared.config.data_dir.display(), store = shared.store.backend(), frontier = if shared.config.frontier_url.is_some() { "redis" } else { "embedded" }, "hub started");
         Ok(HubHandle { shared })
     }
+}
+
+/// The hub's secret key (`HubConfig::secret_key`, else the data dir's key file), checked
+/// against the store: the first hub of a store leaves a check value there, and a hub whose key
+/// does not open it refuses to start (it could not open the store's secrets).
+async fn open_secrets(
+    config: &HubConfig,
+    store: &dyn MetaStore,
+) -> Result<silk_projects::secrets::SecretBox, HubError> {
+    let secrets =
+        silk_projects::secrets::SecretBox::load(&config.data_dir, config.secret_key.as_deref())
+            .map_err(|e| HubError::BadConfig(e.to_string()))?;
+    let stored = store
+        .put_setting_if_absent("secret_key_check", &secrets.check_value())
+        .await?;
+    secrets
+        .check_store(&stored)
+        .map_err(|e| HubError::BadConfig(e.to_string()))?;
+    Ok(secrets)
 }
 
 /// Which runs to list.
@@ -615,6 +638,10 @@ impl HubHandle {
         let drivers: Vec<JoinHandle<()>> = std::mem::take(&mut *self.shared.drivers.lock());
         for d in drivers {
             let _ = d.await;
+        }
+        // Builds in progress queue their versions again.
+        for b in self.shared.builds.take_tasks() {
+            let _ = b.await;
         }
         // The runs' leases went back as their loops ended; the scheduler's goes now.
         if let Err(e) = self

@@ -52,12 +52,14 @@
 pub mod allocation;
 pub mod api;
 pub mod auth;
+pub mod builds;
 mod config;
 mod dispatch;
 pub mod error;
 mod feeds;
 mod files;
 pub mod hub;
+mod hub_projects;
 mod items;
 pub mod jobs;
 mod launch;
@@ -68,6 +70,8 @@ mod outcomes;
 mod ownership;
 pub mod phi;
 mod presence;
+mod project;
+mod project_api;
 pub mod registry;
 mod repo;
 mod routed;
@@ -83,10 +87,12 @@ mod ui;
 pub use allocation::{Allocation, AllocationError, Route, allocate};
 pub use api::{ApiOptions, openapi};
 pub use auth::ADMIN_TOKEN_FILE;
+pub use builds::BuildSettings;
 pub use config::HubConfig;
 pub use error::HubError;
 pub use files::KnownAgent;
 pub use hub::{Hub, HubHandle, RunQuery};
+pub use hub_projects::WebhookAnswer;
 pub use phi::{PhiConfig, PhiDetector};
 pub use registry::{
     AgentRegistry, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,

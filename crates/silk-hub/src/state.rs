@@ -67,6 +67,8 @@ pub(crate) struct HubCore {
     pub(crate) starting: Mutex<std::collections::HashSet<RunId>>,
     /// Runs seen open in the store that this hub cannot drive (logged once).
     pub(crate) undrivable: Mutex<std::collections::HashSet<RunId>>,
+    /// The build queue of projects' versions, and the secret key.
+    pub(crate) builds: crate::builds::Builds,
 }
 
 impl HubCore {

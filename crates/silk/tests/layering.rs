@@ -36,8 +36,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "silk-store",
             "silk-schedule",
             "silk-router",
+            "silk-projects",
         ],
     ),
+    ("silk-projects", &["silk-api", "silk-core"]),
 ];
 
 #[test]
@@ -110,6 +112,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "error",
             "jobs",
             "phi",
+            "project",
             "registry",
             "registry_tests",
             "routed",
@@ -126,6 +129,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
     (
         "services",
         &[
+            "builds",
             "feeds",
             "launch",
             "ownership",
@@ -135,8 +139,8 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "sinks",
         ],
     ),
-    ("facade", &["hub"]),
-    ("edge", &["api", "auth", "taskhub", "ui"]),
+    ("facade", &["hub", "hub_projects"]),
+    ("edge", &["api", "auth", "project_api", "taskhub", "ui"]),
 ];
 
 /// Top-level modules of a crate (`src/NAME.rs` or `src/NAME/`) and, for each, the other
