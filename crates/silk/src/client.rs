@@ -20,6 +20,7 @@ mod jobfile;
 mod jobs;
 mod logs;
 mod output;
+mod projects;
 mod runs;
 mod sse;
 mod tokens;
@@ -28,6 +29,7 @@ pub use agents::{AgentsArgs, agents};
 pub use items::{ItemsArgs, items};
 pub use jobs::{JobsArgs, jobs};
 pub use logs::{LogsArgs, logs};
+pub use projects::{ProjectsArgs, VersionsArgs, projects, versions};
 pub use runs::{RunArgs, RunsArgs, run, runs};
 pub use tokens::{TokensArgs, tokens};
 

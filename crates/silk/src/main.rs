@@ -58,6 +58,10 @@ enum Command {
     Agents(client::AgentsArgs),
     /// The hub's API tokens: list, create NAME (printed once), delete ID.
     Tokens(client::TokensArgs),
+    /// Projects from git: create, list, show, delete, build a ref by hand.
+    Projects(client::ProjectsArgs),
+    /// A project's versions, one version, its build log (`--log [-f]`).
+    Versions(client::VersionsArgs),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +102,8 @@ fn main() -> ExitCode {
             Command::Items(args) => client::items(args).await,
             Command::Agents(args) => client::agents(args).await,
             Command::Tokens(args) => client::tokens(args).await,
+            Command::Projects(args) => client::projects(args).await,
+            Command::Versions(args) => client::versions(args).await,
         }
     });
     // Threads still parsing a page past its `parse_timeout_ms` were abandoned: the process

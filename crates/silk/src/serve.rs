@@ -48,6 +48,47 @@ pub struct ControlArgs {
     /// A YAML file of placeholder values of the router config (repeatable).
     #[arg(long = "router-var-file", value_name = "FILE", requires = "router")]
     pub router_var_files: Vec<PathBuf>,
+    /// The key that seals projects' git passwords and webhook secrets in the store: 32
+    /// bytes as base64 or hex. Default: DATA_DIR/secret.key, made at first start. Hubs
+    /// that share a store must share it.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "SILK_SECRET_KEY",
+        hide_env_values = true
+    )]
+    pub secret_key: Option<String>,
+    /// The container engine of `container` builds: `podman` or `docker` (its command line
+    /// program, on PATH or a path).
+    #[arg(
+        long,
+        value_name = "CLI",
+        default_value = "podman",
+        env = "SILK_CONTAINER_CLI"
+    )]
+    pub container_cli: String,
+    /// An argument of the container engine before its subcommand, e.g. `--runtime=runc`
+    /// (repeatable).
+    #[arg(long = "container-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub container_args: Vec<String>,
+    /// An argument of `build`, e.g. `--network=host` or `--ulimit=nofile=1024:1024`
+    /// (repeatable).
+    #[arg(
+        long = "container-build-arg",
+        value_name = "ARG",
+        allow_hyphen_values = true
+    )]
+    pub container_build_args: Vec<String>,
+    /// A registry to push built images to (`registry.example:5000/team`), so that agents
+    /// on other machines can pull them.
+    #[arg(long, value_name = "REGISTRY")]
+    pub registry: Option<String>,
+    /// Builds of projects' versions at once on this hub.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub builds_parallel: u32,
+    /// Finished versions kept per project (older ones go with their artifacts).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep_versions: u32,
 }
 
 /// The router of `--router`, loaded and bound before the hub starts.
@@ -142,6 +183,18 @@ impl ControlArgs {
     fn apply(&self, config: &mut HubConfig, router: Option<&RouterSetup>) {
         config.store_url = self.store.clone();
         config.log_retention_ms = self.log_retention.as_millis() as u64;
+        config.secret_key = self.secret_key.clone();
+        config.builds = silk_hub::BuildSettings {
+            engine: silk_projects::build::Engine {
+                cli: self.container_cli.clone(),
+                global_args: self.container_args.clone(),
+                build_args: self.container_build_args.clone(),
+                registry: self.registry.clone(),
+            },
+            parallel: self.builds_parallel as usize,
+            keep_versions: self.keep_versions as usize,
+            ..silk_hub::BuildSettings::default()
+        };
         config.record_outcomes =
             router.is_some_and(|r| silk_hub::HubClasses::wants_outcomes(&r.config));
     }

@@ -425,3 +425,104 @@ fn tokens_and_where_the_token_comes_from() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("refused the token"), "{stderr}");
 }
+
+#[test]
+fn projects_from_a_file_build_by_hand_list_versions_follow_the_log_and_delete() {
+    use silk_api::projects::{ProjectView, VersionState, VersionView};
+    let p = Platform::start(5);
+    // A real git server with basic auth, on a runtime that lives as long as the test.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let root = p.path("git");
+    let repo = silk_testkit::WorkRepo::init(&p.path("work"), &root, "shop");
+    repo.commit(&[("crawl.sh", "echo crawling\n")], "first");
+    repo.tag("release/shop/1.0.0");
+    repo.push();
+    let password = "cli-pw-5e1f";
+    let git = rt
+        .block_on(silk_testkit::GitServer::start(&root, "bot", password))
+        .unwrap();
+    let file = p.path("project.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: shop\ngit_url: {}\nusername: bot\npassword: {password}\n\
+             build:\n  kind: command\n  command: mkdir -p out && cp crawl.sh out/ && echo packed\n",
+            git.url("shop")
+        ),
+    )
+    .unwrap();
+    let secret = p.ok(&["projects", "create", "-f", file.to_str().unwrap()]);
+    assert!(
+        secret.trim().len() >= 32,
+        "the secret alone on stdout: {secret}"
+    );
+    let listed = p.ok(&["projects", "list"]);
+    assert!(
+        listed.contains("shop") && listed.contains("command"),
+        "{listed}"
+    );
+    let shown: ProjectView = p.view(&["projects", "show", "shop"]);
+    assert!(shown.has_password);
+    assert!(!p.ok(&["projects", "show", "shop"]).contains(password));
+
+    // A build by hand, waited for: its log is printed, the exit says it is ready.
+    let waited = p.ok(&[
+        "projects",
+        "build",
+        "shop",
+        "--ref",
+        "release/shop/1.0.0",
+        "--wait",
+    ]);
+    assert!(waited.contains("packed"), "{waited}");
+    let versions = p.ok(&["versions", "shop"]);
+    assert!(
+        versions.contains("1.0.0") && versions.contains("ready"),
+        "{versions}"
+    );
+    let v: VersionView = p.view(&["versions", "shop", "1.0.0"]);
+    assert_eq!(
+        (v.state, v.commit.as_deref()),
+        (VersionState::Ready, Some(repo.head().as_str()))
+    );
+    let log = p.ok(&["versions", "shop", "1.0.0", "--log"]);
+    assert!(log.contains("packed") && log.contains("ready"), "{log}");
+
+    // A bad file names the field; a failing build exits non-zero with --wait.
+    std::fs::write(
+        p.path("bad.yaml"),
+        "name: x\ngit_url: http://h/x\nbuild: {kind: cmd}\n",
+    )
+    .unwrap();
+    let (out, stderr) = output(p.cli().args(["projects", "create", "-f", "bad.yaml"]));
+    assert!(
+        !out.status.success() && stderr.contains("build.kind"),
+        "{stderr}"
+    );
+    let (out, stderr) = output(p.cli().args([
+        "projects",
+        "build",
+        "shop",
+        "--ref",
+        "nope",
+        "--version",
+        "9",
+        "--wait",
+    ]));
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("failed"), "{stderr}");
+
+    p.ok(&["versions", "shop", "9", "--delete"]);
+    p.ok(&["projects", "delete", "shop"]);
+    let (out, stderr) = output(p.cli().args(["versions", "shop"]));
+    assert!(
+        !out.status.success() && stderr.contains("no project `shop`"),
+        "{stderr}"
+    );
+    // The password is in no log line of the platform.
+    assert!(
+        !p.up.raw_output().contains(password),
+        "the hub logged the password"
+    );
+    drop(git);
+}
