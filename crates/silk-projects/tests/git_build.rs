@@ -236,3 +236,138 @@ async fn a_failing_command_a_moved_tag_and_a_timeout_fail_the_build() {
     .await
     .expect("the background sleep was killed with the build's process group");
 }
+
+/// The container engine of this machine's tests: podman with runc, host network and
+/// lower limits (what works in this sandbox; see the guide's notes), or `None` (skipped,
+/// except under CI).
+fn podman() -> Option<Engine> {
+    let found = std::process::Command::new("podman")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "podman is needed under CI (.ci/run installs it)"
+        );
+        eprintln!("skipped: no podman on PATH");
+        return None;
+    }
+    Some(Engine {
+        cli: "podman".into(),
+        global_args: vec!["--runtime".into(), "runc".into()],
+        build_args: [
+            "--network",
+            "host",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        registry: None,
+    })
+}
+
+/// A base image made here (no registry is reachable): a static busybox, imported.
+fn base_image(dir: &std::path::Path, engine: &Engine) -> String {
+    let name = "localhost/silk-test/busybox:latest";
+    let root = dir.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("a static busybox (Debian's busybox-static)");
+    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
+    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).unwrap();
+    let tar = dir.join("rootfs.tar");
+    let ok = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "tar");
+    let out = std::process::Command::new(&engine.cli)
+        .args(&engine.global_args)
+        .arg("import")
+        .arg(&tar)
+        .arg(name)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    name.to_owned()
+}
+
+#[tokio::test]
+async fn a_container_build_makes_an_image_from_the_tag() {
+    let Some(engine) = podman() else { return };
+    let f = fixture().await;
+    let base = base_image(f.dir.path(), &engine);
+    f.repo.commit(
+        &[(
+            "Containerfile",
+            &format!("FROM {base}\nCOPY shop /app/shop\nARG MODE\nRUN echo \"$MODE\" > /app/mode && echo image-step\n"),
+        )],
+        "containerfile",
+    );
+    f.repo.tag("release/shop/2.0.0");
+    f.repo.push();
+    let (log, lines) = collecting();
+    let mut spec = spec(None, None);
+    spec.kind = BuildKind::Container;
+    spec.env = BTreeMap::from([("MODE".to_owned(), "prod".to_owned())]);
+    let version = format!("2.0.0-{}", std::process::id());
+    let job = BuildJob {
+        project: "shop".into(),
+        version: version.clone(),
+        remote: remote(&f, PASSWORD),
+        revision: "refs/tags/release/shop/2.0.0".into(),
+        expect_commit: Some(f.repo.head()),
+        spec,
+        work_dir: f.dir.path().join("c1"),
+    };
+    let built = build::build(job, &engine, log).await.unwrap();
+    let Output::Image { image, id } = built.output else {
+        panic!("a container build makes an image");
+    };
+    assert_eq!(image, Engine::image_name("shop", &version));
+    assert!(!id.is_empty());
+    assert!(lines.lock().iter().any(|(_, l)| l.contains("image-step")));
+    // The image holds the checkout and what the build made.
+    let out = std::process::Command::new("podman")
+        .args(["--runtime", "runc", "run", "--rm", "--network", "host"])
+        .args([
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+        ])
+        .arg(&image)
+        .args(["sh", "-c", "cat /app/mode /app/shop/spider.py"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "prod\nprint('crawl')\n"
+    );
+    engine.remove_image(&image).await;
+    let gone = std::process::Command::new("podman")
+        .args(["image", "exists", &image])
+        .status()
+        .unwrap();
+    assert!(!gone.success(), "the image was removed");
+}
