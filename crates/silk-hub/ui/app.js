@@ -5,6 +5,8 @@
 //   #/runs        runs, newest first (?state= filters)
 //   #/runs/ID     one run: live state, progress, pages/s chart, controls, log tail, items
 //   #/agents      the fleet
+//   #/projects    projects from git; #/projects/new the form; #/projects/NAME its versions,
+//                 settings and (?v=VERSION) a version's build log, live while it builds
 //
 // Rules these modules keep: text from the API only ever reaches the page through textContent /
 // text nodes (no HTML parsing of data); every request carries the bearer token; lists poll
@@ -20,6 +22,7 @@ import { viewAgents } from './views/agents.js';
 import { viewDashboard } from './views/dashboard.js';
 import { viewJobForm, viewJobs } from './views/jobs.js';
 import { pageHeader } from './views/parts.js';
+import { viewProject, viewProjectForm, viewProjects } from './views/projects.js';
 import { viewRun, viewRuns } from './views/runs.js';
 
 function viewNotFound(root) {
@@ -61,6 +64,9 @@ function route() {
   else if (section === 'runs' && parts.length === 1) cleanup = viewRuns(view, params);
   else if (section === 'runs' && parts.length === 2) cleanup = viewRun(view, parts[1]);
   else if (section === 'agents' && parts.length === 1) cleanup = viewAgents(view);
+  else if (section === 'projects' && parts.length === 1) cleanup = viewProjects(view);
+  else if (section === 'projects' && parts.length === 2 && parts[1] === 'new') cleanup = viewProjectForm(view);
+  else if (section === 'projects' && parts.length === 2) cleanup = viewProject(view, parts[1], params);
   else cleanup = viewNotFound(view);
 }
 

@@ -36,6 +36,49 @@
  */
 
 /**
+ * What a build made.
+ * @typedef {{bytes: number, kind: "dir", sha256: string}|{id: string, image: string, kind: "image"}} Artifact
+ */
+
+/**
+ * How a version is built.
+ * @typedef {"command"|"container"} BuildKind
+ */
+
+/**
+ * Lines of a build log (`GET …/versions/{version}/log`).
+ * @typedef {object} BuildLog
+ * @property {Array<LogLineView>} lines The lines, oldest first.
+ * @property {number|null} [next] Pass as `after` for the next page (`None`: nothing more stored yet).
+ * @property {VersionState} state The version's state when read.
+ */
+
+/**
+ * A webhook delivery that queued a build (`202`).
+ * @typedef {object} BuildQueued
+ * @property {string} build The build id.
+ * @property {string} version The version it builds.
+ */
+
+/**
+ * A build asked for by hand (`POST /api/v1/projects/{name}/builds`).
+ * @typedef {object} BuildRequest
+ * @property {string} ref A tag (`release/shop/1.4.0`), a branch (`main`), a full ref (`refs/…`) or a commit id.
+ * @property {string|null} [version] The version to record; needed when the ref is not a tag matching the pattern.
+ */
+
+/**
+ * A project's build.
+ * @typedef {object} BuildSpec
+ * @property {string|null} [command] A shell command line run in the checkout (`sh -c`), for `command` builds; none means
+ * @property {string|null} [containerfile] The container file, relative to the checkout (default `Containerfile`, else
+ * @property {string|null} [context] The build context, relative to the checkout (default `.`), for `container` builds.
+ * @property {Record<string, string>} [env] Environment variables of the build (beside a minimal `PATH`, `HOME`, `LANG`), or build
+ * @property {BuildKind} kind `command` or `container`.
+ * @property {number|null} [timeout_ms] The build is killed after this long, ms (default 30 minutes).
+ */
+
+/**
  * When a run that ran to its end counts as failed (the `fail_if` of a job or run request).
  * @typedef {object} FailIf
  * @property {boolean} [all_failed] Fail when every request that finished failed (at least one finished). Default `true`.
@@ -113,6 +156,13 @@
  */
 
 /**
+ * A project just created (or whose webhook secret was just replaced): the only time the
+ * @typedef {object} NewProject
+ * @property {ProjectView} project The project.
+ * @property {string} webhook_secret The webhook secret; give it to the git service's webhook: it cannot be shown again.
+ */
+
+/**
  * A token just created: the only time its secret is shown.
  * @typedef {object} NewToken
  * @property {number} created_ms Created, ms since the epoch.
@@ -132,6 +182,34 @@
  * @property {number} at_ms When, ms since the epoch.
  * @property {number} attempt The attempt the retry will be (1 = first retry).
  * @property {string} of The failed run.
+ */
+
+/**
+ * A project to create (`POST /api/v1/projects`).
+ * @typedef {object} ProjectRequest
+ * @property {string|null} [branch] The branch pushes come from (for people; builds follow tags).
+ * @property {BuildSpec} build How versions are built.
+ * @property {string} git_url `https://…`, `http://…` or `file://…` (no user or password in it: give them apart).
+ * @property {string} name A safe identifier: lowercase letters, digits, `-` and `_`, starting with a letter or
+ * @property {string|null} [password] The password or access token (stored encrypted, never shown).
+ * @property {string|null} [tag_pattern] Which tags are releases: literal text with `{name}` and `{version}` (default
+ * @property {string|null} [username] The git user (HTTP basic auth).
+ * @property {string|null} [webhook_secret] The webhook secret (HMAC key or GitLab token); generated when absent.
+ */
+
+/**
+ * A project as the API shows it: never the password or the webhook secret.
+ * @typedef {object} ProjectView
+ * @property {string|null} [branch] The branch, if set.
+ * @property {BuildSpec} build How versions are built.
+ * @property {number} created_ms Created, ms since the epoch.
+ * @property {string} git_url The repository.
+ * @property {boolean} has_password Whether a password or token is stored.
+ * @property {string} name Its name.
+ * @property {string} tag_pattern The tag pattern in force.
+ * @property {number} updated_ms Last changed, ms since the epoch.
+ * @property {string|null} [username] The git user.
+ * @property {string} webhook_path Where the git service sends its webhook: `/api/v1/webhooks/{name}`.
  */
 
 /**
@@ -243,6 +321,35 @@
  * @property {string} id The token id (the part after `silk_`).
  * @property {number|null} [last_used_ms] Last used (to the minute), ms since the epoch.
  * @property {string} name Its name.
+ */
+
+/**
+ * Where a version is in its build.
+ * @typedef {"queued"|"building"|"ready"|"failed"} VersionState
+ */
+
+/**
+ * One version of a project.
+ * @typedef {object} VersionView
+ * @property {null|Artifact} [artifact]
+ * @property {string} build The build's id (its log is kept under it).
+ * @property {string|null} [commit] The commit built, once known (the webhook's, else the checkout's).
+ * @property {number} created_ms Queued, ms since the epoch.
+ * @property {number|null} [finished_ms] Build ended, ms since the epoch.
+ * @property {string|null} [hub] The hub that builds or built it.
+ * @property {string} project The project.
+ * @property {string|null} [reason] Why it failed (or was built again).
+ * @property {number|null} [started_ms] Build started, ms since the epoch.
+ * @property {VersionState} state Where the build is.
+ * @property {string} tag The git ref built (`refs/tags/release/shop/1.4.0`).
+ * @property {string} trigger What queued it: `webhook:github`, `api`, ….
+ * @property {string} version The version (from the tag: `1.4.0`).
+ */
+
+/**
+ * A webhook delivery that queued nothing (`200`): a branch push, a tag that does not match,
+ * @typedef {object} WebhookIgnored
+ * @property {string} ignored Why.
  */
 
 /**

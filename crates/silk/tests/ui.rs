@@ -700,3 +700,97 @@ async fn a_run_is_followed_paused_resumed_and_finished_in_the_browser() {
     b.shot("jobs").await;
     let _ = b.client.clone().close().await;
 }
+
+/// Projects in the browser: a project made in the form (its password never on the page, its
+/// webhook secret shown once); a release tag announced by a webhook signed with that secret
+/// becomes a `ready` version in the versions table; a build by hand opens its log, which
+/// follows the build to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_made_in_the_browser_builds_its_tags_and_shows_the_log() {
+    let _one = ONE_BROWSER.lock().await;
+    let Some((p, api, b)) = signed_in().await else {
+        return;
+    };
+    let password = "ui-git-pw-31337";
+    let root = p.path("git");
+    let repo = silk_testkit::WorkRepo::init(&p.path("work"), &root, "shop");
+    repo.commit(&[("crawl.sh", "echo crawl\n")], "first");
+    repo.push();
+    let git = silk_testkit::GitServer::start(&root, "bot", password)
+        .await
+        .unwrap();
+
+    b.click("[data-testid=nav-projects]").await;
+    b.click("[data-testid=new-project]").await;
+    b.type_into("#project-name", "shop").await;
+    b.type_into("#project-git-url", &git.url("shop")).await;
+    b.type_into("#project-username", "bot").await;
+    b.type_into("#project-password", password).await;
+    b.type_into("#project-command", "mkdir -p out && echo made-in-ui")
+        .await;
+    b.shot("project-form").await;
+    b.click("[data-testid=project-save]").await;
+    let secret = b
+        .until("the webhook secret, shown once", async || {
+            b.text("[data-testid=webhook-secret]")
+                .await
+                .filter(|s| s.len() >= 32)
+        })
+        .await;
+    let html = b
+        .client
+        .execute("return document.documentElement.outerHTML", vec![])
+        .await
+        .unwrap();
+    assert!(
+        !html.to_string().contains(password),
+        "the password is on the page"
+    );
+    b.shot("project-created").await;
+    b.click("[data-testid=project-open]").await;
+    b.until_text("[data-testid=project-has-password]", "set (never shown)")
+        .await;
+
+    // A signed webhook for a release tag: a ready version appears.
+    repo.tag("release/shop/1.0.0");
+    repo.push();
+    let body =
+        serde_json::to_vec(&json!({"ref": "refs/tags/release/shop/1.0.0", "after": repo.head()}))
+            .unwrap();
+    let sig = format!("sha256={}", silk_projects::webhook::sign(&secret, &body));
+    let answer = reqwest::Client::new()
+        .post(format!("{}/api/v1/webhooks/shop", p.server))
+        .header("X-GitHub-Event", "push")
+        .header("X-GitHub-Delivery", "ui-1")
+        .header("X-Hub-Signature-256", sig)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 202);
+    b.until("the version ready in the table", async || {
+        b.find("tr[data-testid=version-row][data-version='1.0.0'][data-state='ready']")
+            .await
+    })
+    .await;
+    b.shot("project-versions").await;
+
+    // A build by hand opens its log, which follows it to the end.
+    b.type_into("[data-testid=build-ref]", "main").await;
+    b.type_into("[data-testid=build-version]", "0.1-main").await;
+    b.click("[data-testid=build-start]").await;
+    b.until("the build's log page", async || {
+        b.hash().await.ends_with("?v=0.1-main").then_some(())
+    })
+    .await;
+    b.until("the log to end with the version ready", async || {
+        let log = b.text("[data-testid=build-log]").await?;
+        (log.contains("made-in-ui") && log.contains("version 0.1-main ready")).then_some(())
+    })
+    .await;
+    b.until_text("[data-testid=build-log-badge]", "ready").await;
+    b.shot("project-build-log").await;
+    let v = api.client.version("shop", "0.1-main").await.unwrap();
+    assert_eq!(v.commit.as_deref(), Some(repo.head().as_str()));
+    let _ = b.client.clone().close().await;
+}
