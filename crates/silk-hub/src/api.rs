@@ -23,6 +23,7 @@
 //! | `GET /api/v1/runs/{id}/events` | server-sent events: `run` (RunView), `log` (LogLine), `end` |
 //! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
 //! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | admin only |
+//! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `project_api` |
 //!
 //! Errors are `{"code": "...", "message": "..."}`: `400 bad_request`, `401 unauthorized`,
 //! `403 forbidden`, `404 not_found`, `409 conflict` / `wrong_state` / `allocation_failed`,
