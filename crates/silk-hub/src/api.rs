@@ -23,7 +23,7 @@
 //! | `GET /api/v1/runs/{id}/events` | server-sent events: `run` (RunView), `log` (LogLine), `end` |
 //! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
 //! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | admin only |
-//! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `project_api` |
+//! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `api::projects` |
 //!
 //! Errors are `{"code": "...", "message": "..."}`: `400 bad_request`, `401 unauthorized`,
 //! `403 forbidden`, `404 not_found`, `409 conflict` / `wrong_state` / `allocation_failed`,
@@ -34,6 +34,8 @@
 //! Auth: every `/api/v1` route but the OpenAPI document needs `Authorization: Bearer
 //! TOKEN` unless the API is built with [`ApiOptions::auth`] false (`--no-auth`, loopback
 //! only). The web UI, `/healthz`, `/readyz` and `/metrics` are public.
+
+mod projects;
 
 use crate::auth::Principal;
 use crate::error::HubError;
@@ -184,9 +186,9 @@ fn api_routes() -> (
         .routes(routes!(run_items))
         .routes(routes!(list_tokens, create_token))
         .routes(routes!(delete_token))
-        .merge(crate::project_api::routes())
+        .merge(projects::routes())
         .split_for_parts();
-    let (public, public_doc) = crate::project_api::public_routes().split_for_parts();
+    let (public, public_doc) = projects::public_routes().split_for_parts();
     doc.merge(public_doc);
     (authed, public, doc)
 }
@@ -233,7 +235,7 @@ pub(crate) fn router(hub: HubHandle, options: ApiOptions) -> Router {
         )
         .merge(api)
         .merge(public.layer(axum::extract::DefaultBodyLimit::max(
-            crate::project_api::MAX_WEBHOOK_BYTES,
+            projects::MAX_WEBHOOK_BYTES,
         )))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .with_state(hub)

@@ -21,89 +21,16 @@ use crate::project::{
     version_state,
 };
 use crate::state::HubCore;
-use parking_lot::Mutex;
 use silk_api::projects::{Artifact, VersionState};
-use silk_projects::build::{self, BuildJob, Engine, LogFn, Output, Stream};
+use silk_projects::build::{self, BuildJob, LogFn, Output, Stream};
 use silk_projects::git::Remote;
-use silk_projects::secrets::SecretBox;
 use silk_store::{ARTIFACT_CHUNK, Level, VersionRow, build_log_key};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use tokio::sync::{Notify, watch};
 
 /// A version is built at most this many times when hubs keep stopping during its build.
 pub const MAX_ATTEMPTS: u32 = 3;
-
-/// How builds run on this hub.
-#[derive(Debug, Clone)]
-pub struct BuildSettings {
-    /// The container engine of `container` builds.
-    pub engine: Engine,
-    /// Builds at once on this hub (of different projects), default 2.
-    pub parallel: usize,
-    /// Finished versions kept per project (older ones are deleted with their artifacts and
-    /// images), default 10.
-    pub keep_versions: usize,
-    /// How often the queue is looked at besides when this hub queues a version (to take
-    /// versions other hubs queued), ms; default 2000.
-    pub poll_ms: u64,
-}
-
-impl Default for BuildSettings {
-    fn default() -> Self {
-        Self {
-            engine: Engine::default(),
-            parallel: 2,
-            keep_versions: 10,
-            poll_ms: 2000,
-        }
-    }
-}
-
-/// The build queue's state on this hub.
-pub(crate) struct Builds {
-    pub(crate) secrets: SecretBox,
-    pub(crate) settings: BuildSettings,
-    /// Woken when this hub queues a version.
-    wake: Notify,
-    /// Builds running here: build id → project.
-    local: Mutex<HashMap<String, String>>,
-    /// Bumped on every version change this hub makes (log followers wait on it).
-    pub(crate) changed: watch::Sender<u64>,
-    /// The build tasks, awaited at shutdown (a stopping build queues its version again and
-    /// logs why before the log queue closes).
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-}
-
-impl Builds {
-    pub(crate) fn new(secrets: SecretBox, settings: BuildSettings) -> Self {
-        Self {
-            secrets,
-            settings,
-            wake: Notify::new(),
-            local: Mutex::new(HashMap::new()),
-            changed: watch::channel(0).0,
-            tasks: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// The build tasks still running (taken: the caller awaits them).
-    pub(crate) fn take_tasks(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        std::mem::take(&mut *self.tasks.lock())
-    }
-
-    /// A version was queued: look at the queue now.
-    pub(crate) fn wake(&self) {
-        self.wake.notify_one();
-        self.changed.send_modify(|n| *n += 1);
-    }
-
-    fn building_here(&self, project: &str) -> bool {
-        self.local.lock().values().any(|p| p == project)
-    }
-}
 
 /// Runs the queue until the hub stops.
 pub(crate) async fn build_loop(shared: Arc<HubCore>) {

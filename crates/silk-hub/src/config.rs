@@ -62,7 +62,7 @@ pub struct HubConfig {
     pub secret_key: Option<String>,
     /// How projects' versions are built on this hub (container engine, parallel builds,
     /// versions kept).
-    pub builds: crate::builds::BuildSettings,
+    pub builds: BuildSettings,
 }
 
 impl HubConfig {
@@ -85,7 +85,33 @@ impl HubConfig {
             ownership_ttl_ms: 15_000,
             poison_after_losses: 3,
             secret_key: None,
-            builds: crate::builds::BuildSettings::default(),
+            builds: BuildSettings::default(),
+        }
+    }
+}
+
+/// How builds of projects' versions run on this hub.
+#[derive(Debug, Clone)]
+pub struct BuildSettings {
+    /// The container engine of `container` builds.
+    pub engine: silk_projects::build::Engine,
+    /// Builds at once on this hub (of different projects), default 2.
+    pub parallel: usize,
+    /// Finished versions kept per project (older ones are deleted with their artifacts and
+    /// images), default 10.
+    pub keep_versions: usize,
+    /// How often the queue is looked at besides when this hub queues a version (to take
+    /// versions other hubs queued), ms; default 2000.
+    pub poll_ms: u64,
+}
+
+impl Default for BuildSettings {
+    fn default() -> Self {
+        Self {
+            engine: silk_projects::build::Engine::default(),
+            parallel: 2,
+            keep_versions: 10,
+            poll_ms: 2000,
         }
     }
 }

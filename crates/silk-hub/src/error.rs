@@ -110,6 +110,9 @@ pub enum HubError {
         /// The version asked for.
         version: String,
     },
+    /// A version without a packed directory to download (a container image, or not ready).
+    #[error("{0}")]
+    NoArtifact(String),
     /// A webhook delivery that is not signed with the project's secret.
     #[error("{0}")]
     WebhookRefused(String),
@@ -130,7 +133,9 @@ impl HubError {
             | HubError::BadRun(_)
             | HubError::BadJob(_)
             | HubError::BadProject(_) => ErrorCode::BadRequest,
-            HubError::NoSuchProject(_) | HubError::NoSuchVersion { .. } => ErrorCode::NotFound,
+            HubError::NoSuchProject(_)
+            | HubError::NoSuchVersion { .. }
+            | HubError::NoArtifact(_) => ErrorCode::NotFound,
             HubError::WebhookRefused(_) => ErrorCode::Unauthorized,
             HubError::Secrets(_) => ErrorCode::Storage,
             HubError::BadConfig(_) => ErrorCode::BadConfig,

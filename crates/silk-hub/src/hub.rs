@@ -184,7 +184,7 @@ impl Hub {
             hub_id,
             starting: Mutex::new(std::collections::HashSet::new()),
             undrivable: Mutex::new(std::collections::HashSet::new()),
-            builds: crate::builds::Builds::new(secrets, build_settings),
+            builds: crate::state::Builds::new(secrets, build_settings),
         });
         // Per-hub durables: every hub reads every registration, and the results of the
         // downloads it sent (`results.{hub id}`).

@@ -9,8 +9,8 @@ use crate::builds;
 use crate::error::HubError;
 use crate::hub::HubHandle;
 use crate::project::{
-    ProjectDoc, VersionDoc, build_lease, check_project, password_purpose, project_doc,
-    project_view, resolve_ref, version_row, version_state, version_view, webhook_purpose,
+    ProjectDoc, VersionDoc, check_project, password_purpose, project_doc, project_view,
+    resolve_ref, version_row, version_state, version_view, webhook_purpose,
 };
 use base64::Engine as _;
 use rand::RngCore;
@@ -340,7 +340,6 @@ impl HubHandle {
             Err(existing) if existing.state == VersionState::Failed => {
                 // Built again: a new build id (a new log), queued.
                 let store = &self.shared().store;
-                let lease = build_lease(project);
                 let old = store
                     .get_version(project, &version)
                     .await?
@@ -367,11 +366,11 @@ impl HubHandle {
                     now,
                     &vdoc,
                 );
-                // Not while a hub builds it (the lease holder writes it).
-                if store.get_lease(&lease).await?.is_some_and(|l| {
-                    l.holder != self.shared().hub_id.as_str() && old.state == "building"
-                }) {
-                    return Err(HubError::Conflict(format!("version {version} is building")));
+                if old.state != VersionState::Failed.as_str() {
+                    return Err(HubError::Conflict(format!(
+                        "version {version} of {project} is {} now",
+                        old.state
+                    )));
                 }
                 store.put_version(&row).await?;
                 self.shared().builds.wake();
@@ -445,12 +444,14 @@ impl HubHandle {
         let row = self.version_row(project, version).await?;
         let view = version_view(&row)?;
         let Some(Artifact::Dir { sha256, bytes }) = view.artifact else {
-            return Err(HubError::NoSuchVersion {
-                project: project.to_owned(),
-                version: format!(
-                    "{version} (no packed directory: it is not a ready command build)"
-                ),
-            });
+            return Err(HubError::NoArtifact(format!(
+                "version {version} of {project} has no packed directory ({}): only a ready \
+                 `command` build has one",
+                match view.artifact {
+                    Some(Artifact::Image { image, .. }) => format!("it is the image {image}"),
+                    _ => format!("it is {}", view.state.as_str()),
+                }
+            )));
         };
         let chunks = self.shared().store.count_artifact_chunks(&sha256).await?;
         Ok((sha256, bytes, chunks))

@@ -68,7 +68,7 @@ pub(crate) struct HubCore {
     /// Runs seen open in the store that this hub cannot drive (logged once).
     pub(crate) undrivable: Mutex<std::collections::HashSet<RunId>>,
     /// The build queue of projects' versions, and the secret key.
-    pub(crate) builds: crate::builds::Builds,
+    pub(crate) builds: Builds,
 }
 
 impl HubCore {
@@ -147,5 +147,52 @@ impl HubCore {
             drivers.push(handle);
         }
         self.runs_started.send_modify(|n| *n += 1);
+    }
+}
+
+/// The build queue's state on this hub (the `builds` service drives it).
+pub(crate) struct Builds {
+    pub(crate) secrets: silk_projects::secrets::SecretBox,
+    pub(crate) settings: crate::config::BuildSettings,
+    /// Woken when this hub queues a version.
+    pub(crate) wake: tokio::sync::Notify,
+    /// Builds running here: build id → project.
+    pub(crate) local: Mutex<HashMap<String, String>>,
+    /// Bumped on every version change this hub makes (log followers wait on it).
+    pub(crate) changed: watch::Sender<u64>,
+    /// The build tasks, awaited at shutdown (a stopping build queues its version again and
+    /// logs why before the log queue closes).
+    pub(crate) tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Builds {
+    pub(crate) fn new(
+        secrets: silk_projects::secrets::SecretBox,
+        settings: crate::config::BuildSettings,
+    ) -> Self {
+        Self {
+            secrets,
+            settings,
+            wake: tokio::sync::Notify::new(),
+            local: Mutex::new(HashMap::new()),
+            changed: watch::channel(0).0,
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The build tasks still running (taken: the caller awaits them).
+    pub(crate) fn take_tasks(&self) -> Vec<JoinHandle<()>> {
+        std::mem::take(&mut *self.tasks.lock())
+    }
+
+    /// A version was queued: look at the queue now.
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Whether this hub builds a version of `project` now.
+    pub(crate) fn building_here(&self, project: &str) -> bool {
+        self.local.lock().values().any(|p| p == project)
     }
 }

@@ -205,6 +205,25 @@ async fn a_signed_tag_webhook_builds_a_ready_version_and_nothing_else_does() {
         .await
         .unwrap();
     assert_eq!(unsigned.status().as_u16(), 401);
+    // A body over the webhook limit is refused unread; an unknown project is 404.
+    let huge = reqwest::Client::new()
+        .post(format!("{}/api/v1/webhooks/shop", w.base))
+        .header("X-GitHub-Event", "push")
+        .body(vec![b' '; 2 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(huge.status().as_u16(), 413);
+    let (status, _) = github(
+        &w,
+        "nope",
+        &secret,
+        "push",
+        "d-x",
+        &tag_push("release/nope/1", &commit),
+    )
+    .await;
+    assert_eq!(status, 404);
     assert!(w.admin.versions("shop").await.unwrap().is_empty());
 
     // A branch push and a tag that does not match: ignored, with the reason.
@@ -547,4 +566,130 @@ async fn a_version_left_building_by_a_dead_hub_is_built_again_and_given_up_after
         "{text:?}"
     );
     w.hub.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_with_another_secret_key_than_its_store_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = hub_config(dir.path());
+    config.secret_key = Some("11".repeat(32));
+    let hub = Hub::start(
+        config.clone(),
+        std::sync::Arc::new(bus()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .unwrap();
+    hub.shutdown().await;
+    config.secret_key = Some("22".repeat(32));
+    let e = Hub::start(
+        config.clone(),
+        std::sync::Arc::new(bus()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("SILK_SECRET_KEY") && e.contains("not the key"),
+        "{e}"
+    );
+    assert!(
+        !e.contains(&"22".repeat(32)),
+        "the key is not in the error: {e}"
+    );
+    // The right key starts it again.
+    config.secret_key = Some("11".repeat(32));
+    let hub = Hub::start(
+        config,
+        std::sync::Arc::new(bus()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .unwrap();
+    hub.shutdown().await;
+}
+
+/// Two hubs on one PostgreSQL store (one key): every queued version is built exactly once,
+/// and never two builds of one project at the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hubs_sharing_a_store_build_each_version_once_one_project_build_at_a_time() {
+    let Some(pg) = silk_store::testing::PgTestSchema::from_env() else {
+        return;
+    };
+    pg.create().await.expect("test schema");
+    let w = world().await;
+    let start = |name: &'static str| {
+        let mut config = hub_config(&w.dir.path().join(name));
+        config.store_url = Some(pg.url.clone());
+        config.secret_key = Some("5a".repeat(32));
+        config.hub_id = Some(name.into());
+        config.builds.poll_ms = 50;
+        async move {
+            Hub::start(
+                config,
+                std::sync::Arc::new(bus()),
+                std::sync::Arc::new(silk_core::SystemClock),
+            )
+            .await
+            .expect("hub starts on postgres")
+        }
+    };
+    let a = start("hub-a").await;
+    let b = start("hub-b").await;
+    let (_, admin) = serve(&a).await;
+    for name in ["shop", "blog"] {
+        admin
+            .create_project(&request(&w, name, PASSWORD, "sleep 0.3; echo built"))
+            .await
+            .unwrap();
+    }
+    let mut queued = Vec::new();
+    for (project, n) in [("shop", 4), ("blog", 2)] {
+        for i in 0..n {
+            let version = format!("0.{i}");
+            admin
+                .build_project(
+                    project,
+                    &BuildRequest {
+                        git_ref: "main".into(),
+                        version: Some(version.clone()),
+                    },
+                )
+                .await
+                .unwrap();
+            queued.push((project, version));
+        }
+    }
+    let mut hubs = std::collections::BTreeSet::new();
+    for (project, version) in &queued {
+        let v = until_final(&admin, project, version).await;
+        assert_eq!(v.state, VersionState::Ready, "{v:?}");
+        let log = final_log(&admin, project, version).await;
+        assert_eq!(
+            log.iter().filter(|l| l.starts_with("checked out")).count(),
+            1,
+            "{log:?}"
+        );
+        hubs.insert(v.hub.clone().unwrap());
+    }
+    // One project's builds never overlap.
+    let mut spans: Vec<(u64, u64)> = admin
+        .versions("shop")
+        .await
+        .unwrap()
+        .iter()
+        .map(|v| (v.started_ms.unwrap(), v.finished_ms.unwrap()))
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "overlapping builds of one project: {spans:?}"
+        );
+    }
+    println!("built by {hubs:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+    pg.drop_schema().await;
 }

@@ -527,6 +527,10 @@ async fn one_of_two_hubs_killed_mid_run_the_other_adopts_the_run_and_finishes_it
         "--ownership-ttl".to_owned(),
         "3s".to_owned(),
         "--no-auth".to_owned(),
+        // Hubs sharing a store share the key of its secrets (a hub with another key refuses
+        // to start).
+        "--secret-key".to_owned(),
+        "ab".repeat(32),
     ];
     let mut fleet = Fleet::start_with(
         2,

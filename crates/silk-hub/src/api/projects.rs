@@ -1,4 +1,5 @@
-//! The API of projects, versions, builds and webhooks (see `api` for the conventions).
+//! The API of projects, versions, builds and webhooks (see the parent module for the
+//! conventions).
 //!
 //! | method + path | answer |
 //! |---|---|
@@ -14,7 +15,7 @@
 //! Creating, changing and deleting a project is an admin's action: its build command runs on
 //! the hub's machine.
 
-use crate::api::{ApiError, ApiResult, Body, log_line_view, parse_body, require_admin_for};
+use super::{ApiError, ApiResult, Body, log_line_view, parse_body, require_admin_for};
 use crate::auth::Principal;
 use crate::hub::HubHandle;
 use crate::hub_projects::WebhookAnswer;
