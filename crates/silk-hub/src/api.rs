@@ -764,36 +764,8 @@ async fn event_feed(
             }
             last_view = json;
         }
-        if logs {
-            loop {
-                let mut q = LogQuery::new(id.as_str());
-                q.min_level = level;
-                q.after_id = Some(last_id);
-                q.limit = 500;
-                let Ok(lines) = hub.store().query_logs(&q).await else {
-                    break;
-                };
-                let n = lines.len();
-                for line in lines {
-                    last_id = line.id;
-                    let data = serde_json::to_string(&log_line_view(line)).unwrap_or_default();
-                    if tx
-                        .send(
-                            Event::default()
-                                .event("log")
-                                .id(last_id.to_string())
-                                .data(data),
-                        )
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                if n < 500 {
-                    break;
-                }
-            }
+        if logs && !send_log_lines(&hub, id.as_str(), level, &mut last_id, &tx).await {
+            return;
         }
         if ending {
             let _ = tx
@@ -819,6 +791,43 @@ async fn event_feed(
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             () = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+/// Sends the stored lines of log `key` (a run id, or a build's `build:{id}`) after
+/// `*last_id`, at `level` or above, as `log` events, moving `*last_id`; false when the
+/// receiver is gone.
+pub(crate) async fn send_log_lines(
+    hub: &HubHandle,
+    key: &str,
+    level: Option<Level>,
+    last_id: &mut i64,
+    tx: &tokio::sync::mpsc::Sender<Event>,
+) -> bool {
+    const PAGE: u32 = 500;
+    loop {
+        let mut q = LogQuery::new(key);
+        q.min_level = level;
+        q.after_id = Some(*last_id);
+        q.limit = PAGE;
+        let Ok(lines) = hub.store().query_logs(&q).await else {
+            return true;
+        };
+        let n = lines.len();
+        for line in lines {
+            *last_id = line.id;
+            let data = serde_json::to_string(&log_line_view(line)).unwrap_or_default();
+            let event = Event::default()
+                .event("log")
+                .id(last_id.to_string())
+                .data(data);
+            if tx.send(event).await.is_err() {
+                return false;
+            }
+        }
+        if n < PAGE as usize {
+            return true;
         }
     }
 }

@@ -15,7 +15,9 @@
 //! Creating, changing and deleting a project is an admin's action: its build command runs on
 //! the hub's machine.
 
-use super::{ApiError, ApiResult, Body, log_line_view, parse_body, require_admin_for};
+use super::{
+    ApiError, ApiResult, Body, log_line_view, parse_body, require_admin_for, send_log_lines,
+};
 use crate::auth::Principal;
 use crate::hub::HubHandle;
 use crate::hub_projects::WebhookAnswer;
@@ -260,25 +262,8 @@ async fn follow_log(
             }
             last_view = json;
         }
-        loop {
-            let Ok(lines) = log_page(&hub, &build, last_id, 500).await else {
-                break;
-            };
-            let n = lines.len();
-            for line in lines {
-                last_id = line.id;
-                let data = serde_json::to_string(&line).unwrap_or_default();
-                let event = Event::default()
-                    .event("log")
-                    .id(last_id.to_string())
-                    .data(data);
-                if tx.send(event).await.is_err() {
-                    return;
-                }
-            }
-            if n < 500 {
-                break;
-            }
+        if !send_log_lines(&hub, &build_log_key(&build), None, &mut last_id, &tx).await {
+            return;
         }
         if ending {
             let _ = tx
