@@ -693,3 +693,93 @@ async fn two_hubs_sharing_a_store_build_each_version_once_one_project_build_at_a
     b.shutdown().await;
     pg.drop_schema().await;
 }
+
+/// A container project: a release tag becomes a `ready` version whose artifact is the image
+/// (`silk/{project}:{version}`) built from the tag's commit; deleting the project removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_project_builds_its_tag_into_an_image_and_deleting_it_removes_the_image() {
+    let Some(test) = silk_testkit::containers::TestEngine::podman() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = test.base_image(dir.path());
+    let root = dir.path().join("git");
+    let repo = WorkRepo::init(&dir.path().join("work"), &root, "img");
+    repo.commit(
+        &[
+            ("crawl.sh", "echo crawl\n"),
+            (
+                "Containerfile",
+                &format!("FROM {base}\nCOPY crawl.sh /app/crawl.sh\nRUN echo layer-built\n"),
+            ),
+        ],
+        "image",
+    );
+    let tag = format!("release/img/1.{}", std::process::id());
+    repo.tag(&tag);
+    repo.push();
+    let git = GitServer::start(&root, USER, PASSWORD).await.unwrap();
+    let mut config = hub_config(dir.path());
+    config.builds.engine = silk_projects::build::Engine {
+        cli: test.cli.clone(),
+        global_args: test.global_args.clone(),
+        build_args: test.build_args.clone(),
+        registry: None,
+    };
+    let hub = Hub::start(
+        config,
+        std::sync::Arc::new(bus()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .unwrap();
+    let (_, admin) = serve(&hub).await;
+    let mut req = ProjectRequest {
+        name: "img".into(),
+        git_url: git.url("img"),
+        username: Some(USER.into()),
+        password: Some(PASSWORD.into()),
+        branch: None,
+        tag_pattern: None,
+        build: BuildSpec {
+            kind: BuildKind::Container,
+            command: None,
+            containerfile: None,
+            context: None,
+            timeout_ms: None,
+            env: BTreeMap::new(),
+        },
+        webhook_secret: None,
+    };
+    req.build.containerfile = Some("Containerfile".into());
+    admin.create_project(&req).await.unwrap();
+    let queued = admin
+        .build_project(
+            "img",
+            &BuildRequest {
+                git_ref: tag.clone(),
+                version: None,
+            },
+        )
+        .await
+        .unwrap();
+    let v = until_final(&admin, "img", &queued.version).await;
+    assert_eq!(v.state, VersionState::Ready, "{v:?}");
+    assert_eq!(v.commit.as_deref(), Some(repo.head().as_str()));
+    let Some(Artifact::Image { image, id }) = v.artifact.clone() else {
+        panic!("a container build's artifact is its image: {v:?}");
+    };
+    assert_eq!(image, format!("silk/img:{}", queued.version));
+    assert!(!id.is_empty());
+    assert_eq!(test.run(&image, "cat /app/crawl.sh"), "echo crawl\n");
+    let log = final_log(&admin, "img", &queued.version).await;
+    assert!(log.iter().any(|l| l.contains("layer-built")), "{log:?}");
+    let e = admin.artifact("img", &queued.version).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NotFound));
+    admin.delete_project("img").await.unwrap();
+    assert!(
+        !test.has_image(&image),
+        "deleting the project removes its image"
+    );
+    hub.shutdown().await;
+}

@@ -291,7 +291,7 @@ async fn build_inner(
             "warning: the password is sent in clear text over http://; use https://".into(),
         );
     }
-    let commit = {
+    let checked = {
         let remote = job.remote.clone();
         let revision = job.revision.clone();
         let src = src.clone();
@@ -299,6 +299,7 @@ async fn build_inner(
             .await
             .map_err(|e| ProjectError::Git(format!("the checkout task failed: {e}")))??
     };
+    let commit = checked.commit.clone();
     log(
         Stream::Silk,
         format!(
@@ -307,7 +308,7 @@ async fn build_inner(
         ),
     );
     if let Some(expected) = &job.expect_commit
-        && !commit.starts_with(expected.as_str())
+        && !checked.was_at(expected)
     {
         return Err(ProjectError::Git(format!(
             "{} now points at {commit}, not at {expected} as the webhook said: the tag moved \

@@ -99,7 +99,8 @@ pub fn is_commit_id(text: &str) -> bool {
 }
 
 /// Clones `remote` at `revision` (a full ref, `refs/tags/…` or `refs/heads/…`, or a commit
-/// id) into `dest` (absent or empty) and checks it out; returns the commit checked out.
+/// id) into `dest` (absent or empty) and checks it out; returns the commit checked out and
+/// what the remote's ref pointed at.
 /// Blocking (network and disk): run it on a blocking thread. `interrupt` stops it early.
 /// Errors never hold the password.
 pub fn checkout(
@@ -107,7 +108,7 @@ pub fn checkout(
     revision: &str,
     dest: &Path,
     interrupt: &AtomicBool,
-) -> Result<String, ProjectError> {
+) -> Result<Checkout, ProjectError> {
     let password = remote.password.clone().unwrap_or_default();
     let fail = |what: &str, e: &dyn std::error::Error| {
         let mut text = format!(
@@ -143,9 +144,20 @@ pub fn checkout(
             Ok(())
         });
     let mut prepare = prepare;
-    let (mut checkout, _) = prepare
+    let (mut checkout, outcome) = prepare
         .fetch_then_checkout(gix::progress::Discard, interrupt)
         .map_err(|e| fail("cannot fetch", &e))?;
+    // What the remote's ref names: an annotated tag's object and the commit it peels to.
+    let ref_ids: Vec<String> = outcome
+        .ref_map
+        .remote_refs
+        .iter()
+        .map(|r| r.unpack())
+        .filter(|(name, _, _)| *name == revision.as_bytes())
+        .flat_map(|(_, target, peeled)| [target, peeled])
+        .flatten()
+        .map(|id| id.to_hex().to_string())
+        .collect();
     let (repo, _) = checkout
         .main_worktree(gix::progress::Discard, interrupt)
         .map_err(|e| fail("cannot check out", &e))?;
@@ -160,7 +172,28 @@ pub fn checkout(
         .map_err(|e| fail("no commit", &e))?
         .id
         .to_string();
-    Ok(commit)
+    Ok(Checkout { commit, ref_ids })
+}
+
+/// What a checkout checked out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkout {
+    /// The commit checked out.
+    pub commit: String,
+    /// The ids the remote's ref pointed at (an annotated tag's object id and its commit).
+    pub ref_ids: Vec<String>,
+}
+
+impl Checkout {
+    /// Whether the ref was at `id` (a full or abbreviated commit or tag object id, as a git
+    /// service's webhook names it).
+    pub fn was_at(&self, id: &str) -> bool {
+        let id = id.to_ascii_lowercase();
+        !id.is_empty()
+            && std::iter::once(&self.commit)
+                .chain(&self.ref_ids)
+                .any(|known| known.starts_with(&id))
+    }
 }
 
 #[cfg(test)]

@@ -288,7 +288,8 @@ fn gitlab_event(event: &str, json: &Value) -> Result<Event, ProjectError> {
             } else {
                 Event::Tag {
                     name,
-                    commit: commit_of(after),
+                    // The commit the tag points at (`after` may be an annotated tag's object).
+                    commit: commit_of(text(json, "checkout_sha")).or_else(|| commit_of(after)),
                 }
             }
         }

@@ -73,14 +73,23 @@ async fn a_tag_is_fetched_over_http_with_the_password_and_never_shown() {
     let dest = f.dir.path().join("co1");
     let stop = AtomicBool::new(false);
     let r = remote(&f, PASSWORD);
-    let commit = tokio::task::spawn_blocking({
+    let checked = tokio::task::spawn_blocking({
         let dest = dest.clone();
         move || git::checkout(&r, "refs/tags/release/shop/1.0.0", &dest, &stop)
     })
     .await
     .unwrap()
     .unwrap();
-    assert_eq!(commit, head);
+    assert_eq!(checked.commit, head);
+    // The annotated tag's object id counts as where the tag was, like its commit.
+    let tag_object = f
+        .repo
+        .git(&["rev-parse", "release/shop/1.0.0"])
+        .trim()
+        .to_owned();
+    assert_ne!(tag_object, head);
+    assert!(checked.was_at(&tag_object) && checked.was_at(&head[..12]));
+    assert!(!checked.was_at("0123456789abcdef"));
     assert_eq!(
         std::fs::read_to_string(dest.join("shop/spider.py")).unwrap(),
         "print('crawl')\n"
@@ -131,13 +140,13 @@ async fn a_tag_is_fetched_over_http_with_the_password_and_never_shown() {
         password: None,
     };
     let dest = f.dir.path().join("co4");
-    let commit = tokio::task::spawn_blocking(move || {
+    let checked = tokio::task::spawn_blocking(move || {
         git::checkout(&r, "refs/heads/main", &dest, &AtomicBool::new(false))
     })
     .await
     .unwrap()
     .unwrap();
-    assert_eq!(commit, head);
+    assert_eq!(checked.commit, head);
 }
 
 #[tokio::test]
@@ -237,81 +246,25 @@ async fn a_failing_command_a_moved_tag_and_a_timeout_fail_the_build() {
     .expect("the background sleep was killed with the build's process group");
 }
 
-/// The container engine of this machine's tests: podman with runc, host network and
-/// lower limits (what works in this sandbox; see the guide's notes), or `None` (skipped,
-/// except under CI).
-fn podman() -> Option<Engine> {
-    let found = std::process::Command::new("podman")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "podman is needed under CI (.ci/run installs it)"
-        );
-        eprintln!("skipped: no podman on PATH");
-        return None;
-    }
-    Some(Engine {
-        cli: "podman".into(),
-        global_args: vec!["--runtime".into(), "runc".into()],
-        build_args: [
-            "--network",
-            "host",
-            "--ulimit",
-            "nofile=1024:1024",
-            "--ulimit",
-            "nproc=1024:1024",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
+/// The container engine of the tests (podman set up for this sandbox), as a build engine.
+fn podman() -> Option<(silk_testkit::containers::TestEngine, Engine)> {
+    let test = silk_testkit::containers::TestEngine::podman()?;
+    let engine = Engine {
+        cli: test.cli.clone(),
+        global_args: test.global_args.clone(),
+        build_args: test.build_args.clone(),
         registry: None,
-    })
-}
-
-/// A base image made here (no registry is reachable): a static busybox, imported.
-fn base_image(dir: &std::path::Path, engine: &Engine) -> String {
-    let name = "localhost/silk-test/busybox:latest";
-    let root = dir.join("rootfs");
-    std::fs::create_dir_all(root.join("bin")).unwrap();
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("a static busybox (Debian's busybox-static)");
-    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
-    std::os::unix::fs::symlink("busybox", root.join("bin/sh")).unwrap();
-    let tar = dir.join("rootfs.tar");
-    let ok = std::process::Command::new("tar")
-        .arg("-C")
-        .arg(&root)
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "tar");
-    let out = std::process::Command::new(&engine.cli)
-        .args(&engine.global_args)
-        .arg("import")
-        .arg(&tar)
-        .arg(name)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    name.to_owned()
+    };
+    Some((test, engine))
 }
 
 #[tokio::test]
 async fn a_container_build_makes_an_image_from_the_tag() {
-    let Some(engine) = podman() else { return };
+    let Some((test, engine)) = podman() else {
+        return;
+    };
     let f = fixture().await;
-    let base = base_image(f.dir.path(), &engine);
+    let base = test.base_image(f.dir.path());
     f.repo.commit(
         &[(
             "Containerfile",
@@ -343,31 +296,10 @@ async fn a_container_build_makes_an_image_from_the_tag() {
     assert!(!id.is_empty());
     assert!(lines.lock().iter().any(|(_, l)| l.contains("image-step")));
     // The image holds the checkout and what the build made.
-    let out = std::process::Command::new("podman")
-        .args(["--runtime", "runc", "run", "--rm", "--network", "host"])
-        .args([
-            "--ulimit",
-            "nofile=1024:1024",
-            "--ulimit",
-            "nproc=1024:1024",
-        ])
-        .arg(&image)
-        .args(["sh", "-c", "cat /app/mode /app/shop/spider.py"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        test.run(&image, "cat /app/mode /app/shop/spider.py"),
         "prod\nprint('crawl')\n"
     );
     engine.remove_image(&image).await;
-    let gone = std::process::Command::new("podman")
-        .args(["image", "exists", &image])
-        .status()
-        .unwrap();
-    assert!(!gone.success(), "the image was removed");
+    assert!(!test.has_image(&image), "the image was removed");
 }

@@ -9,12 +9,14 @@
 //!   redirects, huge or slow bodies, bad encodings, hangs, arbitrary status codes).
 //! - [`git`]: a real git server (git's `http-backend` behind basic auth) and a working
 //!   repository to commit, tag and push to it.
+//! - [`containers`]: podman set up for these sandboxes, with a base image made on the spot.
 //! - [`eventually`]: the one polling helper, for what no event announces.
 //!
 //! This crate must not depend on any other Silk crate (everything may depend on it in
 //! tests), must never bind or connect outside 127.0.0.0/8, and prints nothing: callers
 //! print what they want from the returned handles.
 
+pub mod containers;
 pub mod demo;
 mod error;
 mod eventually;
