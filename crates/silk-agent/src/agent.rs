@@ -47,15 +47,19 @@
 
 use crate::config::{AgentConfig, durable_name, ensure_data_dir, resolve_id};
 use crate::error::AgentError;
+use crate::program::{ProgramSettings, Programs, Reporter};
 use crate::runlog::{Events, LogQueue, LogSettings, OutBatch};
 use crate::runs::{Allocated, Missing, RunTable};
 use crate::stats::{AgentCounters, AgentEvent, AgentStats, QpsWindow};
 use crate::system::Probe;
 use silk_bus::{
     AllocationReply, Bus, BusError, Command, Delivery, Envelope, FetchOutcome, Heartbeat,
-    LeasedRequest, Message, Register, ResultError, RetryPolicy, RunResult, Subject, SubscribeOpts,
-    TtlPolicy,
+    LeasedRequest, Message, ProgramAction, Register, ResultError, RetryPolicy, RunResult, Subject,
+    SubscribeOpts, TtlPolicy, WorkerReport,
 };
+
+/// How long the workers of a released run have between SIGTERM and SIGKILL.
+const RELEASE_GRACE: Duration = Duration::from_secs(2);
 use silk_core::{AgentId, Clock, RunId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -80,6 +84,7 @@ struct AgentCore {
     counters: AgentCounters,
     qps: QpsWindow,
     events: Events,
+    programs: Arc<Programs>,
     stop: watch::Sender<bool>,
 }
 
@@ -150,7 +155,19 @@ impl Agent {
         );
         let events = Events::new(events, Arc::new(logs));
         let (stop, _) = watch::channel(false);
+        let programs = Arc::new(Programs::new(
+            ProgramSettings {
+                allow: config.allow_programs,
+                dir: config.data_dir.join("programs"),
+                cache_bytes: config.program_cache_bytes,
+                container_cli: config.container_cli.clone(),
+                container_args: config.container_args.clone(),
+            },
+            id.clone(),
+            events.clone(),
+        ));
         let shared = Arc::new(AgentCore {
+            programs,
             ttl: TtlPolicy {
                 heartbeat_interval_ms: config.heartbeat_interval_ms,
                 ..TtlPolicy::default()
@@ -302,8 +319,10 @@ async fn supervise(shared: Arc<AgentCore>, subject: Subject, done: watch::Sender
             shared.request_stop();
         }
     }
-    let _ = finish_logs.send(());
     let grace = Duration::from_millis(shared.config.shutdown_grace_ms);
+    // Program workers end with the agent (their log lines go out below).
+    shared.programs.stop_all(grace).await;
+    let _ = finish_logs.send(());
     match tokio::time::timeout(grace, &mut logs).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
@@ -389,7 +408,29 @@ impl AgentCore {
                 if !self.registry.release(&run).await {
                     tracing::debug!(run = %run, "release of a run that is not allocated here");
                 }
+                // A run that ended leaves no worker behind.
+                self.programs.stop(&run, RELEASE_GRACE).await;
                 ack(delivery).await;
+            }
+            Command::Program {
+                run,
+                action,
+                reply_to,
+            } => {
+                ack(delivery).await;
+                match action {
+                    ProgramAction::Start(start) => {
+                        let reporter = self.reporter(results_subject(&run, reply_to.as_deref()));
+                        self.programs.start(run, *start, reporter);
+                    }
+                    ProgramAction::Pause => self.programs.pause(&run).await,
+                    ProgramAction::Resume => self.programs.resume(&run).await,
+                    ProgramAction::Stop { grace_ms } => {
+                        self.programs
+                            .stop(&run, Duration::from_millis(grace_ms))
+                            .await;
+                    }
+                }
             }
             Command::Shutdown => {
                 ack(delivery).await;
@@ -470,6 +511,28 @@ impl AgentCore {
         self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
         drop(guard);
         outcome
+    }
+
+    /// How the program workers' starts and ends reach the hub: published on `subject` with
+    /// retries, in the background.
+    fn reporter(self: &Arc<Self>, subject: Subject) -> Reporter {
+        let shared = self.clone();
+        Arc::new(move |run, worker, event| {
+            let shared = shared.clone();
+            let subject = subject.clone();
+            tokio::spawn(async move {
+                let report = WorkerReport {
+                    run: run.clone(),
+                    agent: shared.id.clone(),
+                    worker,
+                    event,
+                };
+                let envelope = shared.ttl.envelope(report, shared.clock.now_ms());
+                if let Err(e) = shared.publish_retried(&subject, &envelope).await {
+                    tracing::error!(run = %run, worker, error = %e, "worker report lost");
+                }
+            });
+        })
     }
 
     /// Publishes the reply to an `allocate` (`error: None` = ok), retrying

@@ -79,6 +79,16 @@ pub struct AgentConfig {
     /// sends (`silk agent --allow-raw-commands`; `silk up`'s local agents allow them, as
     /// their hub, in the same process, refuses raw commands from non-admin tokens).
     pub allow_raw_commands: bool,
+    /// Whether this agent runs the programs of program runs (project versions: processes or
+    /// containers). Off by default (`silk agent --allow-programs`; `silk up`'s local agents
+    /// allow them, as only admins define projects and program runs).
+    pub allow_programs: bool,
+    /// Most bytes of program versions kept unpacked (least recently started evicted first).
+    pub program_cache_bytes: u64,
+    /// The container engine's client for `container` programs (`podman`, `docker`).
+    pub container_cli: String,
+    /// Arguments of the engine before its subcommand (e.g. `--runtime=runc`).
+    pub container_args: Vec<String>,
 }
 
 impl Default for AgentConfig {
@@ -104,6 +114,10 @@ impl Default for AgentConfig {
             log_level: LogLevel::Debug,
             commands: BTreeMap::new(),
             allow_raw_commands: false,
+            allow_programs: false,
+            program_cache_bytes: 4 << 30,
+            container_cli: "podman".into(),
+            container_args: Vec::new(),
         }
     }
 }

@@ -98,7 +98,7 @@ pub(crate) fn compile(
             problems.is_empty().then(|| (**spec).clone())
         }
     };
-    let spider = spec.and_then(|spec| match Spider::new(spec) {
+    let spider = spec.and_then(|spec| match Spider::new_seedless(spec) {
         Ok(s) => Some(s),
         Err(e) => {
             p.push(format!("spider: {e}"));

@@ -17,8 +17,14 @@ use std::collections::BTreeMap;
 pub struct JobSpec {
     /// Unique name: letters, digits, `.`, `_`, `-`; at most 100 characters.
     pub name: String,
-    /// The declarative spider, as YAML text (may hold `${args.NAME}` placeholders).
+    /// The declarative spider, as YAML text (may hold `${args.NAME}` placeholders); optional
+    /// with a `program` (see `RunRequest::spider`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub spider: String,
+    /// A team's own crawler to run (see `silk_api::programs`); `${args.NAME}` in its command
+    /// and env are filled when a run is made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<crate::programs::ProgramSpec>,
     /// A cron expression (5 fields, or 6 with seconds, or `@daily` …); none: manual only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,

@@ -21,6 +21,7 @@ pub mod downloader;
 pub mod health;
 pub mod jobs;
 pub mod logs;
+pub mod programs;
 pub mod projects;
 pub mod runs;
 pub mod tokens;

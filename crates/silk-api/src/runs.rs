@@ -100,8 +100,15 @@ impl fmt::Display for RunState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RunRequest {
-    /// The declarative spider, as YAML text.
+    /// The declarative spider, as YAML text. With a `program`, optional: its start URLs
+    /// seed the run's frontier and its settings (politeness, item key, lease timeout,
+    /// downloader: user agent, headers, proxies, timeouts) apply to what the program asks of
+    /// Silk.
+    #[serde(default)]
     pub spider: String,
+    /// Run a team's own crawler from a project version instead of (or beside) a spider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<crate::programs::ProgramSpec>,
     /// How requests are spread over agents; default `random`.
     #[serde(default)]
     pub strategy: Option<Strategy>,
@@ -127,6 +134,23 @@ pub struct RunRequest {
     /// failed, more than half failed, more than half the pages blocked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_if: Option<FailIf>,
+}
+
+impl RunRequest {
+    /// A spider run's request with every setting left to its default.
+    pub fn spider(spider: impl Into<String>) -> Self {
+        Self {
+            spider: spider.into(),
+            program: None,
+            strategy: None,
+            on_agent_lost: None,
+            max_pending: None,
+            stall_timeout_ms: None,
+            downloader: None,
+            sinks: None,
+            fail_if: None,
+        }
+    }
 }
 
 /// Where a run's items go besides its JSON Lines file (`runs/{id}/items.jsonl`, always
@@ -334,6 +358,9 @@ pub struct RunView {
     pub sinks: Sinks,
     /// Set when the router feeds the run (see [`Feed`]).
     pub feed: Option<Feed>,
+    /// The program the run runs, its version and its workers (absent for a spider run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<crate::programs::ProgramView>,
     /// The hub that drives (or last drove) the run.
     #[schema(value_type = Option<String>)]
     pub hub: Option<HubId>,

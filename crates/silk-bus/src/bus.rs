@@ -288,7 +288,7 @@ impl BusConfig {
             });
         }
         if let Some(kind) = kind
-            && kind != subject.class().kind()
+            && !subject.class().carries(kind)
         {
             return Err(BusError::WrongSubject {
                 subject: subject.full(&self.namespace),
@@ -394,7 +394,7 @@ impl Subscription {
                 .map_err(|e| BusError::malformed(&full, e.to_string()))
                 .and_then(|subject| Envelope::decode(&full, &raw.payload).map(|env| (subject, env)))
                 .and_then(|(subject, env)| {
-                    if env.kind() == subject.class().kind() {
+                    if subject.class().carries(env.kind()) {
                         Ok((subject, env))
                     } else {
                         Err(BusError::malformed(

@@ -34,7 +34,8 @@ pub use nats::NatsBus;
 
 pub use subject::{Subject, SubjectClass};
 pub use wire::{
-    AllocationReply, BodyEncoding, Command, Control, Envelope, FetchOutcome, Heartbeat, Kind,
-    LeasedRequest, LogBatch, LogEntry, LogLevel, Message, MessageId, Register, ResultBody,
-    ResultError, RunResult, Timings, TtlPolicy, WIRE_VERSION,
+    AllocationReply, ArtifactRef, BodyEncoding, Command, Control, Envelope, FetchOutcome,
+    Heartbeat, Kind, LeasedRequest, LogBatch, LogEntry, LogLevel, Message, MessageId,
+    ProgramAction, ProgramStart, Register, ResultBody, ResultError, RunResult, Timings, TtlPolicy,
+    WIRE_VERSION, WorkerEvent, WorkerReport,
 };

@@ -8,8 +8,8 @@
 //! | subject (relative)     | full (namespace `silk`)   | kind carried | persisted | readers |
 //! |------------------------|---------------------------|--------------|-----------|---------|
 //! | `agent.{id}.cmd`       | `silk.agent.{id}.cmd`     | `command`    | yes       | the agent `{id}` (durable) |
-//! | `results.{hub}`        | `silk.results.{hub}`      | `result`     | yes       | the hub `{hub}` that sent the downloads (its own durable): the results of its runs |
-//! | `results`              | `silk.results`            | `result`     | yes       | hubs (one durable, work shared): results of downloads without `reply_to` (older hubs) |
+//! | `results.{hub}`        | `silk.results.{hub}`      | `result`, `worker` | yes       | the hub `{hub}` that sent the downloads (its own durable): the results of its runs |
+//! | `results`              | `silk.results`            | `result`, `worker` | yes       | hubs (one durable, work shared): results of downloads without `reply_to` (older hubs) |
 //! | `registrations`        | `silk.registrations`      | `register`   | yes       | hubs (one durable, work shared) |
 //! | `run.{id}.control`     | `silk.run.{id}.control`   | `control`    | yes       | the agents and programs of run `{id}` |
 //! | `heartbeats`           | `silk.heartbeats`         | `heartbeat`  | **no**    | every hub (fan-out, each runs its failure detector) |
@@ -83,6 +83,13 @@ impl SubjectClass {
             SubjectClass::Allocations => Kind::Allocated,
             SubjectClass::Logs => Kind::Log,
         }
+    }
+
+    /// Whether a message of `kind` may go on a subject of this class: its [`kind`](Self::kind),
+    /// and on `results` subjects also `worker` reports (they go to the hub that drives the
+    /// run, as results do).
+    pub fn carries(self, kind: Kind) -> bool {
+        kind == self.kind() || (self == SubjectClass::Results && kind == Kind::Worker)
     }
 
     /// Whether messages of this class are stored (JetStream) and can be read durably.

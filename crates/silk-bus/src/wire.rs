@@ -18,7 +18,7 @@
 //! | `id`      | string      | unique message id (UUIDv7, time-ordered): readers de-duplicate on it, JetStream de-duplicates retried publishes on it (`Nats-Msg-Id`) |
 //! | `sent_ms` | u64         | when the publisher built the message, ms since the Unix epoch (publisher's clock) |
 //! | `ttl_ms`  | u64 or absent | the message is stale when `now - sent_ms > ttl_ms` (reader's clock); absent = never |
-//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated`, `log` |
+//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated`, `log`, `worker` |
 //! | `body`    | object      | the message of that kind, below |
 //!
 //! Bodies (field names are the Rust field names of the types below):
@@ -42,6 +42,13 @@
 //!   `text` or `base64`, `data`, `content_type`, `truncated`), `crawl_delay_ms` (the
 //!   `Crawl-delay` of the request's host's robots.txt for the run's user agent, in ms, when
 //!   it has one: the agent reads robots.txt, the hub's frontier decides politeness)).
+//! - `command` `{"op":"program","run":"r1","action":{"do":"start",…},"reply_to":"hub-a"}`
+//!   ([`Command::Program`], added in wire version 1): start ([`ProgramStart`]), pause, resume
+//!   or stop (`grace_ms`) the workers of a program run on the agent; no TTL (a stop must not
+//!   expire).
+//! - `worker` → [`WorkerReport`] (added in wire version 1), on `results.{hub}` like results:
+//!   `run`, `agent`, `worker`, `event` tagged by `is`: `{"is":"started"}`,
+//!   `{"is":"exited","code":0,"signal":null,"tail":["…"]}`, `{"is":"failed","error":"…"}`.
 //! - `control` → [`Control`], tagged by `op`: `{"op":"pause","run":"r1"}`, `resume`, `stop`.
 //! - `allocated` → [`AllocationReply`]: an agent's answer to an `allocate` command, sent once
 //!   the run's config was accepted and its downloader built (`ok: true`, also for a repeated
@@ -143,6 +150,8 @@ pub enum Kind {
     Allocated,
     /// [`LogBatch`]
     Log,
+    /// [`WorkerReport`]
+    Worker,
 }
 
 impl Kind {
@@ -156,6 +165,7 @@ impl Kind {
             Kind::Control => "control",
             Kind::Allocated => "allocated",
             Kind::Log => "log",
+            Kind::Worker => "worker",
         }
     }
 
@@ -168,6 +178,7 @@ impl Kind {
             "control" => Kind::Control,
             "allocated" => Kind::Allocated,
             "log" => Kind::Log,
+            "worker" => Kind::Worker,
             _ => return None,
         })
     }
@@ -271,6 +282,121 @@ pub enum Command {
     },
     /// Stop the agent process.
     Shutdown,
+    /// Start, pause, resume or stop the workers of a program run on this agent (added in
+    /// wire version 1). The agent reports each worker's start and end as a
+    /// [`WorkerReport`] on `results.{reply_to}`.
+    Program {
+        /// The run.
+        run: RunId,
+        /// What to do.
+        action: ProgramAction,
+        /// The id of the hub that drives the run: worker reports go to `results.{reply_to}`
+        /// (or `results` when absent or not a valid token, as for downloads).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_to: Option<String>,
+    },
+}
+
+/// What a [`Command::Program`] asks, tagged by `do`:
+/// `{"do":"start", …ProgramStart…}`, `{"do":"pause"}`, `{"do":"resume"}`,
+/// `{"do":"stop","grace_ms":10000}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "do", rename_all = "snake_case")]
+pub enum ProgramAction {
+    /// Start these workers (a worker already running here is left alone).
+    Start(Box<ProgramStart>),
+    /// Stop the run's workers where they are (SIGSTOP to each process group; `pause` of a
+    /// container).
+    Pause,
+    /// Continue them (SIGCONT; `unpause`).
+    Resume,
+    /// End them: SIGTERM, then SIGKILL after `grace_ms` (containers: `stop -t`).
+    Stop {
+        /// Between SIGTERM and SIGKILL, ms.
+        grace_ms: u64,
+    },
+}
+
+/// The workers of a program run that one agent is to start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramStart {
+    /// The project.
+    pub project: String,
+    /// The version (resolved: never `latest`).
+    pub version: String,
+    /// `process` or `container`.
+    pub runtime: String,
+    /// The packed directory of a `command` version: fetched from
+    /// `{api_url}/api/v1/projects/{project}/versions/{version}/artifact` with the run token,
+    /// checked against `sha256`, cached by digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<ArtifactRef>,
+    /// The image of a `container` version (`silk/{project}:{version}`, or its registry
+    /// reference).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The program and its arguments (args filled in).
+    pub command: Vec<String>,
+    /// The job's environment (args filled in); the agent adds Silk's `SILK_*` variables.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The workers to start here (indices `0..workers_total`).
+    pub workers: Vec<u32>,
+    /// All workers of the run.
+    pub workers_total: u32,
+    /// The hub's API, for the program and for the artifact (`SILK_API_URL`).
+    pub api_url: String,
+    /// The run's token (`SILK_RUN_TOKEN`): valid for this run's program routes while the
+    /// run has not ended. A secret: the agent never logs it.
+    pub token: String,
+}
+
+/// A packed version directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactRef {
+    /// SHA-256 of the packed bytes, hex.
+    pub sha256: String,
+    /// Its size, bytes.
+    pub size: u64,
+}
+
+/// A worker of a program run started or ended: from the agent that runs it to the hub that
+/// drives the run, on `results.{hub}` (added in wire version 1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// The run.
+    pub run: RunId,
+    /// The agent.
+    pub agent: AgentId,
+    /// The worker's index.
+    pub worker: u32,
+    /// What happened.
+    pub event: WorkerEvent,
+}
+
+/// What happened to a worker, tagged by `is`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "is", rename_all = "snake_case")]
+pub enum WorkerEvent {
+    /// Its process (or container) started.
+    Started,
+    /// It ended: its exit code, or the signal that killed it, and its last output lines.
+    Exited {
+        /// The exit code, when it exited.
+        #[serde(default)]
+        code: Option<i32>,
+        /// The signal, when one ended it.
+        #[serde(default)]
+        signal: Option<i32>,
+        /// Its last output lines (at most a few).
+        #[serde(default)]
+        tail: Vec<String>,
+    },
+    /// It could not be started (artifact, image, program not found, programs refused).
+    Failed {
+        /// Why, for people.
+        error: String,
+    },
 }
 
 /// A structured failure of one request, as seen by the agent.
@@ -523,6 +649,8 @@ pub enum Message {
     Allocated(AllocationReply),
     /// `log`
     Log(LogBatch),
+    /// `worker`
+    Worker(WorkerReport),
 }
 
 impl Message {
@@ -536,6 +664,7 @@ impl Message {
             Message::Control(_) => Kind::Control,
             Message::Allocated(_) => Kind::Allocated,
             Message::Log(_) => Kind::Log,
+            Message::Worker(_) => Kind::Worker,
         }
     }
 }
@@ -556,7 +685,8 @@ into_message!(
     RunResult => Result,
     Control => Control,
     AllocationReply => Allocated,
-    LogBatch => Log
+    LogBatch => Log,
+    WorkerReport => Worker
 );
 
 /// Default TTLs, by kind of message. The publisher stamps the TTL; the reader enforces it.
@@ -602,9 +732,10 @@ impl TtlPolicy {
             | Message::Allocated(_) => Some(self.allocate_ttl_ms),
             Message::Command(Command::Download { .. }) => Some(self.download_ttl_ms),
             Message::Log(_) => Some(self.log_ttl_ms),
-            Message::Command(Command::Release { .. })
+            Message::Command(Command::Release { .. } | Command::Program { .. })
             | Message::Register(_)
             | Message::Result(_)
+            | Message::Worker(_)
             | Message::Control(_) => None,
         }
     }
@@ -710,6 +841,7 @@ impl Envelope {
             Message::Control(b) => out(self, kind, b),
             Message::Allocated(b) => out(self, kind, b),
             Message::Log(b) => out(self, kind, b),
+            Message::Worker(b) => out(self, kind, b),
         };
         bytes.map(Bytes::from).map_err(|e| BusError::Encode {
             kind: kind.as_str().into(),
@@ -753,6 +885,7 @@ impl Envelope {
             Kind::Control => typed(body).map(Message::Control),
             Kind::Allocated => typed(body).map(Message::Allocated),
             Kind::Log => typed(body).map(Message::Log),
+            Kind::Worker => typed(body).map(Message::Worker),
         }
         .map_err(|e| bad(format!("`{kind}` body: {e}")))?;
         Ok(Envelope {
@@ -879,6 +1012,44 @@ mod tests {
                         message: "https://example.com/a: http status 404 \"é\"\n".into(),
                     },
                 ],
+            }
+            .into(),
+            Command::Program {
+                run: "r1".into(),
+                action: ProgramAction::Start(Box::new(ProgramStart {
+                    project: "shop".into(),
+                    version: "1.0.0".into(),
+                    runtime: "process".into(),
+                    artifact: Some(ArtifactRef {
+                        sha256: "ab".repeat(32),
+                        size: 10,
+                    }),
+                    image: None,
+                    command: vec!["./run.sh".into(), "eu".into()],
+                    env: [("A".to_owned(), "b".to_owned())].into(),
+                    workers: vec![0, 2],
+                    workers_total: 3,
+                    api_url: "http://127.0.0.1:7000".into(),
+                    token: "t".into(),
+                })),
+                reply_to: Some("hub-a".into()),
+            }
+            .into(),
+            Command::Program {
+                run: "r1".into(),
+                action: ProgramAction::Stop { grace_ms: 5 },
+                reply_to: None,
+            }
+            .into(),
+            WorkerReport {
+                run: "r1".into(),
+                agent: "a1".into(),
+                worker: 2,
+                event: WorkerEvent::Exited {
+                    code: None,
+                    signal: Some(9),
+                    tail: vec!["last".into()],
+                },
             }
             .into(),
         ]

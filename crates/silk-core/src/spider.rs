@@ -304,14 +304,16 @@ fn ordered_pairs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)
 }
 
 impl SpiderSpec {
-    /// Parses and validates a spider file; `file` names it in errors.
+    /// Parses and validates a spider file; `file` names it in errors. Start URLs are
+    /// checked when it is compiled ([`Spider::new`]; a program's settings need none).
     pub fn parse(yaml: &str, file: &str) -> Result<Self, CoreError> {
         let spec: SpiderSpec =
             serde_yaml_ng::from_str(yaml).map_err(|e| CoreError::SpiderSyntax {
                 file: file.to_owned(),
                 message: e.to_string(),
             })?;
-        let problems = spec.problems();
+        let mut problems = spec.problems();
+        problems.retain(|p| p != NO_SEEDS);
         if problems.is_empty() {
             Ok(spec)
         } else {
@@ -329,7 +331,7 @@ impl SpiderSpec {
             p.push("name: must not be empty".into());
         }
         if self.start_urls.is_empty() {
-            p.push("start_urls: at least one URL is needed".into());
+            p.push(NO_SEEDS.into());
         }
         if self.max_html_depth == 0 {
             p.push("max_html_depth: must be at least 1".into());
@@ -484,10 +486,32 @@ pub struct Spider {
     allowed: Vec<String>,
 }
 
+/// The problem of a spider without start URLs.
+const NO_SEEDS: &str = "start_urls: at least one URL is needed";
+
 impl Spider {
     /// Compiles a spec (which must have passed [`SpiderSpec::parse`]).
     pub fn new(spec: SpiderSpec) -> Result<Self, CoreError> {
-        let problems = spec.problems();
+        Self::compile(spec, true)
+    }
+
+    /// Compiles a spec that may have no start URLs: the settings of a program run (whose
+    /// program enqueues its own requests) and of an agent's downloader (which never seeds).
+    pub fn new_seedless(spec: SpiderSpec) -> Result<Self, CoreError> {
+        Self::compile(spec, false)
+    }
+
+    /// Parses, validates and compiles a spider file that may have no start URLs (see
+    /// [`Spider::new_seedless`]).
+    pub fn from_yaml_seedless(yaml: &str, file: &str) -> Result<Self, CoreError> {
+        Self::new_seedless(SpiderSpec::parse(yaml, file)?)
+    }
+
+    fn compile(spec: SpiderSpec, seeds_needed: bool) -> Result<Self, CoreError> {
+        let mut problems = spec.problems();
+        if !seeds_needed {
+            problems.retain(|p| p != NO_SEEDS);
+        }
         if !problems.is_empty() {
             return Err(CoreError::SpiderInvalid {
                 file: spec.name.clone(),

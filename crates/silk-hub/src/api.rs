@@ -53,6 +53,7 @@ use silk_api::ErrorCode;
 use silk_api::agents::AgentView;
 use silk_api::jobs::{Job, JobSpec, TriggerRequest};
 use silk_api::logs::{EventParams, LogLineView, LogPage, LogParams};
+use silk_api::programs::{ItemsAdded, ItemsBatch};
 use silk_api::runs::{
     ItemsPage, ItemsParams, RestartRequest, RunRequest, RunState, RunView, RunsParams,
 };
@@ -183,7 +184,7 @@ fn api_routes() -> (
         .routes(routes!(restart_run))
         .routes(routes!(run_logs))
         .routes(routes!(run_events))
-        .routes(routes!(run_items))
+        .routes(routes!(run_items, push_run_items))
         .routes(routes!(list_tokens, create_token))
         .routes(routes!(delete_token))
         .merge(projects::routes())
@@ -259,6 +260,7 @@ async fn authenticate(
         request.extensions_mut().insert(Principal {
             token_id: "none".into(),
             admin: true,
+            run: None,
         });
         return next.run(request).await;
     }
@@ -276,13 +278,68 @@ async fn authenticate(
         )
         .into_response();
     };
-    match hub.authenticate(token.trim()).await {
+    let token = token.trim();
+    if token.starts_with(crate::run::RUN_TOKEN_PREFIX) {
+        return match hub.authenticate_run(token).await {
+            Ok(Some(scope)) => {
+                if !run_token_reaches(&scope, request.method(), request.uri().path()) {
+                    return ApiError::new(
+                        ErrorCode::Forbidden,
+                        format!(
+                            "a run token reaches only its run's program routes (run `{}`)",
+                            scope.run
+                        ),
+                    )
+                    .into_response();
+                }
+                request.extensions_mut().insert(Principal {
+                    token_id: format!("run:{}", scope.run),
+                    admin: false,
+                    run: Some(scope.run),
+                });
+                next.run(request).await
+            }
+            Ok(None) => ApiError::new(
+                ErrorCode::Unauthorized,
+                "invalid run token, or its run has ended",
+            )
+            .into_response(),
+            Err(e) => ApiError::from(e).into_response(),
+        };
+    }
+    match hub.authenticate(token).await {
         Ok(Some(principal)) => {
             request.extensions_mut().insert(principal);
             next.run(request).await
         }
         Ok(None) => ApiError::new(ErrorCode::Unauthorized, "invalid token").into_response(),
         Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// Whether a run token of `scope` may call `method path`: its run (read), its items, its
+/// frontier and fetch routes, and the artifact of its program's version. Anything else is
+/// refused, whatever routes are added later.
+fn run_token_reaches(
+    scope: &crate::hub::RunScope,
+    method: &axum::http::Method,
+    path: &str,
+) -> bool {
+    use axum::http::Method;
+    let run_base = format!("/api/v1/runs/{}", scope.run);
+    if let Some(rest) = path.strip_prefix(&run_base) {
+        return match rest {
+            "" => *method == Method::GET,
+            "/items" | "/requests" | "/lease" | "/ack" | "/fetch" => *method == Method::POST,
+            _ => false,
+        };
+    }
+    match &scope.version {
+        Some((project, version)) => {
+            *method == Method::GET
+                && path == format!("/api/v1/projects/{project}/versions/{version}/artifact")
+        }
+        None => false,
     }
 }
 
@@ -332,6 +389,19 @@ pub(crate) fn require_admin_for(principal: &Principal, what: &str) -> ApiResult<
             format!("only an admin token may {what}"),
         ))
     }
+}
+
+/// Refuses a program from a token that is not an admin's: a program's command runs on the
+/// agents (until tenants and their pools, only admins define what runs there).
+fn check_program(principal: &Principal, program: bool) -> ApiResult<()> {
+    if program && !principal.admin {
+        tracing::warn!(token = %principal.token_id, "refused: a program from a non-admin token");
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "program: only an admin token may run a program (its command runs on the agents)",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a raw command in a downloader config (`downloader.proxies.provider`,
@@ -463,6 +533,7 @@ async fn create_job(
 ) -> ApiResult<Response> {
     let spec: JobSpec = parse_body(&body)?;
     check_commands(&principal, spec.downloader.as_ref())?;
+    check_program(&principal, spec.program.is_some())?;
     let job = hub.create_job(spec).await?;
     Ok((StatusCode::CREATED, Json(job)).into_response())
 }
@@ -485,6 +556,7 @@ async fn patch_job(
     Body(body): Body,
 ) -> ApiResult<Json<Job>> {
     let patch: serde_json::Value = parse_body(&body)?;
+    check_program(&principal, patch.get("program").is_some())?;
     check_commands(
         &principal,
         patch
@@ -572,6 +644,7 @@ async fn submit_run(
 ) -> ApiResult<Response> {
     let request: RunRequest = parse_body(&body)?;
     check_commands(&principal, request.downloader.as_ref())?;
+    check_program(&principal, request.program.is_some())?;
     let view = hub.submit(request).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
@@ -844,6 +917,21 @@ async fn run_items(
     let limit = params.limit.unwrap_or(100).clamp(1, 1000) as usize;
     let cursor = params.cursor.unwrap_or(0);
     Ok(Json(hub.run_items(&id, cursor, limit).await?))
+}
+
+/// Items a program pushes (bearer: its run token, or any token): written to the run's item
+/// log, idempotent on the run's item key.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/items", params(("id" = String, Path, description = "run id")),
+    request_body = ItemsBatch,
+    responses((status = 200, body = ItemsAdded), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
+async fn push_run_items(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<ItemsAdded>> {
+    let id = run_id(&id)?;
+    let batch: ItemsBatch = parse_body(&body)?;
+    Ok(Json(hub.push_items(&id, batch).await?))
 }
 
 /// API tokens (admin only; no secrets).

@@ -27,6 +27,8 @@ pub struct Principal {
     pub token_id: String,
     /// Whether it may manage tokens.
     pub admin: bool,
+    /// Set for a run token (`SILK_RUN_TOKEN`): it reaches only its run's program routes.
+    pub run: Option<silk_core::RunId>,
 }
 
 fn hash_hex(secret: &str) -> String {
@@ -157,6 +159,7 @@ impl HubHandle {
         Ok(Some(Principal {
             token_id: row.id,
             admin: row.admin,
+            run: None,
         }))
     }
 

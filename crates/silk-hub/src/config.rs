@@ -63,6 +63,10 @@ pub struct HubConfig {
     /// How projects' versions are built on this hub (container engine, parallel builds,
     /// versions kept).
     pub builds: BuildSettings,
+    /// The hub's API as the programs of program runs reach it (`SILK_API_URL`, and where
+    /// agents fetch versions): `silk hub` sets it from `--public-url`, else from `--listen`.
+    /// `None`: program runs fail at start, saying so.
+    pub public_url: Option<String>,
 }
 
 impl HubConfig {
@@ -86,6 +90,7 @@ impl HubConfig {
             poison_after_losses: 3,
             secret_key: None,
             builds: BuildSettings::default(),
+            public_url: None,
         }
     }
 }

@@ -152,6 +152,8 @@ impl Hub {
                 frontier_url: config.frontier_url.clone(),
                 record_outcomes: config.record_outcomes,
                 poison_after_losses: config.poison_after_losses,
+                public_url: config.public_url.clone(),
+                secrets: secrets.clone(),
             },
             stop: stop.subscribe(),
         };
@@ -270,6 +272,15 @@ pub struct RunQuery {
     pub limit: Option<u32>,
 }
 
+/// What a run token may reach (see [`HubHandle::authenticate_run`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunScope {
+    /// The run.
+    pub run: RunId,
+    /// The project and version its program runs (their artifact may be fetched).
+    pub version: Option<(String, String)>,
+}
+
 impl HubHandle {
     pub(crate) fn shared(&self) -> &Arc<HubCore> {
         &self.shared
@@ -338,6 +349,59 @@ impl HubHandle {
         let log = crate::items::ItemLog::of(&record, &self.shared.files);
         log.read(self.shared.store.as_ref(), id, cursor, limit)
             .await
+    }
+
+    /// What a run token may reach: its run, and the version its program runs; `None` when
+    /// `token` is not a run token of this hub's key, or its run has ended.
+    pub async fn authenticate_run(&self, token: &str) -> Result<Option<RunScope>, HubError> {
+        let Some(run) = crate::run::token_run(&self.shared.runs_cx.settings.secrets, token) else {
+            return Ok(None);
+        };
+        let record = match self.stored_record(&run).await {
+            Ok(record) => record,
+            Err(HubError::NoSuchRun(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if record.state.is_terminal() {
+            return Ok(None);
+        }
+        Ok(Some(RunScope {
+            run,
+            version: record.program.map(|p| (p.spec.project, p.version)),
+        }))
+    }
+
+    /// The token of a program run (`SILK_RUN_TOKEN`), as its workers get it.
+    pub fn run_token(&self, run: &RunId) -> String {
+        crate::run::run_token(&self.shared.runs_cx.settings.secrets, run)
+    }
+
+    /// Writes items a program pushed to its run's item log (the run must be driven here).
+    pub async fn push_items(
+        &self,
+        id: &RunId,
+        batch: silk_api::programs::ItemsBatch,
+    ) -> Result<silk_api::programs::ItemsAdded, HubError> {
+        let Some(run) = self.shared.active_run(id) else {
+            let record = self.stored_record(id).await?;
+            return Err(match (&record.hub, record.state.is_terminal()) {
+                (_, true) => HubError::WrongState {
+                    run: id.clone(),
+                    state: record.state.to_string(),
+                    action: "take items".into(),
+                },
+                (Some(hub), false) if *hub != self.shared.hub_id => HubError::OwnedElsewhere {
+                    run: id.clone(),
+                    hub: hub.to_string(),
+                },
+                _ => HubError::WrongState {
+                    run: id.clone(),
+                    state: record.state.to_string(),
+                    action: "take items (the run is not active on this hub yet)".into(),
+                },
+            });
+        };
+        crate::programs::push_items(&self.shared.runs_cx, &run, batch.items).await
     }
 
     /// The stored record of a run (active or not).
@@ -428,6 +492,11 @@ impl HubHandle {
         }
         let request = RunRequest {
             spider: old.spider.clone(),
+            // The same version again.
+            program: old.program.as_ref().map(|p| crate::run::ProgramSpec {
+                version: p.version.clone(),
+                ..p.spec.clone()
+            }),
             strategy: Some(old.strategy),
             on_agent_lost: Some(old.on_agent_lost),
             max_pending: Some(old.max_pending),

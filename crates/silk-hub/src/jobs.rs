@@ -115,9 +115,27 @@ pub fn run_request(
     spec: &JobSpec,
     extra: &BTreeMap<String, String>,
 ) -> Result<RunRequest, HubError> {
-    let spider = fill_args(&spec.spider, &spec.merged_args(extra)).map_err(HubError::BadJob)?;
+    let args = spec.merged_args(extra);
+    let spider = fill_args(&spec.spider, &args).map_err(HubError::BadJob)?;
+    // `${args.NAME}` in a program's command and env are filled as in a spider.
+    let program = match &spec.program {
+        None => None,
+        Some(p) => {
+            let mut p = p.clone();
+            for arg in &mut p.command {
+                *arg = fill_args(arg, &args)
+                    .map_err(|e| HubError::BadJob(format!("program.command: {e}")))?;
+            }
+            for (name, value) in &mut p.env {
+                *value = fill_args(value, &args)
+                    .map_err(|e| HubError::BadJob(format!("program.env.{name}: {e}")))?;
+            }
+            Some(p)
+        }
+    };
     Ok(RunRequest {
         spider,
+        program,
         strategy: spec.strategy,
         on_agent_lost: spec.on_agent_lost,
         max_pending: spec.max_pending,

@@ -41,8 +41,19 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     if *hub.stop.borrow() {
         return Err(HubError::ShuttingDown);
     }
-    let request = new.request;
+    let mut request = new.request;
     let spider = crate::run::check_request(&request)?;
+    // A program run: its version resolved now (`latest` is the newest ready one), its
+    // spider the settings it was given, or the defaults.
+    let program = match &request.program {
+        Some(spec) => Some(crate::programs::resolve(hub, spec).await?),
+        None => None,
+    };
+    if let Some(spec) = &request.program
+        && request.spider.trim().is_empty()
+    {
+        request.spider = crate::run::program_spider(spec);
+    }
     let now = hub.clock.now_ms();
     let id = RunId::new(uuid::Uuid::now_v7().simple().to_string());
     let (job_id, job_name) = new.job.unzip();
@@ -95,6 +106,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         shared_frontier,
         hub: Some(hub.hub_id.clone()),
         fail_if: request.fail_if,
+        program,
     };
     if !hub.repo.hold(&id).await? {
         return Err(HubError::Store(format!(
@@ -113,12 +125,22 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         (Some(job), None) => format!("job `{job}`"),
         (None, None) => "ad-hoc run".to_owned(),
     };
+    let runs = match &record.program {
+        Some(p) => format!(
+            "program `{}` {} ({} worker(s), {})",
+            p.spec.project,
+            p.version,
+            p.spec.workers,
+            p.spec.runtime.as_str()
+        ),
+        None => format!("spider `{}`", record.spider_name),
+    };
     hub.logs.hub(
         &id,
         Level::Info,
         format!(
-            "run created ({what}): spider `{}`, strategy {}, allocating agents",
-            record.spider_name, record.strategy
+            "run created ({what}): {runs}, strategy {}, allocating agents",
+            record.strategy
         ),
     );
     if let Err(reason) = allocate_run(hub, &mut record).await {

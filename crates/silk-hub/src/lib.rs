@@ -70,6 +70,7 @@ mod outcomes;
 mod ownership;
 pub mod phi;
 mod presence;
+mod programs;
 mod project;
 pub mod registry;
 mod repo;
@@ -90,7 +91,7 @@ pub use config::BuildSettings;
 pub use config::HubConfig;
 pub use error::HubError;
 pub use files::KnownAgent;
-pub use hub::{Hub, HubHandle, RunQuery};
+pub use hub::{Hub, HubHandle, RunQuery, RunScope};
 pub use hub_projects::WebhookAnswer;
 pub use phi::{PhiConfig, PhiDetector};
 pub use registry::{

@@ -54,6 +54,10 @@ pub(crate) struct RunSettings {
     pub(crate) record_outcomes: bool,
     /// A request whose agent is lost this many times is given up as poison.
     pub(crate) poison_after_losses: u32,
+    /// The hub's API as programs reach it (`SILK_API_URL`); none: program runs fail.
+    pub(crate) public_url: Option<String>,
+    /// The hub's key: run tokens are made and checked with it.
+    pub(crate) secrets: silk_projects::secrets::SecretBox,
 }
 
 /// A request out at an agent.

@@ -71,6 +71,12 @@ async fn on_delivery(hub: &HubCore, delivery: Delivery) {
                 tracing::debug!(run = %result.run, "result of a run that is not active here ignored")
             }
         },
+        Message::Worker(report) => match hub.active_run(&report.run) {
+            Some(run) => crate::programs::on_worker(&hub.runs_cx, &run, report).await,
+            None => {
+                tracing::debug!(run = %report.run, worker = report.worker, "worker report of a run that is not active here ignored")
+            }
+        },
         Message::Allocated(reply) => {
             let waiter = hub.waiters.lock().get(&reply.run).cloned();
             if let Some(tx) = waiter {

@@ -15,6 +15,7 @@ use crate::allocation::Allocation;
 use crate::error::HubError;
 use serde::{Deserialize, Serialize};
 use silk_api::health::FailIf;
+pub use silk_api::programs::{ProgramSpec, ProgramView, WorkerState, WorkerView};
 pub use silk_api::runs::{
     Feed, ItemsPage, OnAgentLost, RunRequest, RunState, RunStats, RunView, Sinks, Strategy,
     WebhookSink,
@@ -66,9 +67,61 @@ fn check_downloader(
 }
 
 /// Checks a run request; the compiled spider.
+/// The prefix of a run token (`silkrun_{run}_{tag}`).
+pub const RUN_TOKEN_PREFIX: &str = "silkrun_";
+const RUN_TOKEN_PURPOSE: &str = "silk:run-token";
+
+/// The token of a program run (`SILK_RUN_TOKEN`): the run id and its HMAC with the hub's key,
+/// so every hub sharing the key checks it without storing it; it is good while the run has
+/// not ended (the API checks that).
+pub(crate) fn run_token(secrets: &silk_projects::secrets::SecretBox, run: &RunId) -> String {
+    format!(
+        "{RUN_TOKEN_PREFIX}{run}_{}",
+        secrets.mac(RUN_TOKEN_PURPOSE, run.as_str())
+    )
+}
+
+/// The run a run token is for, if it is one this hub's key made.
+pub(crate) fn token_run(secrets: &silk_projects::secrets::SecretBox, token: &str) -> Option<RunId> {
+    let (run, tag) = token.strip_prefix(RUN_TOKEN_PREFIX)?.rsplit_once('_')?;
+    let valid = !run.is_empty()
+        && run.len() <= 128
+        && run
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !valid {
+        return None;
+    }
+    let run = RunId::new(run);
+    secrets
+        .verify_mac(RUN_TOKEN_PURPOSE, run.as_str(), tag)
+        .then_some(run)
+}
+
+/// The spider of a program run that gives none: settings only, no start URLs (the program
+/// enqueues its own requests, if it uses the frontier at all).
+pub(crate) fn program_spider(program: &ProgramSpec) -> String {
+    format!("name: {}\nstart_urls: []\n", program.project)
+}
+
+/// Checks a run request; the run's spider (for a program run, its settings; see
+/// [`program_spider`]).
 pub(crate) fn check_request(request: &RunRequest) -> Result<Spider, HubError> {
-    let spider = Spider::from_yaml(&request.spider, "spider")
-        .map_err(|e| HubError::BadRun(e.to_string()))?;
+    let spider = match &request.program {
+        None => Spider::from_yaml(&request.spider, "spider"),
+        Some(program) => {
+            let problems = program.problems();
+            if !problems.is_empty() {
+                return Err(HubError::BadRun(problems.join("; ")));
+            }
+            if request.spider.trim().is_empty() {
+                Spider::from_yaml_seedless(&program_spider(program), "spider")
+            } else {
+                Spider::from_yaml_seedless(&request.spider, "spider")
+            }
+        }
+    }
+    .map_err(|e| HubError::BadRun(e.to_string()))?;
     if request.max_pending == Some(0) {
         return Err(HubError::BadRun("max_pending must be at least 1".into()));
     }
@@ -176,6 +229,43 @@ pub struct RunRecord {
     /// When the run counts as failed at its end (`None`: the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fail_if: Option<FailIf>,
+    /// The program of a program run: what it runs and where its workers are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program: Option<ProgramRun>,
+}
+
+/// What a program run runs: the program, the version it resolved to, and its workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgramRun {
+    pub spec: ProgramSpec,
+    /// The version (never `latest`).
+    pub version: String,
+    /// The version's packed directory (`command` versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<silk_bus::ArtifactRef>,
+    /// The version's image (`container` versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The workers, once placed.
+    #[serde(default)]
+    pub workers: Vec<WorkerView>,
+}
+
+impl RunRecord {
+    /// Whether the run runs a program.
+    pub fn is_program(&self) -> bool {
+        self.program.is_some()
+    }
+
+    /// The run's spider, compiled (a program run's may have no start URLs).
+    pub(crate) fn compiled_spider(&self) -> Result<Spider, HubError> {
+        let compiled = if self.is_program() {
+            Spider::from_yaml_seedless(&self.spider, "spider")
+        } else {
+            Spider::from_yaml(&self.spider, "spider")
+        };
+        compiled.map_err(|e| HubError::BadRun(e.to_string()))
+    }
 }
 
 /// The API's view of `record` with `stats`.
@@ -214,5 +304,10 @@ pub fn run_view(record: &RunRecord, stats: RunStats, items_path: Option<PathBuf>
             "embedded".into()
         },
         fail_if: record.fail_if.clone().unwrap_or_default(),
+        program: record.program.as_ref().map(|p| ProgramView {
+            spec: p.spec.clone(),
+            version: p.version.clone(),
+            workers: p.workers.clone(),
+        }),
     }
 }

@@ -38,7 +38,6 @@ use crate::run::{RunRecord, RunState, RunStats};
 use crate::state::HubCore;
 use parking_lot::Mutex;
 use silk_bus::{Command, FetchOutcome, LeasedRequest, RunResult};
-use silk_core::spider::Spider;
 use silk_core::{AgentId, Request};
 use silk_frontier::{AckResult, FrontierConfig, FrontierStore, Lease, LeaseId, Outcome};
 use silk_store::Level;
@@ -66,8 +65,7 @@ impl Run {
             run: id.clone(),
             reason: e.to_string(),
         };
-        let spider = Spider::from_yaml(&record.spider, "spider")
-            .map_err(|e| HubError::BadRun(e.to_string()))?;
+        let spider = record.compiled_spider()?;
         let frontier_config = FrontierConfig::for_spider(&spider);
         let lease_timeout_ms = frontier_config.lease_timeout_ms;
         let max_retries = frontier_config.max_retries;
@@ -466,8 +464,11 @@ impl Run {
     /// An agent was declared dead: release its requests out (they go to live agents), or
     /// fail the run when it is chained with `on_agent_lost: fail` and the agent was one of
     /// its own.
-    pub(crate) async fn on_agent_dead(&self, cx: &RunContext, agent: &AgentId) {
+    pub(crate) async fn on_agent_dead(self: &Arc<Self>, cx: &RunContext, agent: &AgentId) {
         self.allocated_on.lock().remove(agent);
+        if self.record.lock().is_program() {
+            crate::programs::on_agent_dead(cx, self, agent).await;
+        }
         let (strategy, policy, allocated) = {
             let r = self.record.lock();
             let allocated = r
@@ -1141,7 +1142,16 @@ async fn drive(cx: RunContext, run: Arc<Run>) {
     // The loop runs in its own task so that a bug (a panic) in it still ends the run as
     // failed and wakes whoever waits for it.
     let (c, r) = (cx.clone(), run.clone());
-    let end = match tokio::spawn(async move { r.dispatch(&c).await }).await {
+    let program = run.record.lock().is_program();
+    let end = match tokio::spawn(async move {
+        if program {
+            crate::programs::drive(&c, &r).await
+        } else {
+            r.dispatch(&c).await
+        }
+    })
+    .await
+    {
         Ok(Ok(end)) => end,
         Ok(Err(reason)) => End::Failed(reason),
         Err(e) => End::Failed(format!("internal error in the run's dispatch loop: {e}")),

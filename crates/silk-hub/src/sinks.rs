@@ -126,7 +126,7 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
     if targets.is_empty() {
         return Ok(());
     }
-    let key_field = silk_core::spider::Spider::from_yaml(&record.spider, "spider")
+    let key_field = silk_core::spider::Spider::from_yaml_seedless(&record.spider, "spider")
         .map(|s| s.spec.item_key.clone())
         .map_err(|e| HubError::BadRun(e.to_string()))?;
     shared.files.write_state(&record.id, PENDING, &true)?;

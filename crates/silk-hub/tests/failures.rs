@@ -254,7 +254,7 @@ impl FakeAgent {
                             });
                         }
                     }
-                    Command::Release { .. } | Command::Shutdown => {}
+                    Command::Release { .. } | Command::Shutdown | Command::Program { .. } => {}
                 }
             }
             let _ = delivery.ack().await;
@@ -328,6 +328,7 @@ fn spider(site: &DemoSite, start_urls: &[String], lease_ms: u64) -> String {
 fn request(spider: String, max_pending: u64) -> RunRequest {
     RunRequest {
         spider,
+        program: None,
         strategy: Some(Strategy::Fixed(1)),
         on_agent_lost: Some(OnAgentLost::Fail),
         max_pending: Some(max_pending),

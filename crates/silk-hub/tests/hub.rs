@@ -32,6 +32,7 @@ fn spider(site: &DemoSite) -> String {
 fn request(site: &DemoSite, strategy: Strategy, policy: OnAgentLost) -> RunRequest {
     RunRequest {
         spider: spider(site),
+        program: None,
         strategy: Some(strategy),
         on_agent_lost: Some(policy),
         max_pending: Some(32),
@@ -386,6 +387,7 @@ async fn the_http_api_answers_json_with_codes() {
 
     let mut fixed = RunRequest {
         spider: spider(&site),
+        program: None,
         strategy: Some(Strategy::Fixed(3)),
         on_agent_lost: None,
         max_pending: None,

@@ -129,7 +129,7 @@ impl Synthetic {
                             });
                         }
                     }
-                    Command::Release { .. } | Command::Shutdown => {}
+                    Command::Release { .. } | Command::Shutdown | Command::Program { .. } => {}
                 }
             }
             let _ = delivery.ack().await;
@@ -163,6 +163,7 @@ fn page(url: &str) -> FetchOutcome {
 /// A run of the synthetic site with leases of `lease_ms`.
 fn request(lease_ms: u64) -> RunRequest {
     RunRequest {
+        program: None,
         spider: format!(
             "name: synth\nstart_urls: ['{BASE}/']\nallowed_domains: [synth.test]\nrobots: false\n\
              per_host_concurrency: 4\nper_host_delay_ms: 0\ntimeout_ms: 1000\n\

@@ -96,6 +96,19 @@
  */
 
 /**
+ * The answer to a pushed batch of items.
+ * @typedef {object} ItemsAdded
+ * @property {number} added Items written to the run's item log.
+ * @property {number} duplicates Items whose key the run had already.
+ */
+
+/**
+ * Items a program pushes (`POST /api/v1/runs/{id}/items`): JSON objects, each with the
+ * @typedef {object} ItemsBatch
+ * @property {Array<Record<string, any>>} items The items, at most 10000.
+ */
+
+/**
  * A page of items read from a run's JSON Lines file.
  * @typedef {object} ItemsPage
  * @property {boolean} done Whether the file holds nothing more right now.
@@ -120,10 +133,11 @@
  * @property {string} name Unique name: letters, digits, `.`, `_`, `-`; at most 100 characters.
  * @property {null|OnAgentLost} [on_agent_lost]
  * @property {string} [overlap] What a fire does while a run of the job is active: `skip` (default), `queue`,
+ * @property {null|ProgramSpec} [program]
  * @property {string} [remarks] Free text for people.
  * @property {Record<string, any>} [retry] Retries of failed runs.
  * @property {null|Sinks} [sinks]
- * @property {string} spider The declarative spider, as YAML text (may hold `${args.NAME}` placeholders).
+ * @property {string} [spider] The declarative spider, as YAML text (may hold `${args.NAME}` placeholders); optional
  * @property {number|null} [stall_timeout_ms] Stall timeout of its runs, ms.
  * @property {null|Strategy} [strategy]
  * @property {number|null} [timeout_ms] A run still active this long after it started is failed ("timed out"), ms.
@@ -185,6 +199,26 @@
  */
 
 /**
+ * What a program run runs.
+ * @typedef {object} ProgramSpec
+ * @property {Array<string>} [command] The program and its arguments (no shell); `${args.NAME}` is filled from the run's
+ * @property {Record<string, string>} [env] Environment variables of the workers (`${args.NAME}` filled); names starting with
+ * @property {string} project The project whose version runs.
+ * @property {Runtime} [runtime] `process` (default) or `container`.
+ * @property {number|null} [stop_grace_ms] How long a cancelled worker has between SIGTERM and SIGKILL, ms (default 10000).
+ * @property {string} [version] The version (`1.4.0`), or `latest`: the newest `ready` version when the run starts.
+ * @property {number} [workers] Worker processes, spread over the run's agents (default 1).
+ */
+
+/**
+ * What a program run shows of its program.
+ * @typedef {object} ProgramView
+ * @property {ProgramSpec} spec The program as asked (args filled in).
+ * @property {string} version The version it runs (`latest` resolved).
+ * @property {Array<WorkerView>} workers Its workers (empty until they are placed).
+ */
+
+/**
  * A project to create (`POST /api/v1/projects`).
  * @typedef {object} ProjectRequest
  * @property {string|null} [branch] The branch pushes come from (for people; builds follow tags).
@@ -225,8 +259,9 @@
  * @property {null|FailIf} [fail_if]
  * @property {number|null} [max_pending] Most requests out at once; default 100.
  * @property {null|OnAgentLost} [on_agent_lost]
+ * @property {null|ProgramSpec} [program]
  * @property {null|Sinks} [sinks]
- * @property {string} spider The declarative spider, as YAML text.
+ * @property {string} [spider] The declarative spider, as YAML text. With a `program`, optional: its start URLs
  * @property {number|null} [stall_timeout_ms] How long requests may be out with nothing returning before the run fails, ms;
  * @property {null|Strategy} [strategy]
  */
@@ -282,6 +317,7 @@
  * @property {string|null} [job_name] The job's name.
  * @property {number} max_pending Back-pressure settings.
  * @property {OnAgentLost} on_agent_lost The agent-lost policy.
+ * @property {null|ProgramView} [program]
  * @property {string|null} [reason] Why it failed or was cancelled.
  * @property {string|null} [restart_of] The run this one restarts.
  * @property {Sinks} sinks Item sinks besides the JSON Lines file (header values shown as `***`).
@@ -292,6 +328,11 @@
  * @property {RunStats} stats The counters.
  * @property {Strategy} strategy The allocation strategy (`random`, `fixed:N`, `chained:N`).
  * @property {number|null} [timeout_ms] The run timeout, ms.
+ */
+
+/**
+ * Where a program's workers run.
+ * @typedef {"process"|"container"} Runtime
  */
 
 /**
@@ -358,6 +399,22 @@
  * @property {number|null} [batch] Items per POST; default 100.
  * @property {Record<string, string>} [headers] Extra request headers (e.g. `Authorization`); their values are secrets: never shown
  * @property {string} url Where to POST (http or https).
+ */
+
+/**
+ * The state of one worker of a program run.
+ * @typedef {"starting"|"running"|"succeeded"|"failed"} WorkerState
+ */
+
+/**
+ * One worker of a program run.
+ * @typedef {object} WorkerView
+ * @property {string} agent The agent it runs on.
+ * @property {number|null} [exit_code] The exit code, once exited.
+ * @property {string|null} [reason] Why it failed, for people (with its last log lines).
+ * @property {number|null} [signal] The signal that ended it, if one did.
+ * @property {WorkerState} state Its state.
+ * @property {number} worker Its index, `0..workers` (its `SILK_WORKER`).
  */
 
 export {};

@@ -13,7 +13,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use hmac::{Hmac, Mac};
 use rand::RngCore;
+use sha2::Sha256;
 use std::path::{Path, PathBuf};
 
 /// The environment variable that holds the key.
@@ -28,6 +30,8 @@ const CHECK_TEXT: &[u8] = b"silk secret key check";
 #[derive(Clone)]
 pub struct SecretBox {
     cipher: ChaCha20Poly1305,
+    /// The key of [`SecretBox::mac`], derived from the key (never the key itself).
+    mac_key: [u8; 32],
     /// Where the key came from, for errors (never the key).
     source: String,
 }
@@ -43,8 +47,12 @@ impl std::fmt::Debug for SecretBox {
 impl SecretBox {
     /// A box with `key`; `source` says where it came from.
     pub fn new(key: [u8; 32], source: impl Into<String>) -> Self {
+        let mut derive = <Hmac<Sha256> as Mac>::new_from_slice(&key)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts 32-byte keys"));
+        derive.update(b"silk:mac-key");
         Self {
             cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
+            mac_key: derive.finalize().into_bytes().into(),
             source: source.into(),
         }
     }
@@ -128,6 +136,42 @@ impl SecretBox {
         String::from_utf8(plain).map_err(|_| wrong("not text"))
     }
 
+    /// An authentication tag of `data` for `purpose` (HMAC-SHA256 with a key derived from
+    /// the hub's key; hex): what every hub sharing the key can check, and nobody
+    /// without it can make (the run tokens of program runs).
+    pub fn mac(&self, purpose: &str, data: &str) -> String {
+        crate::hex(&self.mac_bytes(purpose, data))
+    }
+
+    /// Whether `tag` is [`SecretBox::mac`] of `data` for `purpose` (constant time).
+    pub fn verify_mac(&self, purpose: &str, data: &str, tag: &str) -> bool {
+        let valid = tag.len().is_multiple_of(2) && tag.bytes().all(|b| b.is_ascii_hexdigit());
+        if !valid {
+            return false;
+        }
+        let tag: Vec<u8> = (0..tag.len())
+            .step_by(2)
+            .filter_map(|i| u8::from_str_radix(&tag[i..i + 2], 16).ok())
+            .collect();
+        self.mac_engine(purpose, data).verify_slice(&tag).is_ok()
+    }
+
+    fn mac_engine(&self, purpose: &str, data: &str) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.mac_key)
+            .unwrap_or_else(|_| unreachable!("HMAC accepts 32-byte keys"));
+        mac.update(purpose.as_bytes());
+        mac.update(&[0]);
+        mac.update(data.as_bytes());
+        mac
+    }
+
+    fn mac_bytes(&self, purpose: &str, data: &str) -> Vec<u8> {
+        self.mac_engine(purpose, data)
+            .finalize()
+            .into_bytes()
+            .to_vec()
+    }
+
     /// A check value to keep in the store the first time ([`SecretBox::check_store`]).
     pub fn check_value(&self) -> String {
         self.seal(CHECK_PURPOSE, &String::from_utf8_lossy(CHECK_TEXT))
@@ -184,6 +228,17 @@ fn write_private(path: &PathBuf, text: &str) -> Result<(), ProjectError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn macs_check_with_the_key_purpose_and_data_only() {
+        let a = SecretBox::new([7; 32], "test");
+        let tag = a.mac("run", "r1");
+        assert!(a.verify_mac("run", "r1", &tag));
+        assert!(!a.verify_mac("run", "r2", &tag));
+        assert!(!a.verify_mac("other", "r1", &tag));
+        assert!(!a.verify_mac("run", "r1", "not base64 !"));
+        assert!(!SecretBox::new([8; 32], "test").verify_mac("run", "r1", &tag));
+    }
 
     #[test]
     fn sealed_values_open_with_the_key_and_purpose_only() {

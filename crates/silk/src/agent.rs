@@ -46,6 +46,23 @@ pub struct AgentArgs {
     /// whatever the hub sends (hubs send raw commands from admin tokens only).
     #[arg(long)]
     pub allow_raw_commands: bool,
+    /// Run the programs of program runs (project versions, as processes or containers).
+    /// Off by default: a program's command runs on this machine (only admin tokens start
+    /// program runs).
+    #[arg(long)]
+    pub allow_programs: bool,
+    /// The container engine's client for container programs.
+    #[arg(
+        long,
+        value_name = "CLI",
+        default_value = "podman",
+        env = "SILK_CONTAINER_CLI"
+    )]
+    pub container_cli: String,
+    /// An argument of the container engine before its subcommand, e.g. `--runtime=runc`
+    /// (repeatable).
+    #[arg(long = "container-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub container_args: Vec<String>,
 }
 
 /// The commands an admin defines for agents.
@@ -170,6 +187,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     config.labels = labels;
     config.commands = commands;
     config.allow_raw_commands = args.allow_raw_commands;
+    config.allow_programs = args.allow_programs;
+    config.container_cli = args.container_cli.clone();
+    config.container_args = args.container_args.clone();
     if let Some(capacity) = args.capacity {
         config.capacity = capacity;
     }

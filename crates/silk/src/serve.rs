@@ -89,6 +89,10 @@ pub struct ControlArgs {
     /// Finished versions kept per project (older ones go with their artifacts).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub keep_versions: u32,
+    /// The hub's API as programs and agents reach it (`SILK_API_URL`, version downloads);
+    /// default `http://` + the listen address (loopback when it listens on all addresses).
+    #[arg(long, value_name = "URL", env = "SILK_PUBLIC_URL")]
+    pub public_url: Option<String>,
 }
 
 /// The router of `--router`, loaded and bound before the hub starts.
@@ -178,6 +182,23 @@ impl ControlArgs {
             ));
         }
         Ok(())
+    }
+
+    /// The API URL programs are given: `--public-url`, or the listen address.
+    fn public_url(&self, listen: SocketAddr) -> String {
+        if let Some(url) = &self.public_url {
+            return url.trim_end_matches('/').to_owned();
+        }
+        let ip = if listen.ip().is_unspecified() {
+            tracing::warn!(
+                "listening on all addresses without --public-url: programs are given http://127.0.0.1:{}, which agents on other machines cannot reach",
+                listen.port()
+            );
+            std::net::IpAddr::from([127, 0, 0, 1])
+        } else {
+            listen.ip()
+        };
+        format!("http://{}", SocketAddr::new(ip, listen.port()))
     }
 
     fn apply(&self, config: &mut HubConfig, router: Option<&RouterSetup>) {
@@ -290,6 +311,7 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
     };
     let mut config = HubConfig::new(args.data_dir.join("hub"));
     args.control.apply(&mut config, router.as_ref());
+    config.public_url = Some(args.control.public_url(listener.local_addr()?));
     let hub = match Hub::start(config, bus.clone(), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
         Err(e) => {
@@ -303,6 +325,9 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         config.id = Some(AgentId::new(format!("local-{k}")));
         config.commands = commands.clone();
         config.allow_raw_commands = true;
+        config.allow_programs = true;
+        config.container_cli = args.control.container_cli.clone();
+        config.container_args = args.control.container_args.clone();
         if let Some(c) = args.capacity {
             config.capacity = c;
         }
@@ -449,6 +474,7 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let mut config = HubConfig::new(&args.data_dir);
+    config.public_url = Some(args.control.public_url(listener.local_addr()?));
     config.phi.dead_after_ms = args.dead_after.as_millis() as u64;
     config.phi.threshold = args.phi_threshold;
     config.hub_id = args.id.clone();

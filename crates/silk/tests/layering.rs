@@ -23,7 +23,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("silk-router", &["silk-api", "silk-core", "silk-selector"]),
     (
         "silk-agent",
-        &["silk-api", "silk-core", "silk-fetch", "silk-bus"],
+        &[
+            "silk-api",
+            "silk-core",
+            "silk-fetch",
+            "silk-bus",
+            "silk-projects",
+        ],
     ),
     (
         "silk-hub",
@@ -134,6 +140,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "launch",
             "ownership",
             "presence",
+            "programs",
             "runner",
             "scheduler",
             "sinks",

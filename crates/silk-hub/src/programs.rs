@@ -1,0 +1,510 @@
+//! Program runs on the hub: the version a program names resolved at start ([`resolve`]),
+//! its workers placed on the run's agents and started there ([`drive`], which stands in for
+//! the dispatch loop of spider runs), their reports applied ([`on_worker`]), the user's
+//! pause / resume / cancel passed on, an agent's death handled ([`on_agent_dead`]).
+//!
+//! Workers are placed round-robin over the run's agents (its allocation: `fixed:N` and
+//! `chained:N` name them, `random` takes every live agent that confirmed). Each agent gets one
+//! `program` command with its workers, the version, the hub's API URL and the run token. A
+//! worker's start and end come back as `worker` reports on the hub's results subject and are
+//! stored with the run record, so a hub that restarts (or adopts the run) knows them; a
+//! `start` sent again is harmless (an agent leaves a worker that runs alone).
+//!
+//! The run ends when every worker has ended: `succeeded` when all exited 0, else `failed`
+//! naming the worker, its exit code or signal and its last output lines. Cancel sends SIGTERM
+//! and, after the program's `stop_grace_ms`, SIGKILL; the run is `cancelled` once every
+//! worker is over (or the grace period and a margin have passed: the agents kill what is
+//! left when the run is released). A worker whose agent dies starts again on another agent of
+//! the run when the run may reassign (`random`, or `on_agent_lost: reassign`), else the run
+//! fails naming the agent.
+
+use crate::dispatch::{Desired, End};
+use crate::error::HubError;
+use crate::live::{Run, RunContext};
+use crate::run::{ProgramRun, ProgramSpec, WorkerState, WorkerView, run_token};
+use crate::state::HubCore;
+use silk_api::programs::{LATEST, Runtime};
+use silk_api::projects::Artifact;
+use silk_bus::{ArtifactRef, Command, ProgramAction, ProgramStart, WorkerEvent, WorkerReport};
+use silk_core::AgentId;
+use silk_store::Level;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long after a cancel's grace period the hub waits for the workers' ends.
+const CANCEL_MARGIN_MS: u64 = 5_000;
+
+/// The version `spec` names, ready to run: `latest` is the newest `ready` one.
+pub(crate) async fn resolve(hub: &HubCore, spec: &ProgramSpec) -> Result<ProgramRun, HubError> {
+    if hub.store.get_project(&spec.project).await?.is_none() {
+        return Err(HubError::BadRun(format!(
+            "program.project: no project `{}`",
+            spec.project
+        )));
+    }
+    let rows = hub.store.list_versions(&spec.project).await?;
+    let ready = rows.into_iter().filter(|r| r.state == "ready");
+    let row = if spec.version == LATEST {
+        ready.max_by_key(|r| r.created_ms).ok_or_else(|| {
+            HubError::BadRun(format!(
+                "program.version: project `{}` has no ready version yet",
+                spec.project
+            ))
+        })?
+    } else {
+        ready
+            .into_iter()
+            .find(|r| r.version == spec.version)
+            .ok_or_else(|| {
+                HubError::BadRun(format!(
+                    "program.version: project `{}` has no ready version `{}`",
+                    spec.project, spec.version
+                ))
+            })?
+    };
+    let view = crate::project::version_view(&row)?;
+    let (artifact, image) = match view.artifact {
+        Some(Artifact::Dir { sha256, bytes }) => (
+            Some(ArtifactRef {
+                sha256,
+                size: bytes,
+            }),
+            None,
+        ),
+        Some(Artifact::Image { image, .. }) => (None, Some(image)),
+        None => (None, None),
+    };
+    let fits = match spec.runtime {
+        Runtime::Process => artifact.is_some(),
+        Runtime::Container => image.is_some(),
+    };
+    if !fits {
+        return Err(HubError::BadRun(format!(
+            "program.runtime: version {} of project `{}` is {}, so it cannot run with `runtime: {}`",
+            row.version,
+            spec.project,
+            if image.is_some() {
+                "a container image"
+            } else {
+                "a packed directory"
+            },
+            spec.runtime.as_str()
+        )));
+    }
+    Ok(ProgramRun {
+        spec: spec.clone(),
+        version: row.version,
+        artifact,
+        image,
+        workers: Vec::new(),
+    })
+}
+
+/// Drives a program run until its workers are over (or the hub stops, or lets the run go).
+pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String> {
+    let Some(public_url) = cx.settings.public_url.clone() else {
+        return Err("this hub has no API URL to give programs (start it with --public-url)".into());
+    };
+    place(cx, run).await?;
+    start_all(cx, run, &public_url).await;
+    let grace_ms = program(run).map(|p| p.spec.stop_grace_ms()).unwrap_or(0);
+    let mut told = Desired::Run;
+    let mut cancel_by: Option<u64> = None;
+    loop {
+        if *cx.stop.borrow() {
+            return Ok(End::HubStopping);
+        }
+        let disowned = run.disowned.lock().clone();
+        if let Some(why) = disowned {
+            return Ok(End::Disowned(why));
+        }
+        let desired = *run.desired.borrow();
+        if desired != told {
+            let action = match desired {
+                Desired::Pause => ProgramAction::Pause,
+                Desired::Run => ProgramAction::Resume,
+                Desired::Cancel => {
+                    cancel_by = Some(cx.clock.now_ms() + grace_ms + CANCEL_MARGIN_MS);
+                    ProgramAction::Stop { grace_ms }
+                }
+            };
+            tell_all(cx, run, action).await;
+            told = desired;
+        }
+        let fatal = run.fatal.lock().take();
+        if let Some(reason) = fatal {
+            tell_all(cx, run, ProgramAction::Stop { grace_ms }).await;
+            return Err(reason);
+        }
+        let workers = program(run).map(|p| p.workers).unwrap_or_default();
+        let over = workers.iter().all(|w| w.state.is_final());
+        if over || cancel_by.is_some_and(|at| cx.clock.now_ms() >= at) {
+            if desired == Desired::Cancel {
+                return Ok(End::Cancelled);
+            }
+            return match failure(&workers) {
+                Some(reason) => Err(reason),
+                None => Ok(End::Succeeded),
+            };
+        }
+        let mut desired_rx = run.desired.subscribe();
+        let mut stop = cx.stop.clone();
+        tokio::select! {
+            () = run.wake.notified() => {}
+            _ = desired_rx.changed() => {}
+            _ = stop.changed() => {}
+            () = tokio::time::sleep(Duration::from_millis(1_000)) => {}
+        }
+    }
+}
+
+fn program(run: &Run) -> Option<ProgramRun> {
+    run.record.lock().program.clone()
+}
+
+/// Why a run whose workers are all over failed, if it did.
+fn failure(workers: &[WorkerView]) -> Option<String> {
+    let failed: Vec<String> = workers
+        .iter()
+        .filter(|w| w.state != WorkerState::Succeeded)
+        .map(|w| {
+            format!(
+                "worker {} on agent `{}`: {}",
+                w.worker,
+                w.agent,
+                w.reason.as_deref().unwrap_or("failed")
+            )
+        })
+        .collect();
+    match failed.len() {
+        0 => None,
+        n => Some(format!(
+            "{n} of {} worker(s) failed: {}",
+            workers.len(),
+            failed.join("; ")
+        )),
+    }
+}
+
+/// Places the workers of a run that has none placed: round-robin over its agents.
+async fn place(cx: &RunContext, run: &Arc<Run>) -> Result<(), String> {
+    let (placed, agents, total) = {
+        let r = run.record.lock();
+        let Some(p) = &r.program else {
+            return Err("not a program run".into());
+        };
+        let agents: Vec<AgentId> = match &r.allocation {
+            Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
+            _ => r.agents.clone(),
+        };
+        (!p.workers.is_empty(), agents, p.spec.workers)
+    };
+    if placed {
+        return Ok(());
+    }
+    if agents.is_empty() {
+        return Err("no agent to run the program's workers on".into());
+    }
+    let workers: Vec<WorkerView> = (0..total)
+        .map(|w| WorkerView {
+            worker: w,
+            agent: agents[w as usize % agents.len()].clone(),
+            state: WorkerState::Starting,
+            exit_code: None,
+            signal: None,
+            reason: None,
+        })
+        .collect();
+    let summary: Vec<String> = workers
+        .iter()
+        .map(|w| format!("{}→{}", w.worker, w.agent))
+        .collect();
+    run.update(cx, |r| {
+        if let Some(p) = &mut r.program {
+            p.workers = workers;
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    cx.logs.hub(
+        &run.id,
+        Level::Info,
+        format!("program workers placed: {}", summary.join(", ")),
+    );
+    Ok(())
+}
+
+/// Sends each agent the `start` of its workers that are not over.
+async fn start_all(cx: &RunContext, run: &Arc<Run>, public_url: &str) {
+    let Some(p) = program(run) else { return };
+    let mut by_agent: BTreeMap<AgentId, Vec<u32>> = BTreeMap::new();
+    for w in p.workers.iter().filter(|w| !w.state.is_final()) {
+        by_agent.entry(w.agent.clone()).or_default().push(w.worker);
+    }
+    for (agent, workers) in by_agent {
+        send_start(cx, run, &p, &agent, workers, public_url).await;
+    }
+}
+
+async fn send_start(
+    cx: &RunContext,
+    run: &Arc<Run>,
+    p: &ProgramRun,
+    agent: &AgentId,
+    workers: Vec<u32>,
+    public_url: &str,
+) {
+    let start = ProgramStart {
+        project: p.spec.project.clone(),
+        version: p.version.clone(),
+        runtime: p.spec.runtime.as_str().into(),
+        artifact: p.artifact.clone(),
+        image: p.image.clone(),
+        command: p.spec.command.clone(),
+        env: p.spec.env.clone(),
+        workers: workers.clone(),
+        workers_total: p.spec.workers,
+        api_url: public_url.to_owned(),
+        token: run_token(&cx.settings.secrets, &run.id),
+    };
+    let command = Command::Program {
+        run: run.id.clone(),
+        action: ProgramAction::Start(Box::new(start)),
+        reply_to: Some(cx.hub_id.to_string()),
+    };
+    if let Err(e) = cx.agents.send_command(agent, command).await {
+        run.set_fatal(format!(
+            "the start of workers {workers:?} could not be sent to agent `{agent}`: {e}"
+        ));
+    }
+}
+
+/// Sends `action` to every agent with a worker of the run that is not over.
+async fn tell_all(cx: &RunContext, run: &Arc<Run>, action: ProgramAction) {
+    let Some(p) = program(run) else { return };
+    let mut agents: Vec<AgentId> = p
+        .workers
+        .iter()
+        .filter(|w| !w.state.is_final())
+        .map(|w| w.agent.clone())
+        .collect();
+    agents.sort();
+    agents.dedup();
+    for agent in agents {
+        let command = Command::Program {
+            run: run.id.clone(),
+            action: action.clone(),
+            reply_to: Some(cx.hub_id.to_string()),
+        };
+        if let Err(e) = cx.agents.send_command(&agent, command).await {
+            tracing::warn!(run = %run.id, agent = %agent, error = %e, "program control not sent");
+        }
+    }
+}
+
+/// A worker report from an agent: the worker's state is stored with the run.
+pub(crate) async fn on_worker(cx: &RunContext, run: &Arc<Run>, report: &WorkerReport) {
+    let (state, exit_code, signal, reason) = match &report.event {
+        WorkerEvent::Started => (WorkerState::Running, None, None, None),
+        WorkerEvent::Exited { code, signal, tail } => {
+            let ok = *code == Some(0);
+            let how = match (code, signal) {
+                (Some(c), _) => format!("exit code {c}"),
+                (None, Some(s)) => format!("killed by signal {s}"),
+                (None, None) => "ended".into(),
+            };
+            let reason = (!ok).then(|| {
+                if tail.is_empty() {
+                    how.clone()
+                } else {
+                    format!("{how}; last lines: {}", tail.join(" | "))
+                }
+            });
+            let state = if ok {
+                WorkerState::Succeeded
+            } else {
+                WorkerState::Failed
+            };
+            (state, *code, *signal, reason)
+        }
+        WorkerEvent::Failed { error } => (WorkerState::Failed, None, None, Some(error.clone())),
+    };
+    let mut applied = false;
+    let result = run
+        .update(cx, |r| {
+            let Some(p) = &mut r.program else { return };
+            let Some(w) = p
+                .workers
+                .iter_mut()
+                .find(|w| w.worker == report.worker && w.agent == report.agent)
+            else {
+                return;
+            };
+            // An end is final; a late `started` does not undo it.
+            if w.state.is_final() {
+                return;
+            }
+            w.state = state;
+            w.exit_code = exit_code;
+            w.signal = signal;
+            w.reason = reason.clone();
+            applied = true;
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::warn!(run = %run.id, error = %e, "worker state not stored");
+    }
+    if applied && state == WorkerState::Failed {
+        cx.logs.hub(
+            &run.id,
+            Level::Warn,
+            format!(
+                "worker {} on agent `{}` failed: {}",
+                report.worker,
+                report.agent,
+                reason.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    run.wake.notify_one();
+}
+
+/// An agent of a program run died: its workers that were not over start again on another
+/// live agent of the run when the run may reassign, else they fail (and so does the run).
+pub(crate) async fn on_agent_dead(cx: &RunContext, run: &Arc<Run>, agent: &AgentId) {
+    let (may_move, lost, candidates) = {
+        let r = run.record.lock();
+        let Some(p) = &r.program else { return };
+        let lost: Vec<u32> = p
+            .workers
+            .iter()
+            .filter(|w| &w.agent == agent && !w.state.is_final())
+            .map(|w| w.worker)
+            .collect();
+        let may_move = matches!(r.strategy, crate::allocation::Strategy::Random)
+            || r.on_agent_lost == crate::allocation::OnAgentLost::Reassign;
+        let candidates: Vec<AgentId> = match &r.allocation {
+            Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
+            _ => r.agents.clone(),
+        };
+        (may_move, lost, candidates)
+    };
+    if lost.is_empty() {
+        return;
+    }
+    let live = cx.agents.live_agents();
+    let targets: Vec<AgentId> = candidates
+        .into_iter()
+        .filter(|a| a != agent && live.contains(a))
+        .collect();
+    if !may_move || targets.is_empty() {
+        let why = if may_move {
+            "no other agent of the run is live"
+        } else {
+            "the run may not move workers (on_agent_lost: fail)"
+        };
+        let _ = run
+            .update(cx, |r| {
+                if let Some(p) = &mut r.program {
+                    for w in p.workers.iter_mut().filter(|w| lost.contains(&w.worker)) {
+                        w.state = WorkerState::Failed;
+                        w.reason = Some(format!("agent `{agent}` was lost ({why})"));
+                    }
+                }
+            })
+            .await;
+        run.set_fatal(format!(
+            "agent `{agent}` was lost with worker(s) {lost:?} and {why}"
+        ));
+        return;
+    }
+    let moves: Vec<(u32, AgentId)> = lost
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (*w, targets[i % targets.len()].clone()))
+        .collect();
+    let _ = run
+        .update(cx, |r| {
+            if let Some(p) = &mut r.program {
+                for (worker, to) in &moves {
+                    if let Some(w) = p.workers.iter_mut().find(|w| w.worker == *worker) {
+                        w.agent = to.clone();
+                        w.state = WorkerState::Starting;
+                    }
+                }
+            }
+        })
+        .await;
+    cx.logs.hub(
+        &run.id,
+        Level::Warn,
+        format!(
+            "agent `{agent}` is dead: worker(s) {lost:?} start again on {}",
+            moves
+                .iter()
+                .map(|(w, a)| format!("{w}→{a}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    let Some(p) = program(run) else { return };
+    let Some(public_url) = cx.settings.public_url.clone() else {
+        return;
+    };
+    let mut by_agent: BTreeMap<AgentId, Vec<u32>> = BTreeMap::new();
+    for (w, a) in moves {
+        by_agent.entry(a).or_default().push(w);
+    }
+    for (to, workers) in by_agent {
+        send_start(cx, run, &p, &to, workers, &public_url).await;
+    }
+    run.wake.notify_one();
+}
+
+/// Writes items a program pushed to the run's item log (idempotent on the run's item key);
+/// every item must have the key.
+pub(crate) async fn push_items(
+    cx: &RunContext,
+    run: &Arc<Run>,
+    items: Vec<serde_json::Map<String, serde_json::Value>>,
+) -> Result<silk_api::programs::ItemsAdded, HubError> {
+    use std::sync::atomic::Ordering;
+    if items.len() > silk_api::programs::MAX_ITEMS_PER_BATCH {
+        return Err(HubError::BadRun(format!(
+            "items: {} in one batch; at most {}",
+            items.len(),
+            silk_api::programs::MAX_ITEMS_PER_BATCH
+        )));
+    }
+    let key = &run.spider.spec.item_key;
+    if let Some(i) = items
+        .iter()
+        .position(|item| item.get(key).is_none_or(serde_json::Value::is_null))
+    {
+        return Err(HubError::BadRun(format!(
+            "items[{i}]: no `{key}` field (the run's item key)"
+        )));
+    }
+    let values: Vec<serde_json::Value> = items.into_iter().map(serde_json::Value::Object).collect();
+    let wrote = match run.items.write(&values, cx.clock.now_ms()).await {
+        Ok(wrote) => wrote,
+        Err(crate::items::WriteError::File(reason)) => {
+            // The run cannot go on without losing items.
+            run.set_fatal(reason.clone());
+            return Err(HubError::Store(reason));
+        }
+        Err(crate::items::WriteError::Store(e)) => return Err(HubError::Store(e.to_string())),
+    };
+    let c = &run.counters;
+    c.items.fetch_add(wrote.new, Ordering::Relaxed);
+    c.duplicate_items
+        .fetch_add(wrote.duplicates, Ordering::Relaxed);
+    if wrote.new > 0 {
+        run.items_written.notify_waiters();
+    }
+    Ok(silk_api::programs::ItemsAdded {
+        added: wrote.new,
+        duplicates: wrote.duplicates,
+    })
+}

@@ -1,0 +1,361 @@
+//! Program runs over real sockets: a project version (a shell program in a local git
+//! repository, built by the projects feature) run as workers on two agents, its items pushed
+//! with `curl` and its run token, its output in the run log; pause, resume and cancel reach
+//! the processes, and nothing is left behind.
+
+mod common;
+
+use common::*;
+use silk_api::ErrorCode;
+use silk_api::client::Client;
+use silk_api::logs::LogParams;
+use silk_api::programs::{ProgramSpec, Runtime, WorkerState};
+use silk_api::projects::{BuildKind, BuildRequest, BuildSpec, ProjectRequest, VersionState};
+use silk_api::runs::{RunRequest, RunState, RunView, Strategy};
+use silk_api::tokens::TokenRequest;
+use silk_hub::{Hub, HubHandle};
+use silk_testkit::WorkRepo;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+use tempfile::TempDir;
+
+/// A worker: says who it is, pushes one item per worker, checks that its token reaches
+/// nothing else, and fails when asked to.
+const WORKER: &str = r#"#!/bin/sh
+echo "worker $SILK_WORKER of $SILK_WORKERS on $SILK_AGENT_ID, region $REGION"
+echo "a line on stderr" >&2
+echo '{"level": "error", "msg": "a structured error line"}'
+body="{\"items\": [{\"url\": \"item-$SILK_WORKER\", \"region\": \"$REGION\"}]}"
+curl -sf -X POST -H "Authorization: Bearer $SILK_RUN_TOKEN" -H 'Content-Type: application/json' \
+  -d "$body" "$SILK_API_URL/api/v1/runs/$SILK_RUN_ID/items" || exit 3
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $SILK_RUN_TOKEN" "$SILK_API_URL/api/v1/runs")
+[ "$code" = 403 ] || { echo "a run token listed runs: $code"; exit 4; }
+if [ "$FAIL_WORKER" = "$SILK_WORKER" ]; then echo "giving up"; exit 7; fi
+exit 0
+"#;
+
+/// A worker that ticks into a file until killed, deaf to SIGTERM.
+const TICKER: &str = r#"#!/bin/sh
+trap '' TERM
+echo $$ > "$MARKS/pid-$SILK_WORKER"
+while true; do
+  echo tick >> "$MARKS/ticks-$SILK_WORKER"
+  sleep 0.05
+done
+"#;
+
+struct World {
+    _dir: TempDir,
+    hub: HubHandle,
+    admin: Client,
+    base: String,
+    _agents: Vec<silk_agent::AgentHandle>,
+}
+
+async fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = WorkRepo::init(&dir.path().join("work"), &dir.path().join("git"), "shop");
+    repo.commit(&[("run.sh", WORKER), ("tick.sh", TICKER)], "first");
+    repo.push();
+    let bus = bus();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let config = silk_hub::HubConfig {
+        public_url: Some(base.clone()),
+        ..hub_config(dir.path())
+    };
+    let hub = Hub::start(
+        config,
+        std::sync::Arc::new(bus.clone()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .unwrap();
+    let router = hub.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let token = hub.ensure_admin_token().await.unwrap();
+    let admin = Client::new(reqwest::Url::parse(&base).unwrap(), token).unwrap();
+    let mut agents = Vec::new();
+    for id in ["p1", "p2"] {
+        let mut config = agent_config(dir.path(), id);
+        config.allow_programs = true;
+        agents.push(start_agent_with(config, &bus).await);
+    }
+    admin
+        .create_project(&ProjectRequest {
+            name: "shop".into(),
+            git_url: format!("file://{}", repo.bare().display()),
+            username: None,
+            password: None,
+            branch: Some("main".into()),
+            tag_pattern: None,
+            build: BuildSpec {
+                kind: BuildKind::Command,
+                command: None,
+                containerfile: None,
+                context: None,
+                timeout_ms: Some(60_000),
+                env: BTreeMap::new(),
+            },
+            webhook_secret: None,
+        })
+        .await
+        .unwrap();
+    admin
+        .build_project(
+            "shop",
+            &BuildRequest {
+                git_ref: "main".into(),
+                version: Some("1.0".into()),
+            },
+        )
+        .await
+        .unwrap();
+    within("the version is built", 60, async {
+        loop {
+            let v = admin.version("shop", "1.0").await.unwrap();
+            if v.state.is_final() {
+                assert_eq!(v.state, VersionState::Ready, "{v:?}");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    World {
+        _dir: dir,
+        hub,
+        admin,
+        base,
+        _agents: agents,
+    }
+}
+
+fn program(command: &[&str], workers: u32, env: &[(&str, String)]) -> RunRequest {
+    RunRequest {
+        program: Some(ProgramSpec {
+            project: "shop".into(),
+            version: "latest".into(),
+            runtime: Runtime::Process,
+            command: command.iter().map(|s| (*s).to_owned()).collect(),
+            workers,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+            stop_grace_ms: Some(500),
+        }),
+        strategy: Some(Strategy::Fixed(2)),
+        ..RunRequest::spider("")
+    }
+}
+
+async fn until_state(client: &Client, id: &str, pred: impl Fn(&RunView) -> bool) -> RunView {
+    within("the run's state", 60, async {
+        loop {
+            let v = client.run(id).await.unwrap();
+            if pred(&v) {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+}
+
+async fn log_text(client: &Client, id: &str) -> String {
+    let page = client
+        .logs(
+            id,
+            &LogParams {
+                limit: Some(1000),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    page.lines
+        .iter()
+        .map(|l| format!("{} {} {}", l.level.as_str(), l.source, l.message))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_runs_its_workers_on_the_agents_and_pushes_items_with_its_run_token() {
+    let w = world().await;
+    // Only an admin runs a program: its command runs on the agents.
+    let member = w
+        .admin
+        .create_token(&TokenRequest {
+            name: "member".into(),
+            admin: false,
+        })
+        .await
+        .unwrap();
+    let member = Client::new(reqwest::Url::parse(&w.base).unwrap(), Some(member.token)).unwrap();
+    let request = program(&["sh", "run.sh"], 3, &[("REGION", "eu".into())]);
+    let refused = member.start_run(&request).await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::Forbidden), "{refused}");
+    assert!(refused.message().unwrap_or("").contains("program"));
+
+    let run = w.admin.start_run(&request).await.unwrap();
+    let done = until_state(&w.admin, run.id.as_str(), |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    let p = done.program.clone().unwrap();
+    assert_eq!(p.version, "1.0");
+    assert_eq!(p.workers.len(), 3);
+    assert!(p.workers.iter().all(|w| w.state == WorkerState::Succeeded));
+    let agents: std::collections::BTreeSet<String> =
+        p.workers.iter().map(|w| w.agent.to_string()).collect();
+    assert_eq!(agents.len(), 2, "spread over both agents: {p:?}");
+    // Each worker's item, once, with the job's env.
+    let items = w.admin.all_items(run.id.as_str()).await.unwrap();
+    let mut urls: Vec<String> = items
+        .iter()
+        .map(|i| {
+            assert_eq!(i["region"], "eu");
+            i["url"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    urls.sort();
+    assert_eq!(urls, ["item-0", "item-1", "item-2"]);
+    assert_eq!(done.stats.items, 3);
+    // Their output is in the run log: stdout at info, stderr at warn, JSON lines with
+    // their own level.
+    let needles = [
+        "info agent:p1 [worker 0] worker 0 of 3 on p1, region eu",
+        "warn agent:p1 [worker 0] a line on stderr",
+        "error agent:p1 [worker 0] a structured error line",
+        "[worker 1] worker 1 of 3 on p2",
+    ];
+    within("the workers' lines are in the run log", 10, async {
+        loop {
+            let text = log_text(&w.admin, run.id.as_str()).await;
+            if needles.iter().all(|n| text.contains(n)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // The run's token stops working when the run ends.
+    let token = silk_hub_token(&w.hub, &run.id).await;
+    let after = reqwest::Client::new()
+        .post(format!("{}/api/v1/runs/{}/items", w.base, run.id))
+        .bearer_auth(token)
+        .header("Content-Type", "application/json")
+        .body(r#"{"items": [{"url": "late"}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.status().as_u16(), 401);
+
+    // A worker that exits non-zero fails the run, naming it, its code and its last lines.
+    let failing = program(
+        &["sh", "run.sh"],
+        2,
+        &[("REGION", "us".into()), ("FAIL_WORKER", "1".into())],
+    );
+    let run = w.admin.start_run(&failing).await.unwrap();
+    let done = until_state(&w.admin, run.id.as_str(), |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Failed, "{done:?}");
+    let reason = done.reason.unwrap_or_default();
+    for needle in ["worker 1", "exit code 7", "giving up"] {
+        assert!(reason.contains(needle), "`{needle}` not in {reason}");
+    }
+}
+
+/// The run token a worker of `run` got (as the agents do: from the hub's key).
+async fn silk_hub_token(hub: &HubHandle, run: &silk_core::RunId) -> String {
+    hub.run_token(run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_cancel_reach_the_processes_and_leave_nothing_behind() {
+    let w = world().await;
+    let marks = tempfile::tempdir().unwrap();
+    let request = program(
+        &["sh", "tick.sh"],
+        2,
+        &[("MARKS", marks.path().display().to_string())],
+    );
+    let run = w.admin.start_run(&request).await.unwrap();
+    let id = run.id.to_string();
+    let ticks = |n: u32| count_lines(&marks.path().join(format!("ticks-{n}")));
+    within("both workers tick", 30, async {
+        while ticks(0) < 3 || ticks(1) < 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    until_state(&w.admin, &id, |v| {
+        v.program
+            .as_ref()
+            .is_some_and(|p| p.workers.iter().all(|w| w.state == WorkerState::Running))
+    })
+    .await;
+
+    w.admin.pause_run(&id).await.unwrap();
+    // Paused: the counts settle and stay (a window is the point here: nothing must happen).
+    let settled = within("the workers stop", 10, async {
+        loop {
+            let before = (ticks(0), ticks(1));
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if (ticks(0), ticks(1)) == before {
+                return before;
+            }
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!((ticks(0), ticks(1)), settled, "a paused worker went on");
+
+    w.admin.resume_run(&id).await.unwrap();
+    within("the workers tick again", 10, async {
+        while ticks(0) <= settled.0 || ticks(1) <= settled.1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    // Cancel: they ignore SIGTERM, so SIGKILL after the grace period ends them.
+    w.admin.cancel_run(&id).await.unwrap();
+    let done = until_state(&w.admin, &id, |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Cancelled, "{done:?}");
+    for n in 0..2 {
+        let pid: i32 = std::fs::read_to_string(marks.path().join(format!("pid-{n}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        within("the worker is gone", 10, async {
+            while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+    within("the stop is in the run log", 10, async {
+        while !log_text(&w.admin, &id)
+            .await
+            .contains("SIGKILL after 500 ms")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+fn count_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.split_whitespace().nth(2) == Some("Z"))
+        .unwrap_or(true)
+}
