@@ -28,6 +28,7 @@ pub mod config;
 mod downloader;
 pub mod downloader_config;
 pub mod error;
+mod fifo;
 mod program;
 mod runlog;
 mod runs;

@@ -71,6 +71,9 @@ struct Running {
 #[derive(Default)]
 struct RunWorkers {
     workers: Mutex<BTreeMap<u32, Option<Running>>>,
+    /// Where reports go: the latest `start`'s hub (a hub that adopted the run sends `start`
+    /// again, and the workers that run already report to it from then on).
+    reporter: Mutex<Option<Reporter>>,
     paused: std::sync::atomic::AtomicBool,
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -136,6 +139,7 @@ impl Programs {
             let slot = runs.entry(run.clone()).or_default().clone();
             slot.stopping
                 .store(false, std::sync::atomic::Ordering::SeqCst);
+            *slot.reporter.lock() = Some(report.clone());
             let mut table = slot.workers.lock();
             let new: Vec<u32> = start
                 .workers
@@ -559,6 +563,20 @@ impl Programs {
             ("SILK_PROJECT".into(), start.project.clone()),
             ("SILK_VERSION".into(), start.version.clone()),
         ]);
+        // The line protocol's pipe (see `fifo`); a container sees the worker's home at
+        // CONTAINER_HOME.
+        let fifo_path = home.join(FIFO_NAME);
+        if let Err(e) = crate::fifo::make(&fifo_path) {
+            self.events.log(&run, LogLevel::Warn, || {
+                format!("worker {worker}: no line protocol pipe: {e}")
+            });
+        }
+        let fifo_seen = match place {
+            Place::Dir(_) => fifo_path.display().to_string(),
+            Place::Image(_) => format!("{CONTAINER_HOME}/{FIFO_NAME}"),
+        };
+        env.push(("SILK_FIFO_PATH".into(), fifo_seen.clone()));
+        env.push(("SHUB_FIFO_PATH".into(), fifo_seen));
         let (mut cmd, container, version_dir) = match place {
             Place::Dir(dir) => {
                 let Some((program, args)) = start.command.split_first() else {
@@ -602,6 +620,8 @@ impl Programs {
                     &name,
                     "--network",
                     "host",
+                    "--volume",
+                    &format!("{}:{CONTAINER_HOME}", home.display()),
                 ]);
                 for (k, v) in env.iter().filter(|(k, _)| k != "PATH" && k != "HOME") {
                     cmd.arg("--env").arg(format!("{k}={v}"));
@@ -665,7 +685,24 @@ impl Programs {
         let status = {
             let out = self.lines(&run, worker, stdout, LogLevel::Info, tail.clone());
             let err = self.lines(&run, worker, stderr, LogLevel::Warn, tail.clone());
-            let (_, _, status) = tokio::join!(out, err, child.wait());
+            let (exited, exit) = tokio::sync::oneshot::channel::<()>();
+            let sink = crate::fifo::ItemSink {
+                http: self.http.clone(),
+                url: format!(
+                    "{}/api/v1/runs/{run}/items",
+                    start.api_url.trim_end_matches('/')
+                ),
+                token: start.token.clone(),
+            };
+            let pipe = crate::fifo::read(&fifo_path, &run, worker, &self.events, &sink, async {
+                let _ = exit.await;
+            });
+            let process = async {
+                let (_, _, status) = tokio::join!(out, err, child.wait());
+                let _ = exited.send(());
+                status
+            };
+            let (status, ()) = tokio::join!(process, pipe);
             status
         };
         // Whatever the worker left running in its group goes with it.
@@ -675,6 +712,10 @@ impl Programs {
         if let Some(name) = &container {
             self.engine(&["rm", "-f", name]).await;
         }
+        let report = self
+            .slot(&run)
+            .and_then(|s| s.reporter.lock().clone())
+            .unwrap_or(report);
         self.forget(&run, worker);
         let tail: Vec<String> = tail.lock().iter().cloned().collect();
         let event = match status {
@@ -758,6 +799,12 @@ enum Place {
     Dir(PathBuf),
     Image(String),
 }
+
+/// The line protocol's pipe in a worker's home.
+const FIFO_NAME: &str = "silk.fifo";
+
+/// Where a container sees its worker's home.
+const CONTAINER_HOME: &str = "/silk";
 
 /// The marker of a complete unpacked version (its packed size inside).
 const READY: &str = ".silk-ready";

@@ -223,6 +223,181 @@ pub struct ItemsAdded {
     pub duplicates: u64,
 }
 
+/// Most requests in one enqueue, lease or ack call.
+pub const MAX_REQUESTS_PER_CALL: usize = 10_000;
+
+/// Longest long-poll of a lease call, ms.
+pub const MAX_LEASE_WAIT_MS: u64 = 30_000;
+
+/// A request a program puts in its run's frontier. It is deduplicated on Silk's canonical
+/// key (method, canonical URL, body), unless `dont_filter`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewRequest {
+    /// An absolute http(s) URL.
+    pub url: String,
+    /// `GET` (default), `HEAD` or `POST`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Headers of the request (not part of its key).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The body, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// Higher is leased first (aging raises waiting requests).
+    #[serde(default)]
+    pub priority: i32,
+    /// Anything JSON the program wants back with the lease (Scrapy: callback, errback, meta).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub meta: serde_json::Map<String, serde_json::Value>,
+    /// Enqueue it even when its key was seen (a fresh key of its own).
+    #[serde(default)]
+    pub dont_filter: bool,
+    /// The URL of the request this one is the redirect of. When both have the same key (the
+    /// redirect only changed what canonicalisation removes: scheme case, a fragment, a
+    /// tracking parameter…), this one gets a key of its own, so it is not dropped as a
+    /// duplicate of the request it came from; otherwise the usual key decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_from: Option<String>,
+    /// Link distance from a start request (kept for the spider's `max_depth`).
+    #[serde(default)]
+    pub depth: u32,
+}
+
+/// `POST /api/v1/runs/{id}/requests`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueBatch {
+    /// At most 10000.
+    pub requests: Vec<NewRequest>,
+}
+
+/// What an enqueue did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Enqueued {
+    /// New requests.
+    pub added: u64,
+    /// Requests whose key the run had seen (dropped).
+    pub duplicates: u64,
+}
+
+/// `POST /api/v1/runs/{id}/lease`: up to `max` requests that may start now (politeness and
+/// aging as for spider runs), waiting up to `wait_ms` for one when none may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseAsk {
+    /// Most requests (default 1, at most 10000).
+    #[serde(default = "one_usize")]
+    pub max: u32,
+    /// Longest wait for a request, ms (default 0, at most 30000).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+fn one_usize() -> u32 {
+    1
+}
+
+/// A leased request as a program sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LeasedView {
+    /// Give it back in the ack (16 hex digits).
+    pub lease_id: String,
+    /// When the lease expires (ms since the epoch): not acked by then, the request is
+    /// leased again (its retries used up one by one).
+    pub deadline_ms: u64,
+    /// The canonical URL.
+    pub url: String,
+    /// `GET`, `HEAD` or `POST`.
+    pub method: String,
+    /// Its headers.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Its body, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// Its base priority.
+    pub priority: i32,
+    /// Its meta, as enqueued.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub meta: serde_json::Map<String, serde_json::Value>,
+    /// Its depth.
+    pub depth: u32,
+    /// Retryable failures so far.
+    pub retries: u32,
+}
+
+/// The answer to a lease call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Leases {
+    /// The leases (possibly none).
+    pub leases: Vec<LeasedView>,
+    /// The run is paused: lease nothing until it is resumed.
+    pub paused: bool,
+    /// The run is ending (cancelled, or past its limits): finish what you hold and exit.
+    pub ending: bool,
+    /// Requests in the frontier not finished yet (pending + leased), all workers together.
+    pub left: u64,
+}
+
+/// What became of a leased request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AckOutcome {
+    /// Processed (its items pushed, its new requests enqueued): counted as success.
+    Done,
+    /// A retryable failure: leased again after a back-off, until the run's `max_retries`.
+    Retry,
+    /// A permanent failure: counted failed.
+    Failed,
+    /// Not fetched on purpose: counted dropped.
+    Dropped,
+    /// Not attempted: pending again at once, no retry used.
+    Release,
+}
+
+/// One ack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckItem {
+    /// The lease.
+    pub lease_id: String,
+    /// What became of it.
+    pub outcome: AckOutcome,
+    /// Why (for failures; logged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// New requests it gave, enqueued with the ack in one atomic write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<NewRequest>,
+}
+
+/// `POST /api/v1/runs/{id}/ack`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AckBatch {
+    /// At most 10000.
+    pub acks: Vec<AckItem>,
+}
+
+/// What an ack call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Acked {
+    /// Acks applied.
+    pub acked: u64,
+    /// Acks of leases that had expired or were unknown (their requests were, or will be,
+    /// leased again): nothing applied (their new requests are enqueued all the same; dedup
+    /// absorbs the repeat).
+    pub late: u64,
+    /// New requests enqueued.
+    pub added: u64,
+    /// New requests whose key was seen.
+    pub duplicates: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

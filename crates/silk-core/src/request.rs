@@ -45,6 +45,10 @@ pub struct Request {
     /// Request body (POST).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Vec<u8>>,
+    /// Request headers of its own (a program's request, e.g. Scrapy's), beside the spider's;
+    /// not part of the dedup fingerprint.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
     /// Link distance from a start URL (start URLs are 0).
     #[serde(default)]
     pub depth: u32,
@@ -87,6 +91,7 @@ impl Request {
             url,
             method: Method::Get,
             body: None,
+            headers: BTreeMap::new(),
             depth: 0,
             priority: 0,
             created_ms: 0,

@@ -53,7 +53,9 @@ use silk_api::ErrorCode;
 use silk_api::agents::AgentView;
 use silk_api::jobs::{Job, JobSpec, TriggerRequest};
 use silk_api::logs::{EventParams, LogLineView, LogPage, LogParams};
-use silk_api::programs::{ItemsAdded, ItemsBatch};
+use silk_api::programs::{
+    AckBatch, Acked, EnqueueBatch, Enqueued, ItemsAdded, ItemsBatch, LeaseAsk, Leases,
+};
 use silk_api::runs::{
     ItemsPage, ItemsParams, RestartRequest, RunRequest, RunState, RunView, RunsParams,
 };
@@ -185,6 +187,9 @@ fn api_routes() -> (
         .routes(routes!(run_logs))
         .routes(routes!(run_events))
         .routes(routes!(run_items, push_run_items))
+        .routes(routes!(enqueue_run_requests))
+        .routes(routes!(lease_run_requests))
+        .routes(routes!(ack_run_requests))
         .routes(routes!(list_tokens, create_token))
         .routes(routes!(delete_token))
         .merge(projects::routes())
@@ -241,6 +246,7 @@ pub(crate) fn router(hub: HubHandle, options: ApiOptions) -> Router {
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .with_state(hub)
         .merge(crate::ui::routes())
+        .merge(crate::sdk::routes())
 }
 
 /// Checks the bearer token of `/api/v1` requests.
@@ -932,6 +938,51 @@ async fn push_run_items(
     let id = run_id(&id)?;
     let batch: ItemsBatch = parse_body(&body)?;
     Ok(Json(hub.push_items(&id, batch).await?))
+}
+
+/// Requests a program puts in its run's frontier (bearer: its run token, or any token),
+/// deduplicated on Silk's canonical key unless `dont_filter`.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/requests", params(("id" = String, Path, description = "run id")),
+    request_body = EnqueueBatch,
+    responses((status = 200, body = Enqueued), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
+async fn enqueue_run_requests(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<Enqueued>> {
+    let id = run_id(&id)?;
+    let batch: EnqueueBatch = parse_body(&body)?;
+    Ok(Json(hub.enqueue_requests(&id, batch).await?))
+}
+
+/// Leases requests of the run's frontier to a program: politeness and aging as for spider
+/// runs; waits up to `wait_ms` for one; nothing while the run is paused or ending.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/lease", params(("id" = String, Path, description = "run id")),
+    request_body = LeaseAsk,
+    responses((status = 200, body = Leases), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
+async fn lease_run_requests(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<Leases>> {
+    let id = run_id(&id)?;
+    let ask: LeaseAsk = parse_body(&body)?;
+    Ok(Json(hub.lease_requests(&id, ask).await?))
+}
+
+/// Acks a program's leases (done, retry, failed, dropped, release), each with the new
+/// requests it gave, enqueued atomically with the ack.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/ack", params(("id" = String, Path, description = "run id")),
+    request_body = AckBatch,
+    responses((status = 200, body = Acked), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
+async fn ack_run_requests(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<Acked>> {
+    let id = run_id(&id)?;
+    let batch: AckBatch = parse_body(&body)?;
+    Ok(Json(hub.ack_requests(&id, batch).await?))
 }
 
 /// API tokens (admin only; no secrets).

@@ -382,26 +382,62 @@ impl HubHandle {
         id: &RunId,
         batch: silk_api::programs::ItemsBatch,
     ) -> Result<silk_api::programs::ItemsAdded, HubError> {
-        let Some(run) = self.shared.active_run(id) else {
-            let record = self.stored_record(id).await?;
-            return Err(match (&record.hub, record.state.is_terminal()) {
-                (_, true) => HubError::WrongState {
-                    run: id.clone(),
-                    state: record.state.to_string(),
-                    action: "take items".into(),
-                },
-                (Some(hub), false) if *hub != self.shared.hub_id => HubError::OwnedElsewhere {
-                    run: id.clone(),
-                    hub: hub.to_string(),
-                },
-                _ => HubError::WrongState {
-                    run: id.clone(),
-                    state: record.state.to_string(),
-                    action: "take items (the run is not active on this hub yet)".into(),
-                },
-            });
-        };
+        let run = self.driven_here(id, "take items").await?;
         crate::programs::push_items(&self.shared.runs_cx, &run, batch.items).await
+    }
+
+    /// Puts a program's requests in its run's frontier (the run must be driven here).
+    pub async fn enqueue_requests(
+        &self,
+        id: &RunId,
+        batch: silk_api::programs::EnqueueBatch,
+    ) -> Result<silk_api::programs::Enqueued, HubError> {
+        let run = self.driven_here(id, "take requests").await?;
+        crate::programs::enqueue(&run, batch).await
+    }
+
+    /// Leases requests of a run's frontier to a program (long-poll up to `wait_ms`).
+    pub async fn lease_requests(
+        &self,
+        id: &RunId,
+        ask: silk_api::programs::LeaseAsk,
+    ) -> Result<silk_api::programs::Leases, HubError> {
+        let run = self.driven_here(id, "lease requests").await?;
+        crate::programs::lease(&self.shared.runs_cx, &run, ask).await
+    }
+
+    /// Acks a program's leases with the requests each gave.
+    pub async fn ack_requests(
+        &self,
+        id: &RunId,
+        batch: silk_api::programs::AckBatch,
+    ) -> Result<silk_api::programs::Acked, HubError> {
+        let run = self.driven_here(id, "take acks").await?;
+        crate::programs::ack(&run, batch).await
+    }
+
+    /// The active run `id` of this hub, or why a program's call cannot be served here.
+    async fn driven_here(&self, id: &RunId, action: &str) -> Result<Arc<Run>, HubError> {
+        if let Some(run) = self.shared.active_run(id) {
+            return Ok(run);
+        }
+        let record = self.stored_record(id).await?;
+        Err(match (&record.hub, record.state.is_terminal()) {
+            (_, true) => HubError::WrongState {
+                run: id.clone(),
+                state: record.state.to_string(),
+                action: action.into(),
+            },
+            (Some(hub), false) if *hub != self.shared.hub_id => HubError::OwnedElsewhere {
+                run: id.clone(),
+                hub: hub.to_string(),
+            },
+            _ => HubError::WrongState {
+                run: id.clone(),
+                state: record.state.to_string(),
+                action: format!("{action} (the run is not active on this hub yet)"),
+            },
+        })
     }
 
     /// The stored record of a run (active or not).

@@ -78,6 +78,7 @@ mod routed;
 pub mod run;
 mod runner;
 mod scheduler;
+pub mod sdk;
 mod sinks;
 mod state;
 mod tailer;

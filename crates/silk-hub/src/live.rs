@@ -104,6 +104,9 @@ pub(crate) struct Run {
     pub(crate) delays: Mutex<HashSet<String>>,
     pub(crate) counters: Counters,
     pub(crate) wake: Notify,
+    /// Woken when requests may have become leasable (a program's enqueue or ack): the
+    /// lease calls of programs wait on it.
+    pub(crate) enqueued: Notify,
     pub(crate) desired: watch::Sender<Desired>,
     /// A reason to fail the run, set outside the loop (agent lost, a sink error).
     pub(crate) fatal: Mutex<Option<String>>,

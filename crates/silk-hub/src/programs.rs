@@ -508,3 +508,247 @@ pub(crate) async fn push_items(
         duplicates: wrote.duplicates,
     })
 }
+
+/// A program's request as the frontier keeps it; `at` names it in errors.
+fn to_request(
+    run: &Run,
+    new: silk_api::programs::NewRequest,
+    at: &str,
+) -> Result<silk_core::Request, HubError> {
+    use base64::Engine;
+    use silk_core::request::Method;
+    let bad = |what: String| HubError::BadRun(format!("{at}.{what}"));
+    let mut request = silk_core::Request::get(&new.url, None, &run.spider.canon)
+        .map_err(|e| bad(format!("url: {e}")))?;
+    request.method = match new
+        .method
+        .as_deref()
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
+        None | Some("GET") => Method::Get,
+        Some("HEAD") => Method::Head,
+        Some("POST") => Method::Post,
+        Some(other) => {
+            return Err(bad(format!(
+                "method: `{other}` is not one of GET, HEAD, POST"
+            )));
+        }
+    };
+    if let Some(body) = &new.body {
+        request.body = Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(body)
+                .map_err(|e| bad(format!("body: not base64 ({e})")))?,
+        );
+    }
+    request.headers = new.headers;
+    request.priority = new.priority;
+    request.depth = new.depth;
+    request.meta = new.meta.into_iter().collect();
+    if new.dont_filter {
+        request.dedup_salt = Some(format!("dont_filter:{}", uuid::Uuid::now_v7().simple()));
+    } else if let Some(from) = &new.redirect_from {
+        let same = silk_core::Request::get(from, None, &run.spider.canon)
+            .is_ok_and(|parent| parent.url == request.url);
+        if same {
+            request.dedup_salt = Some("redirect".into());
+        }
+    }
+    Ok(request)
+}
+
+fn to_requests(
+    run: &Run,
+    news: Vec<silk_api::programs::NewRequest>,
+    at: &str,
+) -> Result<Vec<silk_core::Request>, HubError> {
+    news.into_iter()
+        .enumerate()
+        .map(|(i, n)| to_request(run, n, &format!("{at}[{i}]")))
+        .collect()
+}
+
+fn too_many(what: &str, n: usize) -> Result<(), HubError> {
+    let max = silk_api::programs::MAX_REQUESTS_PER_CALL;
+    if n > max {
+        return Err(HubError::BadRun(format!(
+            "{what}: {n} in one call; at most {max}"
+        )));
+    }
+    Ok(())
+}
+
+fn frontier_error(run: &Run, e: silk_frontier::FrontierError) -> HubError {
+    HubError::RunStorage {
+        run: run.id.clone(),
+        reason: format!("frontier: {e}"),
+    }
+}
+
+/// Puts a program's requests in its run's frontier (deduplicated on Silk's key).
+pub(crate) async fn enqueue(
+    run: &Arc<Run>,
+    batch: silk_api::programs::EnqueueBatch,
+) -> Result<silk_api::programs::Enqueued, HubError> {
+    too_many("requests", batch.requests.len())?;
+    let requests = to_requests(run, batch.requests, "requests")?;
+    let done = run
+        .frontier
+        .enqueue(requests)
+        .await
+        .map_err(|e| frontier_error(run, e))?;
+    if done.added > 0 {
+        run.enqueued.notify_waiters();
+    }
+    Ok(silk_api::programs::Enqueued {
+        added: done.added,
+        duplicates: done.duplicates,
+    })
+}
+
+/// Leases requests to a program: what may start now under the run's politeness, waiting up to
+/// `wait_ms` for one; nothing while the run is paused or ending.
+pub(crate) async fn lease(
+    cx: &RunContext,
+    run: &Arc<Run>,
+    ask: silk_api::programs::LeaseAsk,
+) -> Result<silk_api::programs::Leases, HubError> {
+    use base64::Engine;
+    let max = (ask.max as usize).clamp(1, silk_api::programs::MAX_REQUESTS_PER_CALL);
+    let wait_ms = ask.wait_ms.min(silk_api::programs::MAX_LEASE_WAIT_MS);
+    let until = cx.clock.now_ms().saturating_add(wait_ms);
+    loop {
+        // Registered before the frontier is asked, so an enqueue in between is not missed.
+        let enqueued = run.enqueued.notified();
+        tokio::pin!(enqueued);
+        enqueued.as_mut().enable();
+        let mut desired_rx = run.desired.subscribe();
+        let desired = *desired_rx.borrow_and_update();
+        let stats = run
+            .frontier
+            .stats()
+            .await
+            .map_err(|e| frontier_error(run, e))?;
+        let limit_reached = run
+            .spider
+            .spec
+            .max_pages
+            .is_some_and(|m| stats.success >= m);
+        let ending = desired == Desired::Cancel || run.is_closing() || limit_reached;
+        let paused = desired == Desired::Pause;
+        let mut leases = Vec::new();
+        if !ending && !paused {
+            leases = run
+                .frontier
+                .lease(max)
+                .await
+                .map_err(|e| frontier_error(run, e))?;
+        }
+        let now = cx.clock.now_ms();
+        if !leases.is_empty() || ending || now >= until {
+            let left = if leases.is_empty() {
+                stats.left
+            } else {
+                run.frontier
+                    .stats()
+                    .await
+                    .map(|s| s.left)
+                    .unwrap_or(stats.left)
+            };
+            let leases = leases
+                .into_iter()
+                .map(|l| silk_api::programs::LeasedView {
+                    lease_id: l.id.to_string(),
+                    deadline_ms: l.deadline_ms,
+                    url: l.request.url,
+                    method: l.request.method.as_str().to_owned(),
+                    headers: l.request.headers,
+                    body: l
+                        .request
+                        .body
+                        .map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
+                    priority: l.request.priority,
+                    meta: l.request.meta.into_iter().collect(),
+                    depth: l.request.depth,
+                    retries: l.request.retries,
+                })
+                .collect();
+            return Ok(silk_api::programs::Leases {
+                leases,
+                paused,
+                ending,
+                left,
+            });
+        }
+        // Nothing may start now: wait for new requests, the next host to be ready, a
+        // control change, or the end of the wait.
+        let next = if paused {
+            None
+        } else {
+            run.frontier.next_ready_ms().await.ok().flatten()
+        };
+        let wake_at = next.map_or(until, |n| n.clamp(now + 1, until));
+        tokio::select! {
+            () = enqueued => {}
+            _ = desired_rx.changed() => {}
+            () = tokio::time::sleep(Duration::from_millis(wake_at.saturating_sub(now))) => {}
+        }
+    }
+}
+
+/// Acks a program's leases, each with the requests it gave (one atomic write per ack).
+pub(crate) async fn ack(
+    run: &Arc<Run>,
+    batch: silk_api::programs::AckBatch,
+) -> Result<silk_api::programs::Acked, HubError> {
+    use silk_api::programs::AckOutcome;
+    use silk_frontier::Outcome;
+    too_many("acks", batch.acks.len())?;
+    let mut parsed = Vec::with_capacity(batch.acks.len());
+    for (i, a) in batch.acks.into_iter().enumerate() {
+        let lease: silk_frontier::LeaseId = a
+            .lease_id
+            .parse()
+            .map_err(|e| HubError::BadRun(format!("acks[{i}].lease_id: {e}")))?;
+        let reason = a.reason.unwrap_or_else(|| "program".into());
+        let outcome = match a.outcome {
+            AckOutcome::Done => Outcome::Done,
+            AckOutcome::Retry => Outcome::Retry { reason },
+            AckOutcome::Failed => Outcome::Failed { reason },
+            AckOutcome::Dropped => Outcome::Dropped { reason },
+            AckOutcome::Release => Outcome::Release { reason },
+        };
+        too_many(&format!("acks[{i}].requests"), a.requests.len())?;
+        let requests = to_requests(run, a.requests, &format!("acks[{i}].requests"))?;
+        parsed.push((lease, outcome, requests));
+    }
+    let mut answer = silk_api::programs::Acked {
+        acked: 0,
+        late: 0,
+        added: 0,
+        duplicates: 0,
+    };
+    for (lease, outcome, requests) in parsed {
+        let requeues = !matches!(
+            outcome,
+            Outcome::Done | Outcome::Failed { .. } | Outcome::Dropped { .. }
+        );
+        let (result, enqueued) = run
+            .frontier
+            .ack_and_enqueue(lease, outcome, requests)
+            .await
+            .map_err(|e| frontier_error(run, e))?;
+        if result.applied() {
+            answer.acked += 1;
+        } else {
+            answer.late += 1;
+        }
+        answer.added += enqueued.added;
+        answer.duplicates += enqueued.duplicates;
+        if enqueued.added > 0 || requeues {
+            run.enqueued.notify_waiters();
+        }
+    }
+    Ok(answer)
+}

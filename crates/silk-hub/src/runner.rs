@@ -141,6 +141,7 @@ impl Run {
             delays: Mutex::new(HashSet::new()),
             counters,
             wake: Notify::new(),
+            enqueued: Notify::new(),
             desired: watch::channel(desired).0,
             fatal: Mutex::new(None),
             last_progress_ms: AtomicU64::new(now),

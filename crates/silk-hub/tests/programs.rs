@@ -45,6 +45,19 @@ while true; do
 done
 "#;
 
+/// A worker that speaks the line protocol on its pipe.
+const PIPER: &str = r#"#!/bin/sh
+echo "ITM {\"url\": \"pipe-$SILK_WORKER\", \"via\": \"fifo\"}" > "$SILK_FIFO_PATH"
+echo 'LOG {"level": 40, "message": "an error from the pipe"}' > "$SILK_FIFO_PATH"
+echo 'not a message' > "$SILK_FIFO_PATH"
+echo 'FIN {"outcome": "finished"}' > "$SILK_FIFO_PATH"
+"#;
+
+/// A worker that waits for a file (while the test drives the run's frontier).
+const WAITER: &str = r#"#!/bin/sh
+while [ ! -e "$MARKS/stop" ]; do sleep 0.05; done
+"#;
+
 struct World {
     _dir: TempDir,
     hub: HubHandle,
@@ -56,7 +69,15 @@ struct World {
 async fn world() -> World {
     let dir = tempfile::tempdir().unwrap();
     let repo = WorkRepo::init(&dir.path().join("work"), &dir.path().join("git"), "shop");
-    repo.commit(&[("run.sh", WORKER), ("tick.sh", TICKER)], "first");
+    repo.commit(
+        &[
+            ("run.sh", WORKER),
+            ("tick.sh", TICKER),
+            ("pipe.sh", PIPER),
+            ("wait.sh", WAITER),
+        ],
+        "first",
+    );
     repo.push();
     let bus = bus();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -358,4 +379,256 @@ fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.split_whitespace().nth(2) == Some("Z"))
         .unwrap_or(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_without_an_sdk_speaks_the_line_protocol_on_its_pipe() {
+    let w = world().await;
+    let run = w
+        .admin
+        .start_run(&program(&["sh", "pipe.sh"], 2, &[]))
+        .await
+        .unwrap();
+    let done = until_state(&w.admin, run.id.as_str(), |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    let mut urls: Vec<String> = w
+        .admin
+        .all_items(run.id.as_str())
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| {
+            assert_eq!(i["via"], "fifo");
+            i["url"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    urls.sort();
+    assert_eq!(urls, ["pipe-0", "pipe-1"]);
+    within("the pipe's lines are in the run log", 10, async {
+        loop {
+            let text = log_text(&w.admin, run.id.as_str()).await;
+            if text.contains("error agent:p1 [worker 0] an error from the pipe")
+                && text.contains("`not a message")
+                && text.contains("FIN {\"outcome\":\"finished\"}")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+/// `POST url` with `token` and a JSON body; the status and the JSON answer.
+async fn call(token: &str, url: String, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .bearer_auth(token)
+        .header("Content-Type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let bytes = r.bytes().await.unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_drives_its_runs_frontier_over_the_api_with_its_run_token() {
+    let w = world().await;
+    let marks = tempfile::tempdir().unwrap();
+    let mut request = program(
+        &["sh", "wait.sh"],
+        1,
+        &[("MARKS", marks.path().display().to_string())],
+    );
+    request.spider =
+        "name: shop\nstart_urls: []\nper_host_concurrency: 8\nper_host_delay_ms: 0\n".into();
+    let run = w.admin.start_run(&request).await.unwrap();
+    let id = run.id.to_string();
+    let token = w.hub.run_token(&run.id);
+    let url = |path: &str| format!("{}/api/v1/runs/{id}/{path}", w.base);
+
+    // Enqueue: deduplicated on Silk's canonical key (a fragment is no new page).
+    let (status, added) = call(
+        &token,
+        url("requests"),
+        serde_json::json!({"requests": [
+            {"url": "http://127.0.0.1:9/a", "meta": {"callback": "parse"}, "priority": 1},
+            {"url": "http://127.0.0.1:9/a#top"},
+            {"url": "http://127.0.0.1:9/b", "method": "POST", "body": "aGk=", "headers": {"X-A": "1"}}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{added}");
+    assert_eq!(added, serde_json::json!({"added": 2, "duplicates": 1}));
+    // Bad input names the field.
+    let (status, bad) = call(
+        &token,
+        url("requests"),
+        serde_json::json!({"requests": [{"url": "http://127.0.0.1:9/c"}, {"url": "not a url"}]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{bad}");
+    assert!(
+        bad["message"].as_str().unwrap().contains("requests[1].url"),
+        "{bad}"
+    );
+
+    // Lease: both, with what they were enqueued with.
+    let (status, leased) = call(&token, url("lease"), serde_json::json!({"max": 10})).await;
+    assert_eq!(status, 200, "{leased}");
+    let leases = leased["leases"].as_array().unwrap().clone();
+    assert_eq!(leases.len(), 2, "{leased}");
+    let a = leases
+        .iter()
+        .find(|l| l["url"] == "http://127.0.0.1:9/a")
+        .unwrap();
+    let b = leases
+        .iter()
+        .find(|l| l["url"] == "http://127.0.0.1:9/b")
+        .unwrap();
+    assert_eq!(a["meta"]["callback"], "parse");
+    assert_eq!(
+        (b["method"].as_str(), b["body"].as_str()),
+        (Some("POST"), Some("aGk="))
+    );
+    assert_eq!(b["headers"]["X-A"], "1");
+    assert_eq!(leased["left"], 2);
+    // Nothing more may start: an empty answer after the wait.
+    let (_, none) = call(
+        &token,
+        url("lease"),
+        serde_json::json!({"max": 10, "wait_ms": 200}),
+    )
+    .await;
+    assert_eq!(none["leases"].as_array().unwrap().len(), 0, "{none}");
+
+    // Ack: a done with a new request (one write), b failed.
+    let (status, acked) = call(
+        &token,
+        url("ack"),
+        serde_json::json!({"acks": [
+            {"lease_id": a["lease_id"], "outcome": "done", "requests": [{"url": "http://127.0.0.1:9/c"}]},
+            {"lease_id": b["lease_id"], "outcome": "failed", "reason": "http_500"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{acked}");
+    assert_eq!(
+        acked,
+        serde_json::json!({"acked": 2, "late": 0, "added": 1, "duplicates": 0})
+    );
+    let view = w.admin.run(&id).await.unwrap();
+    assert_eq!(
+        (
+            view.stats.total,
+            view.stats.success,
+            view.stats.failed,
+            view.stats.left
+        ),
+        (3, 1, 1, 1)
+    );
+
+    // Paused: nothing is leased, and the answer says why.
+    w.admin.pause_run(&id).await.unwrap();
+    let (_, paused) = call(&token, url("lease"), serde_json::json!({"max": 10})).await;
+    assert_eq!(paused["paused"], true, "{paused}");
+    assert_eq!(paused["leases"].as_array().unwrap().len(), 0);
+    w.admin.resume_run(&id).await.unwrap();
+    let (_, got) = call(&token, url("lease"), serde_json::json!({"max": 10})).await;
+    assert_eq!(got["leases"][0]["url"], "http://127.0.0.1:9/c", "{got}");
+    // A lease call that waits is answered as soon as a request is enqueued.
+    let (t, u) = (token.clone(), url("lease"));
+    let waiting =
+        tokio::spawn(
+            async move { call(&t, u, serde_json::json!({"max": 10, "wait_ms": 20000})).await },
+        );
+    let (status, _) = call(
+        &token,
+        url("requests"),
+        serde_json::json!({"requests": [{"url": "http://127.0.0.1:9/d"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, got) = within("the waiting lease call", 10, waiting).await.unwrap();
+    assert_eq!(got["leases"][0]["url"], "http://127.0.0.1:9/d", "{got}");
+
+    // The token reaches nothing else, and another run's token does not reach this run.
+    let other = w.hub.run_token(&silk_core::RunId::new("0000"));
+    let (status, _) = call(&other, url("lease"), serde_json::json!({})).await;
+    assert_eq!(status, 401, "a token of a run that does not exist");
+    let (status, _) = call(
+        &token,
+        format!("{}/api/v1/runs", w.base),
+        serde_json::json!({}),
+    )
+    .await;
+    assert_eq!(status, 403);
+    std::fs::write(marks.path().join("stop"), "").unwrap();
+    let done = until_state(&w.admin, &id, |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hub_serves_the_python_sdk_as_a_wheel_that_pip_installs() {
+    let python = std::env::var("SILK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    if std::process::Command::new(&python)
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(std::env::var_os("CI").is_none(), "CI must have a Python");
+        println!("skipped: no {python}");
+        return;
+    }
+    let w = world().await;
+    let http = reqwest::Client::new();
+    let index = http
+        .get(format!("{}/sdk/python/", w.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(index.status().as_u16(), 200);
+    let index = index.text().await.unwrap();
+    let name = silk_hub::sdk::wheel_name();
+    assert!(index.contains(&format!("href=\"{name}#sha256=")), "{index}");
+    let wheel = http
+        .get(format!("{}/sdk/python/{name}", w.base))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(&name);
+    std::fs::write(&file, &wheel).unwrap();
+    let venv = dir.path().join("venv");
+    let run = |cmd: &mut std::process::Command| {
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(std::process::Command::new(&python)
+        .args(["-m", "venv"])
+        .arg(&venv));
+    run(std::process::Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", "--no-deps", "--no-index"])
+        .arg(&file));
+    // Installed without its dependencies (no index here): its metadata and files are there.
+    let shown = run(std::process::Command::new(venv.join("bin/python")).args([
+        "-c",
+        "import importlib.metadata as m; \
+         print(m.version('silk-sdk')); print(m.requires('silk-sdk')); \
+         print(any(str(f).endswith('silk_sdk/scrapy.py') for f in m.files('silk-sdk')))",
+    ]));
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[0], silk_hub::sdk::VERSION, "{shown}");
+    assert!(lines[1].contains("httpx>=0.23"), "{shown}");
+    assert_eq!(lines[2], "True", "{shown}");
 }

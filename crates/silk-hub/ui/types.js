@@ -4,6 +4,35 @@
 // Do not edit: `SILK_BLESS=1 cargo test -p silk-hub ui_types` rewrites this file.
 
 /**
+ * `POST /api/v1/runs/{id}/ack`.
+ * @typedef {object} AckBatch
+ * @property {Array<AckItem>} acks At most 10000.
+ */
+
+/**
+ * One ack.
+ * @typedef {object} AckItem
+ * @property {string} lease_id The lease.
+ * @property {AckOutcome} outcome What became of it.
+ * @property {string|null} [reason] Why (for failures; logged).
+ * @property {Array<NewRequest>} [requests] New requests it gave, enqueued with the ack in one atomic write.
+ */
+
+/**
+ * What became of a leased request.
+ * @typedef {"done"|"retry"|"failed"|"dropped"|"release"} AckOutcome
+ */
+
+/**
+ * What an ack call did.
+ * @typedef {object} Acked
+ * @property {number} acked Acks applied.
+ * @property {number} added New requests enqueued.
+ * @property {number} duplicates New requests whose key was seen.
+ * @property {number} late Acks of leases that had expired or were unknown (their requests were, or will be,
+ */
+
+/**
  * The liveness of an agent, as the failure detector sees it.
  * @typedef {"alive"|"suspect"|"dead"} AgentState
  */
@@ -76,6 +105,19 @@
  * @property {Record<string, string>} [env] Environment variables of the build (beside a minimal `PATH`, `HOME`, `LANG`), or build
  * @property {BuildKind} kind `command` or `container`.
  * @property {number|null} [timeout_ms] The build is killed after this long, ms (default 30 minutes).
+ */
+
+/**
+ * `POST /api/v1/runs/{id}/requests`.
+ * @typedef {object} EnqueueBatch
+ * @property {Array<NewRequest>} requests At most 10000.
+ */
+
+/**
+ * What an enqueue did.
+ * @typedef {object} Enqueued
+ * @property {number} added New requests.
+ * @property {number} duplicates Requests whose key the run had seen (dropped).
  */
 
 /**
@@ -152,6 +194,37 @@
  */
 
 /**
+ * `POST /api/v1/runs/{id}/lease`: up to `max` requests that may start now (politeness and
+ * @typedef {object} LeaseAsk
+ * @property {number} [max] Most requests (default 1, at most 10000).
+ * @property {number} [wait_ms] Longest wait for a request, ms (default 0, at most 30000).
+ */
+
+/**
+ * A leased request as a program sees it.
+ * @typedef {object} LeasedView
+ * @property {string|null} [body] Its body, base64.
+ * @property {number} deadline_ms When the lease expires (ms since the epoch): not acked by then, the request is
+ * @property {number} depth Its depth.
+ * @property {Record<string, string>} [headers] Its headers.
+ * @property {string} lease_id Give it back in the ack (16 hex digits).
+ * @property {Record<string, any>} [meta] Its meta, as enqueued.
+ * @property {string} method `GET`, `HEAD` or `POST`.
+ * @property {number} priority Its base priority.
+ * @property {number} retries Retryable failures so far.
+ * @property {string} url The canonical URL.
+ */
+
+/**
+ * The answer to a lease call.
+ * @typedef {object} Leases
+ * @property {boolean} ending The run is ending (cancelled, or past its limits): finish what you hold and exit.
+ * @property {Array<LeasedView>} leases The leases (possibly none).
+ * @property {number} left Requests in the frontier not finished yet (pending + leased), all workers together.
+ * @property {boolean} paused The run is paused: lease nothing until it is resumed.
+ */
+
+/**
  * A run's log line.
  * @typedef {object} LogLineView
  * @property {number} id Increasing id: the cursor.
@@ -174,6 +247,20 @@
  * @typedef {object} NewProject
  * @property {ProjectView} project The project.
  * @property {string} webhook_secret The webhook secret; give it to the git service's webhook: it cannot be shown again.
+ */
+
+/**
+ * A request a program puts in its run's frontier. It is deduplicated on Silk's canonical
+ * @typedef {object} NewRequest
+ * @property {string|null} [body] The body, base64.
+ * @property {number} [depth] Link distance from a start request (kept for the spider's `max_depth`).
+ * @property {boolean} [dont_filter] Enqueue it even when its key was seen (a fresh key of its own).
+ * @property {Record<string, string>} [headers] Headers of the request (not part of its key).
+ * @property {Record<string, any>} [meta] Anything JSON the program wants back with the lease (Scrapy: callback, errback, meta).
+ * @property {string|null} [method] `GET` (default), `HEAD` or `POST`.
+ * @property {number} [priority] Higher is leased first (aging raises waiting requests).
+ * @property {string|null} [redirect_from] The URL of the request this one is the redirect of. When both have the same key (the
+ * @property {string} url An absolute http(s) URL.
  */
 
 /**

@@ -171,7 +171,8 @@ impl Fleet {
             .arg("--capacity")
             .arg("16")
             .arg("--data-dir")
-            .arg(self.path(id));
+            .arg(self.path(id))
+            .arg("--allow-programs");
         let log = self.path(&format!("{id}.log"));
         self.agents
             .push(spawn_ready(cmd, id, &format!("agent {id}"), &log));
@@ -573,4 +574,218 @@ async fn one_of_two_hubs_killed_mid_run_the_other_adopts_the_run_and_finishes_it
     let log = std::fs::read_to_string(fleet.path("hub-b.log")).unwrap();
     assert!(log.contains("adopted from hub `hub-a`"), "{}", fleet.logs());
     pg.drop_schema().await;
+}
+
+/// The Python of the venv `.ci/run` makes (Scrapy and `silk-sdk` installed), or a "skipped"
+/// line (a failure under CI).
+fn scrapy_python() -> Option<String> {
+    match std::env::var("SILK_TEST_PYTHON") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "SILK_TEST_PYTHON is not set, and CI must run the Scrapy program test"
+            );
+            println!("skipped: SILK_TEST_PYTHON (a Python with scrapy and silk-sdk) is not set");
+            None
+        }
+    }
+}
+
+/// A Scrapy project of the test's own: one spider over the demo site, on Silk by the three
+/// settings lines of `silk_sdk.scrapy`.
+const SCRAPY_FILES: &[(&str, &str)] = &[
+    ("scrapy.cfg", "[settings]\ndefault = shop.settings\n"),
+    ("shop/__init__.py", ""),
+    (
+        "shop/settings.py",
+        r#"BOT_NAME = "shop"
+SPIDER_MODULES = ["shop.spiders"]
+ROBOTSTXT_OBEY = False
+TELNETCONSOLE_ENABLED = False
+LOG_LEVEL = "INFO"
+CONCURRENT_REQUESTS = 8
+# Silk:
+SCHEDULER = "silk_sdk.scrapy.Scheduler"
+DUPEFILTER_CLASS = "silk_sdk.scrapy.DupeFilter"
+ITEM_PIPELINES = {"silk_sdk.scrapy.ItemPipeline": 300}
+"#,
+    ),
+    ("shop/spiders/__init__.py", ""),
+    (
+        "shop/spiders/demo.py",
+        r#"import scrapy
+from scrapy.linkextractors import LinkExtractor
+
+
+class Demo(scrapy.Spider):
+    name = "demo"
+
+    def __init__(self, start_url=None, **kw):
+        super().__init__(**kw)
+        self.start_url = start_url
+
+    async def start(self):
+        yield scrapy.Request(self.start_url)
+
+    def parse(self, response):
+        if "/p/" in response.url:
+            yield {"url": response.url, "title": response.css("h1.title::text").get()}
+        for link in LinkExtractor(deny=[r"/calendar/", r"/private/"]).extract_links(response):
+            yield response.follow(link.url, self.parse)
+"#,
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrapy_project_runs_on_two_agents_pauses_and_loses_nothing_when_an_agent_is_killed() {
+    if !have_nats_server() {
+        return;
+    }
+    let Some(python) = scrapy_python() else {
+        return;
+    };
+    let mut fleet = Fleet::start(2, 120, 30).await;
+    let admin = fleet.client();
+    // The project: a local git repository, built as a `command` version (the checkout).
+    let repo = silk_testkit::WorkRepo::init(&fleet.path("work"), &fleet.path("git"), "shop");
+    repo.commit(SCRAPY_FILES, "the spider");
+    repo.push();
+    let project: silk_api::projects::ProjectRequest = serde_json::from_value(serde_json::json!({
+        "name": "shop", "git_url": format!("file://{}", repo.bare().display()),
+        "branch": "main", "build": {"kind": "command"}}))
+    .unwrap();
+    admin.create_project(&project).await.unwrap();
+    let build = silk_api::projects::BuildRequest {
+        git_ref: "main".into(),
+        version: Some("1.0".into()),
+    };
+    admin.build_project("shop", &build).await.unwrap();
+    fleet
+        .until("the version is built", async || {
+            let v = admin.version("shop", "1.0").await.ok()?;
+            v.state.is_final().then_some(v)
+        })
+        .await;
+    let request: silk_api::runs::RunRequest = serde_json::from_value(serde_json::json!({
+        "spider": "name: shop\nstart_urls: []\nper_host_concurrency: 4\nper_host_delay_ms: 0\nlease_timeout_ms: 6000\n",
+        "program": {"project": "shop", "command": [python, "-m", "scrapy", "crawl", "demo",
+                    "-a", format!("start_url={}", fleet.site.start_url())],
+                    "workers": 2, "env": {"PYTHONUNBUFFERED": "1"}},
+        "strategy": "fixed:2", "on_agent_lost": "reassign"}))
+    .unwrap();
+    let run = admin.start_run(&request).await.unwrap();
+    let id = run.id.to_string();
+
+    // Pause: once what was in flight is done, the site sees nothing for 3 s.
+    fleet.site.wait_for_requests(60).await;
+    admin.pause_run(&id).await.unwrap();
+    let quiet_from = fleet
+        .until("the paused workers to go quiet", async || {
+            let before = fleet.site.stats().total_requests;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            (fleet.site.stats().total_requests == before).then_some(before)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        fleet.site.stats().total_requests,
+        quiet_from,
+        "the site saw requests while the run was paused"
+    );
+    admin.resume_run(&id).await.unwrap();
+
+    // An agent SIGKILLed mid-run: its worker dies with it, its leases come back, the worker
+    // starts again on the other agent.
+    fleet.site.wait_for_requests(quiet_from + 60).await;
+    fleet.kill_agent("a1");
+    // Read after the kill: the dead worker's leases are still out (until they expire).
+    let leased_at_kill = fleet.run(&id).await.stats.in_flight;
+    let done = match silk_testkit::eventually(
+        Duration::from_secs(90),
+        Duration::from_millis(200),
+        async || {
+            let run = admin.run(&id).await.ok()?;
+            run.is_terminal().then_some(run)
+        },
+    )
+    .await
+    {
+        Some(done) => done,
+        None => {
+            let page = admin
+                .logs(
+                    &id,
+                    &silk_api::logs::LogParams {
+                        order: Some("desc".into()),
+                        limit: Some(80),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            let lines: Vec<String> = page
+                .lines
+                .iter()
+                .rev()
+                .map(|l| format!("{} {} {}", l.level.as_str(), l.source, l.message))
+                .collect();
+            panic!(
+                "the run did not end: {:?}\n{}\n{}",
+                fleet.run(&id).await,
+                lines.join("\n"),
+                fleet.logs()
+            );
+        }
+    };
+    assert_eq!(
+        done.state,
+        RunState::Succeeded,
+        "{done:?}\n{}",
+        fleet.logs()
+    );
+    let items = fleet.api_items(&id).await;
+    fleet.assert_items_are_every_page_once(&items);
+    let stats = fleet.site.stats();
+    let repeated: u32 = stats
+        .repeated()
+        .iter()
+        .filter(|(url, _)| url.contains("/p/"))
+        .map(|(_, n)| n - 1)
+        .sum();
+    if u64::from(repeated) > leased_at_kill {
+        let page = admin
+            .logs(
+                &id,
+                &silk_api::logs::LogParams {
+                    limit: Some(1000),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        for l in page.lines.iter().filter(|l| {
+            !l.message.contains("DEBUG: Crawled") && !l.message.contains("DEBUG: Scraped")
+        }) {
+            eprintln!("{} {} {}", l.level.as_str(), l.source, l.message);
+        }
+        eprintln!("STATS {:?}", done.stats);
+    }
+    assert!(
+        u64::from(repeated) <= leased_at_kill,
+        "{repeated} duplicate fetches, {leased_at_kill} requests were leased at the kill: {:?}",
+        stats.repeated().iter().take(20).collect::<Vec<_>>()
+    );
+    // Scrapy's own log lines are in the run's log.
+    let logs = admin
+        .logs(
+            &id,
+            &silk_api::logs::LogParams {
+                q: Some("Spider opened".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!logs.lines.is_empty(), "no Scrapy line in the run log");
 }

@@ -147,7 +147,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("facade", &["hub", "hub_projects"]),
-    ("edge", &["api", "auth", "taskhub", "ui"]),
+    ("edge", &["api", "auth", "sdk", "taskhub", "ui"]),
 ];
 
 /// Top-level modules of a crate (`src/NAME.rs` or `src/NAME/`) and, for each, the other

@@ -268,7 +268,27 @@ impl OnAgentLost {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The spider file (YAML; see docs/spider.md). It is sent to the hub, which checks it.
-    pub spider: PathBuf,
+    /// With `--program`, optional: its start URLs seed the run's frontier and its settings
+    /// apply to what the program asks of Silk.
+    #[arg(required_unless_present = "program")]
+    pub spider: Option<PathBuf>,
+    /// Run a program instead: `PROJECT` or `PROJECT@VERSION` (default the newest ready
+    /// version), its command after `--` (`silk run --program shop --workers 2 --
+    /// .venv/bin/python -m scrapy crawl products`). Admin tokens only.
+    #[arg(long, value_name = "PROJECT[@VERSION]")]
+    pub program: Option<String>,
+    /// The program's worker processes, spread over the run's agents.
+    #[arg(long, value_name = "N", requires = "program", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub workers: Option<u32>,
+    /// `process` (the version's directory) or `container` (its image).
+    #[arg(long, value_name = "RUNTIME", requires = "program", value_parser = ["process", "container"])]
+    pub runtime: Option<String>,
+    /// An environment variable of the program's workers, `NAME=VALUE` (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE", requires = "program")]
+    pub env: Vec<String>,
+    /// The program and its arguments (after `--`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
     #[command(flatten)]
     pub conn: Conn,
     /// How requests go to agents: `random` (any live agent), `fixed:N` (N agents picked at
@@ -315,9 +335,30 @@ pub fn parse_strategy(text: &str) -> Result<String, String> {
 }
 
 /// The body of `POST /api/v1/runs`.
-fn run_request(args: &RunArgs, spider: String) -> Value {
+fn run_request(args: &RunArgs, spider: String) -> anyhow::Result<Value> {
     let mut body = serde_json::Map::new();
     body.insert("spider".into(), Value::String(spider));
+    if let Some(program) = &args.program {
+        let (project, version) = program.split_once('@').unwrap_or((program, "latest"));
+        let mut env = serde_json::Map::new();
+        for pair in &args.env {
+            let Some((name, value)) = pair.split_once('=') else {
+                anyhow::bail!("--env `{pair}`: expected NAME=VALUE");
+            };
+            env.insert(name.to_owned(), value.into());
+        }
+        let mut p = serde_json::json!({
+            "project": project, "version": version, "command": args.command, "env": env});
+        if let Some(n) = args.workers {
+            p["workers"] = n.into();
+        }
+        if let Some(r) = &args.runtime {
+            p["runtime"] = r.clone().into();
+        }
+        body.insert("program".into(), p);
+    } else if !args.command.is_empty() {
+        anyhow::bail!("a command after `--` runs only with --program PROJECT");
+    }
     if let Some(strategy) = &args.strategy {
         body.insert("strategy".into(), strategy.clone().into());
     }
@@ -331,18 +372,20 @@ fn run_request(args: &RunArgs, spider: String) -> Value {
         let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
         body.insert("stall_timeout_ms".into(), ms.into());
     }
-    Value::Object(body)
+    Ok(Value::Object(body))
 }
 
 /// Runs `silk run`.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging("warn,silk=info");
-    let spider = std::fs::read_to_string(&args.spider)
-        .with_context(|| format!("cannot read spider file {}", args.spider.display()))?;
+    let spider = match &args.spider {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read spider file {}", path.display()))?,
+        None => String::new(),
+    };
+    let body = run_request(&args, spider)?;
     let client = Client::connect(&args.conn)?;
-    let created = client
-        .post(&["api", "v1", "runs"], &run_request(&args, spider))
-        .await;
+    let created = client.post(&["api", "v1", "runs"], &body).await;
     let Some(created) = allocation_failure_is_one_line(created)? else {
         return Ok(ExitCode::FAILURE);
     };

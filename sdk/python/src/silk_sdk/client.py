@@ -1,0 +1,280 @@
+"""The run API of a Silk program: items, frontier (enqueue, lease, ack) and the run's state.
+
+A program run's workers find their run in the environment Silk sets (``SILK_API_URL``,
+``SILK_RUN_ID``, ``SILK_RUN_TOKEN``, ``SILK_WORKER``, ``SILK_WORKERS``, ``SILK_AGENT_ID``);
+:meth:`Run.from_env` reads it. Every call is one HTTP request with the run token; connection
+failures and ``503`` answers are retried with back-off, other errors raise :class:`SilkError`
+with the hub's ``code`` and ``message``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import httpx
+
+__all__ = ["Run", "Lease", "Leases", "SilkError", "new_request"]
+
+#: Acks and their meaning on the frontier.
+OUTCOMES = ("done", "retry", "failed", "dropped", "release")
+
+
+class SilkError(Exception):
+    """An answer of the hub that is not a success (or no answer at all)."""
+
+    def __init__(self, message: str, *, code: str = "", status: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class Lease:
+    """A request leased to this worker: ack it (``done``, ``retry``, ``failed``, ``dropped``,
+    ``release``) before ``deadline_ms``, or it is leased again."""
+
+    lease_id: str
+    url: str
+    method: str = "GET"
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Optional[bytes] = None
+    priority: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+    depth: int = 0
+    retries: int = 0
+    deadline_ms: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Lease":
+        body = d.get("body")
+        return cls(
+            lease_id=d["lease_id"],
+            url=d["url"],
+            method=d.get("method", "GET"),
+            headers=dict(d.get("headers") or {}),
+            body=base64.b64decode(body) if body is not None else None,
+            priority=int(d.get("priority", 0)),
+            meta=dict(d.get("meta") or {}),
+            depth=int(d.get("depth", 0)),
+            retries=int(d.get("retries", 0)),
+            deadline_ms=int(d.get("deadline_ms", 0)),
+        )
+
+
+@dataclass
+class Leases:
+    """The answer to a lease call."""
+
+    leases: list[Lease]
+    #: The run is paused: lease nothing until it is resumed.
+    paused: bool = False
+    #: The run is ending: finish what you hold and exit.
+    ending: bool = False
+    #: Requests of the run not finished yet, all workers together (pending + leased).
+    left: int = 0
+
+
+def new_request(
+    url: str,
+    *,
+    method: str = "GET",
+    headers: Optional[Mapping[str, str]] = None,
+    body: Optional[bytes] = None,
+    priority: int = 0,
+    meta: Optional[Mapping[str, Any]] = None,
+    dont_filter: bool = False,
+    depth: int = 0,
+    redirect_from: Optional[str] = None,
+) -> dict[str, Any]:
+    """The JSON form of a request to enqueue (``meta`` must be JSON-serialisable).
+    ``redirect_from``: the URL of the request this one is the redirect of (when both have the
+    same Silk key, this one gets a key of its own instead of being dropped as a duplicate)."""
+    r: dict[str, Any] = {"url": url}
+    if method.upper() != "GET":
+        r["method"] = method.upper()
+    if headers:
+        r["headers"] = dict(headers)
+    if body is not None:
+        r["body"] = base64.b64encode(body).decode("ascii")
+    if priority:
+        r["priority"] = priority
+    if meta:
+        r["meta"] = dict(meta)
+    if dont_filter:
+        r["dont_filter"] = True
+    if depth:
+        r["depth"] = depth
+    if redirect_from:
+        r["redirect_from"] = redirect_from
+    return r
+
+
+class Run:
+    """One program run, as its workers reach it."""
+
+    def __init__(
+        self,
+        api_url: str,
+        run_id: str,
+        token: str,
+        *,
+        worker: int = 0,
+        workers: int = 1,
+        agent_id: str = "",
+        timeout: float = 40.0,
+        retries: int = 5,
+    ) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.run_id = run_id
+        self.worker = worker
+        self.workers = workers
+        self.agent_id = agent_id
+        self._retries = retries
+        self._http = httpx.Client(
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+
+    def __repr__(self) -> str:  # the token stays out of it
+        return f"Run({self.run_id!r}, worker={self.worker}/{self.workers})"
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Run":
+        """The run of this worker, from the environment Silk gives it."""
+        env = os.environ if env is None else env
+        missing = [
+            k for k in ("SILK_API_URL", "SILK_RUN_ID", "SILK_RUN_TOKEN") if not env.get(k)
+        ]
+        if missing:
+            raise SilkError(
+                "not running as a Silk program: "
+                + ", ".join(missing)
+                + " not set (Silk sets them for the workers of a program run)"
+            )
+        return cls(
+            env["SILK_API_URL"],
+            env["SILK_RUN_ID"],
+            env["SILK_RUN_TOKEN"],
+            worker=int(env.get("SILK_WORKER", "0")),
+            workers=int(env.get("SILK_WORKERS", "1")),
+            agent_id=env.get("SILK_AGENT_ID", ""),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the run --------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """The run as the hub shows it (``state``, ``stats``, ``program``, …)."""
+        return self._call("GET", "")
+
+    def push_items(self, items: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+        """Writes items to the run's item log (idempotent on the run's item key, default
+        ``url``): ``{"added": n, "duplicates": n}``."""
+        batch = [dict(i) for i in items]
+        if not batch:
+            return {"added": 0, "duplicates": 0}
+        return self._call("POST", "/items", {"items": batch})
+
+    def log(self, message: str, level: str = "info") -> None:
+        """A line in the run's log (through the worker's output)."""
+        sys.stdout.write(json.dumps({"level": level, "msg": message}) + "\n")
+        sys.stdout.flush()
+
+    # -- the frontier ---------------------------------------------------------------------
+
+    def enqueue(self, requests: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Puts requests (see :func:`new_request`) in the run's frontier, deduplicated on
+        Silk's key: ``{"added": n, "duplicates": n}``."""
+        if not requests:
+            return {"added": 0, "duplicates": 0}
+        return self._call("POST", "/requests", {"requests": list(requests)})
+
+    def lease(self, max: int = 1, wait_ms: int = 0) -> Leases:
+        """Up to ``max`` requests that may start now, waiting up to ``wait_ms`` for one."""
+        a = self._call("POST", "/lease", {"max": max, "wait_ms": wait_ms})
+        return Leases(
+            leases=[Lease.from_json(x) for x in a.get("leases", [])],
+            paused=bool(a.get("paused")),
+            ending=bool(a.get("ending")),
+            left=int(a.get("left", 0)),
+        )
+
+    def ack(self, acks: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Acks leases: each ``{"lease_id", "outcome", "reason"?, "requests"?}``; the new
+        requests of an ack are enqueued with it in one atomic write."""
+        if not acks:
+            return {"acked": 0, "late": 0, "added": 0, "duplicates": 0}
+        return self._call("POST", "/ack", {"acks": list(acks)})
+
+    def ack_one(
+        self,
+        lease: "Lease | str",
+        outcome: str = "done",
+        *,
+        reason: Optional[str] = None,
+        requests: Sequence[Mapping[str, Any]] = (),
+    ) -> dict[str, int]:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome {outcome!r} is not one of {OUTCOMES}")
+        lease_id = lease.lease_id if isinstance(lease, Lease) else lease
+        a: dict[str, Any] = {"lease_id": lease_id, "outcome": outcome}
+        if reason:
+            a["reason"] = reason
+        if requests:
+            a["requests"] = list(requests)
+        return self.ack([a])
+
+    # -- transport ------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        url = f"{self.api_url}/api/v1/runs/{self.run_id}{path}"
+        delay = 0.2
+        for attempt in range(self._retries + 1):
+            try:
+                if body is None:
+                    r = self._http.request(method, url)
+                else:
+                    r = self._http.request(
+                        method,
+                        url,
+                        content=json.dumps(body, separators=(",", ":")),
+                        headers={"Content-Type": "application/json"},
+                    )
+            except httpx.TransportError as e:
+                if attempt == self._retries:
+                    raise SilkError(f"{method} {path or '/'}: {e}") from e
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if r.status_code == 503 and attempt < self._retries:
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if r.is_success:
+                return r.json() if r.content else None
+            try:
+                err = r.json()
+                code, message = err.get("code", ""), err.get("message", r.text)
+            except ValueError:
+                code, message = "", r.text
+            raise SilkError(
+                f"{method} {path or '/'}: {r.status_code} {code}: {message}",
+                code=code,
+                status=r.status_code,
+            )
+        raise SilkError(f"{method} {path or '/'}: no answer")
