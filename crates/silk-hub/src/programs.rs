@@ -81,7 +81,7 @@ pub(crate) async fn resolve(hub: &HubCore, spec: &ProgramSpec) -> Result<Program
     };
     if !fits {
         return Err(HubError::BadRun(format!(
-            "program.runtime: version {} of project `{}` is {}, so it cannot run with `runtime: {}`",
+            "program.runtime: version {} of project `{}` is {}, so it cannot run with `runtime: {}` (use `runtime: {}`)",
             row.version,
             spec.project,
             if image.is_some() {
@@ -89,7 +89,12 @@ pub(crate) async fn resolve(hub: &HubCore, spec: &ProgramSpec) -> Result<Program
             } else {
                 "a packed directory"
             },
-            spec.runtime.as_str()
+            spec.runtime.as_str(),
+            if image.is_some() {
+                "container"
+            } else {
+                "process"
+            },
         )));
     }
     Ok(ProgramRun {

@@ -632,3 +632,153 @@ async fn the_hub_serves_the_python_sdk_as_a_wheel_that_pip_installs() {
     assert!(lines[1].contains("httpx>=0.23"), "{shown}");
     assert_eq!(lines[2], "True", "{shown}");
 }
+
+/// A container version runs as a program with the container runtime: one container per
+/// worker on the host's network, the line protocol's pipe mounted into it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_version_runs_its_workers_as_containers() {
+    let Some(engine) = silk_testkit::containers::TestEngine::podman() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = engine.base_image(dir.path());
+    let repo = WorkRepo::init(&dir.path().join("work"), &dir.path().join("git"), "boxed");
+    let job = "echo \"in a container, worker $SILK_WORKER of $SILK_WORKERS\"\n\
+               echo \"ITM {\\\"url\\\": \\\"box-$SILK_WORKER\\\"}\" > \"$SILK_FIFO_PATH\"\n";
+    repo.commit(
+        &[
+            ("job.sh", job),
+            (
+                "Containerfile",
+                &format!("FROM {base}\nCOPY job.sh /job.sh\n"),
+            ),
+        ],
+        "image",
+    );
+    repo.push();
+    let bus = bus();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base_url = format!("http://{}", listener.local_addr().unwrap());
+    let mut config = silk_hub::HubConfig {
+        public_url: Some(base_url.clone()),
+        ..hub_config(dir.path())
+    };
+    config.builds.engine = silk_projects::build::Engine {
+        cli: engine.cli.clone(),
+        global_args: engine.global_args.clone(),
+        build_args: engine.build_args.clone(),
+        registry: None,
+    };
+    let hub = Hub::start(
+        config,
+        std::sync::Arc::new(bus.clone()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .unwrap();
+    let router = hub.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let admin = Client::new(
+        reqwest::Url::parse(&base_url).unwrap(),
+        hub.ensure_admin_token().await.unwrap(),
+    )
+    .unwrap();
+    let mut agents = Vec::new();
+    for id in ["c1", "c2"] {
+        let mut config = agent_config(dir.path(), id);
+        config.allow_programs = true;
+        config.container_cli = engine.cli.clone();
+        config.container_args = engine.global_args.clone();
+        agents.push(start_agent_with(config, &bus).await);
+    }
+    admin
+        .create_project(&ProjectRequest {
+            name: "boxed".into(),
+            git_url: format!("file://{}", repo.bare().display()),
+            username: None,
+            password: None,
+            branch: Some("main".into()),
+            tag_pattern: None,
+            build: BuildSpec {
+                kind: BuildKind::Container,
+                command: None,
+                containerfile: Some("Containerfile".into()),
+                context: None,
+                timeout_ms: Some(120_000),
+                env: BTreeMap::new(),
+            },
+            webhook_secret: None,
+        })
+        .await
+        .unwrap();
+    let version = format!("1.{}", std::process::id());
+    admin
+        .build_project(
+            "boxed",
+            &BuildRequest {
+                git_ref: "main".into(),
+                version: Some(version.clone()),
+            },
+        )
+        .await
+        .unwrap();
+    within("the image is built", 120, async {
+        loop {
+            let v = admin.version("boxed", &version).await.unwrap();
+            if v.state.is_final() {
+                assert_eq!(v.state, VersionState::Ready, "{v:?}");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    // A container version does not run as a process, and the answer says why.
+    let mut request = program(&["sh", "/job.sh"], 2, &[]);
+    if let Some(p) = &mut request.program {
+        p.project = "boxed".into();
+    }
+    let refused = admin.start_run(&request).await.unwrap_err();
+    assert!(
+        refused
+            .message()
+            .unwrap_or("")
+            .contains("runtime: container"),
+        "{refused}"
+    );
+    if let Some(p) = &mut request.program {
+        p.runtime = Runtime::Container;
+    }
+    let run = admin.start_run(&request).await.unwrap();
+    let done = within("the containers end", 120, async {
+        loop {
+            let v = admin.run(run.id.as_str()).await.unwrap();
+            if v.state.is_terminal() {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    let mut urls: Vec<String> = admin
+        .all_items(run.id.as_str())
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i["url"].as_str().unwrap().to_owned())
+        .collect();
+    urls.sort();
+    assert_eq!(urls, ["box-0", "box-1"]);
+    within("the containers' output is in the run log", 10, async {
+        while !log_text(&admin, run.id.as_str())
+            .await
+            .contains("in a container, worker 1 of 2")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    admin.delete_project("boxed").await.unwrap();
+    hub.shutdown().await;
+}

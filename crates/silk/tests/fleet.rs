@@ -668,7 +668,8 @@ async fn a_scrapy_project_runs_on_two_agents_pauses_and_loses_nothing_when_an_ag
         })
         .await;
     let request: silk_api::runs::RunRequest = serde_json::from_value(serde_json::json!({
-        "spider": "name: shop\nstart_urls: []\nper_host_concurrency: 4\nper_host_delay_ms: 0\nlease_timeout_ms: 6000\n",
+        // A killed worker's leases come back after max(lease_timeout_ms, 2 x timeout_ms).
+        "spider": "name: shop\nstart_urls: []\nper_host_concurrency: 4\nper_host_delay_ms: 0\ntimeout_ms: 2000\nlease_timeout_ms: 4000\n",
         "program": {"project": "shop", "command": [python, "-m", "scrapy", "crawl", "demo",
                     "-a", format!("start_url={}", fleet.site.start_url())],
                     "workers": 2, "env": {"PYTHONUNBUFFERED": "1"}},
