@@ -487,8 +487,18 @@ async fn a_hub_stopped_mid_build_leaves_no_version_building_and_the_next_one_bui
         )
         .await
         .unwrap();
-    within("the build starts", 30, async {
-        while !marker.exists() {
+    // The command's first line in the build log: the build is under way (the marker file
+    // exists before that line has been read from the pipe, so it is not the event to await).
+    within("the build's first line", 30, async {
+        loop {
+            let log = w
+                .admin
+                .build_log("shop", "0.1-main", &BuildLogParams::default())
+                .await
+                .unwrap();
+            if log.lines.iter().any(|l| l.message == "first") {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
