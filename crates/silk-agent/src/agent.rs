@@ -53,14 +53,14 @@ use crate::runs::{Allocated, Missing, RunTable};
 use crate::stats::{AgentCounters, AgentEvent, AgentStats, QpsWindow};
 use crate::system::Probe;
 use silk_bus::{
-    AllocationReply, Bus, BusError, Command, Delivery, Envelope, FetchOutcome, Heartbeat,
-    LeasedRequest, Message, ProgramAction, Register, ResultError, RetryPolicy, RunResult, Subject,
-    SubscribeOpts, TtlPolicy, WorkerReport,
+    AllocationReply, Bus, BusError, Command, Delivery, Envelope, FetchOutcome, FetchReply,
+    Heartbeat, LeasedRequest, Message, ProgramAction, Register, ResultError, RetryPolicy,
+    RunResult, Subject, SubscribeOpts, TtlPolicy, WorkerReport,
 };
 
 /// How long the workers of a released run have between SIGTERM and SIGKILL.
 const RELEASE_GRACE: Duration = Duration::from_secs(2);
-use silk_core::{AgentId, Clock, RunId};
+use silk_core::{AgentId, Clock, Request, RunId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -404,6 +404,22 @@ impl AgentCore {
                     });
                 }
             }
+            Command::Fetch {
+                run,
+                id,
+                request,
+                trim,
+                reply_to,
+            } => {
+                ack(delivery).await;
+                let results = results_subject(&run, reply_to.as_deref());
+                let shared = self.clone();
+                tasks.spawn(async move {
+                    shared
+                        .fetch_for_program(run, id, request, trim, received, results)
+                        .await;
+                });
+            }
             Command::Release { run } => {
                 if !self.registry.release(&run).await {
                     tracing::debug!(run = %run, "release of a run that is not allocated here");
@@ -450,7 +466,7 @@ impl AgentCore {
         received: Instant,
         results: Subject,
     ) {
-        let mut outcome = self.outcome(&run, &leased).await;
+        let (mut outcome, _) = self.outcome(&run, &leased.request, None).await;
         outcome.timings.total_ms = received.elapsed().as_millis() as u64;
         self.events.outcome(&run, &leased.request.url, &outcome);
         if !outcome.given_back() {
@@ -469,17 +485,27 @@ impl AgentCore {
         self.publish_result(result, &results).await;
     }
 
-    async fn outcome(&self, run: &RunId, leased: &LeasedRequest) -> FetchOutcome {
+    /// Fetches `request` with the run's downloader: a crawl's download (`raw: None`) or a
+    /// program's fetch (`Some(trim)`, with the response's headers).
+    async fn outcome(
+        &self,
+        run: &RunId,
+        request: &Request,
+        raw: Option<bool>,
+    ) -> (FetchOutcome, Vec<(String, String)>) {
         let guard = match self.registry.begin_use(run) {
             Ok(g) => g,
             Err(Missing::Unknown) => {
-                return failure(
+                let out = failure(
                     "no_downloader",
                     format!("agent `{}` has no downloader for run `{run}`", self.id),
                     true,
                 );
+                return (out, Vec::new());
             }
-            Err(Missing::Refused(reason)) => return failure("invalid_config", reason, false),
+            Err(Missing::Refused(reason)) => {
+                return (failure("invalid_config", reason, false), Vec::new());
+            }
         };
         // Build (or wait for) the run's downloader before taking a slot, so that a slow
         // proxy provider of one run does not hold slots the other runs could use.
@@ -487,7 +513,7 @@ impl AgentCore {
             Ok(d) => d,
             Err(e) => {
                 let retryable = !matches!(e, AgentError::InvalidConfig { .. });
-                return failure(e.code(), e.to_string(), retryable);
+                return (failure(e.code(), e.to_string(), retryable), Vec::new());
             }
         };
         let mut stop = self.stop.subscribe();
@@ -497,20 +523,79 @@ impl AgentCore {
             p = self.permits.clone().acquire_owned() => p.ok(),
         };
         let Some(_permit) = permit else {
-            return failure(
+            let out = failure(
                 "agent_stopping",
                 format!(
                     "agent `{}` stopped before fetching {}",
-                    self.id, leased.request.url
+                    self.id, request.url
                 ),
                 true,
             );
+            return (out, Vec::new());
         };
         self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
-        let outcome = downloader.download(&leased.request).await;
+        let fetched = match raw {
+            None => (downloader.download(request).await, Vec::new()),
+            Some(trim) => downloader.fetch_raw(request, trim).await,
+        };
         self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
         drop(guard);
-        outcome
+        fetched
+    }
+
+    /// A program's fetch through the download center: fetched with the run's downloader, the
+    /// response as it is published as a `fetched` reply on `results`. A reply too large for
+    /// the bus goes without its body, failed `body_too_large`; one that cannot be published
+    /// is dropped (the hub's wait for it ends in a timeout).
+    async fn fetch_for_program(
+        self: Arc<Self>,
+        run: RunId,
+        id: String,
+        request: Request,
+        trim: bool,
+        received: Instant,
+        results: Subject,
+    ) {
+        let (mut outcome, headers) = self.outcome(&run, &request, Some(trim)).await;
+        outcome.timings.total_ms = received.elapsed().as_millis() as u64;
+        self.events.outcome(&run, &request.url, &outcome);
+        if !outcome.given_back() {
+            self.counters.requests.fetch_add(1, Ordering::Relaxed);
+            self.qps.record(self.clock.now_ms());
+        }
+        let mut reply = FetchReply {
+            run,
+            agent: self.id.clone(),
+            id,
+            outcome,
+            headers,
+        };
+        loop {
+            let envelope = self.ttl.envelope(reply, self.clock.now_ms());
+            let published = self.publish_retried(&results, &envelope).await;
+            let Message::Fetched(back) = envelope.body else {
+                return;
+            };
+            reply = back;
+            match published {
+                Ok(()) => return,
+                Err(e @ BusError::TooLarge { .. }) if reply.outcome.body.is_some() => {
+                    reply.outcome.body = None;
+                    reply.outcome.error = Some(ResultError {
+                        code: "body_too_large".into(),
+                        message: format!(
+                            "{}: the response is too large for the bus ({e}); lower the run's max_return_body_bytes",
+                            request.url
+                        ),
+                        retryable: false,
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(run = %reply.run, fetch = %reply.id, error = %e, "fetch reply dropped");
+                    return;
+                }
+            }
+        }
     }
 
     /// How the program workers' starts and ends reach the hub: published on `subject` with

@@ -20,6 +20,11 @@
 //! `parse_budget` (permanent: the page is over the spider's `max_html_depth` or
 //! `max_html_elements`, checked before trimming or parsing builds anything).
 //!
+//! [`Downloader::fetch_raw`] is a program's fetch through the download center: the same
+//! robots.txt, rate limit, session (proxies, cookies) and ban handling, then the response as
+//! it is — status, headers, body (or the run's trimmed text) — neither judged nor parsed, a
+//! redirect not followed.
+//!
 //! What happens to a run is written to its run log (`runlog`): proxy switches, redials,
 //! provider runs and refreshes, redirects dropped off the allowed domains, trimming rules
 //! that failed on a page and pages no rule matched (each request's outcome is written by the
@@ -78,6 +83,18 @@ impl RateLimiter {
         };
         tokio::time::sleep_until(slot).await;
     }
+}
+
+/// What a fetch is for.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// A crawl's request: judged, parsed, its links and items returned.
+    Crawl,
+    /// A program's fetch: the response as it is.
+    Raw {
+        /// The run's trimmed text rather than the body as received.
+        trim: bool,
+    },
 }
 
 /// The downloader of one run.
@@ -166,11 +183,29 @@ impl Downloader {
     /// Fetches and parses one request. Never fails: every problem is an outcome with an
     /// error. `timings.total_ms` is left to the caller.
     pub(crate) async fn download(&self, req: &Request) -> FetchOutcome {
-        let outcome = self.download_inner(req).await;
+        let (outcome, _) = self.download_inner(req, Mode::Crawl).await;
+        self.count(&outcome);
+        outcome
+    }
+
+    /// Fetches one request for a program and returns the response as it is, with its headers
+    /// (see the module doc): the body as received in base64, or, with `trim` and rules for the
+    /// run and a text body, the trimmed text; cut to `max_return_body_bytes`.
+    pub(crate) async fn fetch_raw(
+        &self,
+        req: &Request,
+        trim: bool,
+    ) -> (FetchOutcome, Vec<(String, String)>) {
+        let (outcome, headers) = self.download_inner(req, Mode::Raw { trim }).await;
+        self.count(&outcome);
+        (outcome, headers)
+    }
+
+    fn count(&self, outcome: &FetchOutcome) {
         let c = &self.counters;
         if outcome.given_back() {
             // Not finished: it comes again.
-            return outcome;
+            return;
         }
         c.requests.fetch_add(1, Ordering::Relaxed);
         c.bytes.fetch_add(outcome.bytes, Ordering::Relaxed);
@@ -179,18 +214,22 @@ impl Downloader {
         if outcome.error.is_some() {
             c.errors.fetch_add(1, Ordering::Relaxed);
         }
-        outcome
     }
 
-    async fn download_inner(&self, req: &Request) -> FetchOutcome {
+    async fn download_inner(
+        &self,
+        req: &Request,
+        mode: Mode,
+    ) -> (FetchOutcome, Vec<(String, String)>) {
         let url = match Url::parse(&req.url) {
             Ok(u) => u,
             Err(e) => {
-                return failure(
+                let out = failure(
                     "invalid_url",
                     format!("invalid url `{}`: {e}", req.url),
                     false,
                 );
+                return (out, Vec::new());
             }
         };
         if let Some(limiter) = &self.limiter {
@@ -201,6 +240,7 @@ impl Downloader {
         let epoch = self.epoch.load(Ordering::SeqCst);
         let session = self.session();
         let mut crawl_delay_ms = None;
+        let mut headers = Vec::new();
         let mut out = 'outcome: {
             if let Some(robots) = &session.robots {
                 // As the local engine: when the host's robots.txt is not known yet, reading it
@@ -224,13 +264,100 @@ impl Downloader {
                     break 'outcome failure(&code.as_str(), detail, retryable);
                 }
             }
-            match session.fetcher.fetch(req).await {
-                Ok(resp) => self.on_response(req, &url, resp, &session, epoch).await,
-                Err(e) => self.on_fetch_error(e, &session, epoch).await,
+            match (session.fetcher.fetch(req).await, mode) {
+                (Ok(resp), Mode::Crawl) => self.on_response(req, &url, resp, &session, epoch).await,
+                (Ok(resp), Mode::Raw { trim }) => {
+                    headers = resp
+                        .headers
+                        .iter()
+                        .map(|(k, v)| {
+                            (
+                                k.as_str().to_owned(),
+                                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                            )
+                        })
+                        .collect();
+                    self.on_raw_response(req, resp, &session, epoch, trim).await
+                }
+                (Err(e), _) => self.on_fetch_error(e, &session, epoch).await,
             }
         };
         out.crawl_delay_ms = crawl_delay_ms;
+        (out, headers)
+    }
+
+    /// A program's response: the ban check (a ban fails it, `proxy_banned`, and switches
+    /// the proxy as for a crawl), then the response as it is.
+    async fn on_raw_response(
+        &self,
+        req: &Request,
+        resp: Response,
+        session: &Session,
+        epoch: u64,
+        trim: bool,
+    ) -> FetchOutcome {
+        let proxy = resp
+            .proxy
+            .map(|i| session.fetcher.proxies().display(i).to_owned());
+        let mut out = FetchOutcome {
+            status: Some(resp.status),
+            bytes: resp.body.len() as u64,
+            proxy: proxy.clone(),
+            ..FetchOutcome::default()
+        };
+        out.timings.fetch_ms = resp.elapsed_ms;
+        if let Some(message) = self.on_ban(req, &resp, session, epoch, &proxy).await {
+            out.error = failure("proxy_banned", message, true).error;
+            return out;
+        }
+        let cfg = &self.cfg;
+        let content_type = resp.content_type.as_deref();
+        let trimmer = cfg
+            .trimmer
+            .as_ref()
+            .filter(|_| trim && is_text(content_type));
+        out.body = Some(match trimmer {
+            Some(trimmer) => {
+                let text = decode_html_cow(&resp.body, content_type);
+                let trimmed = trimmer.apply(&text);
+                for problem in &trimmed.problems {
+                    self.events.log(&self.run, LogLevel::Warn, || {
+                        format!("{}: trimming: {problem}", req.url)
+                    });
+                }
+                if trimmed.missed {
+                    self.counters.trim_misses.fetch_add(1, Ordering::Relaxed);
+                }
+                out.bytes_saved =
+                    (resp.body.len() as u64).saturating_sub(trimmed.text.len() as u64);
+                text_body(trimmed.text, content_type, cfg.max_return_body_bytes)
+            }
+            None => binary_body(&resp.body, content_type, cfg.max_return_body_bytes),
+        });
         out
+    }
+
+    /// When `resp` looks like a ban: the proxy is taken out, the run redials if it does, and
+    /// the message of the failure (`proxy_banned`, retryable) is returned.
+    async fn on_ban(
+        &self,
+        req: &Request,
+        resp: &Response,
+        session: &Session,
+        epoch: u64,
+        proxy: &Option<String>,
+    ) -> Option<String> {
+        let reason = self.ban_reason(resp)?;
+        if let Some(i) = resp.proxy {
+            session.fetcher.proxies().mark_bad(i);
+            self.note_switch(proxy.clone().unwrap_or_default(), reason.clone());
+        }
+        self.after_ban(epoch).await;
+        let via = proxy
+            .as_deref()
+            .map(|p| format!(" via {p}"))
+            .unwrap_or_default();
+        Some(format!("{}: banned{via}: {reason}", req.url))
     }
 
     async fn on_fetch_error(&self, e: FetchError, session: &Session, epoch: u64) -> FetchOutcome {
@@ -359,21 +486,8 @@ impl Downloader {
             },
             ..FetchOutcome::default()
         };
-        if let Some(reason) = self.ban_reason(&resp) {
-            if let Some(i) = resp.proxy {
-                session.fetcher.proxies().mark_bad(i);
-                self.note_switch(proxy.clone().unwrap_or_default(), reason.clone());
-            }
-            self.after_ban(epoch).await;
-            let via = proxy
-                .as_deref()
-                .map(|p| format!(" via {p}"))
-                .unwrap_or_default();
-            return with_error(
-                "proxy_banned",
-                format!("{}: banned{via}: {reason}", req.url),
-                true,
-            );
+        if let Some(message) = self.on_ban(req, &resp, session, epoch, &proxy).await {
+            return with_error("proxy_banned", message, true);
         }
         let spider = &self.cfg.spider;
         match silk_fetch::judge(spider, req, url, &resp) {

@@ -221,6 +221,9 @@ pub struct ItemsAdded {
     pub added: u64,
     /// Items whose key the run had already.
     pub duplicates: u64,
+    /// Items past the run's `max_items`: not written (the run is ending).
+    #[serde(default)]
+    pub over_limit: u64,
 }
 
 /// Most requests in one enqueue, lease or ack call.
@@ -396,6 +399,93 @@ pub struct Acked {
     pub added: u64,
     /// New requests whose key was seen.
     pub duplicates: u64,
+}
+
+/// Longest wait the hub gives a fetch's agent beyond the run's request timeout, ms.
+pub const FETCH_MARGIN_MS: u64 = 10_000;
+
+/// `POST /api/v1/runs/{id}/fetch`: fetch one request through the download center — by one of
+/// the run's agents, with that agent's downloader for the run (its proxies and their
+/// switching, cookies, rate limit, robots.txt, ban handling, trimming). Nothing of it touches
+/// the run's frontier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FetchAsk {
+    /// An absolute http(s) URL, fetched as given (not canonicalised).
+    pub url: String,
+    /// `GET` (default), `HEAD` or `POST`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Headers of the request, beside the run's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The body, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// Return the body trimmed by the run's trimming rules (UTF-8 text), when the run has
+    /// rules and the response is text; otherwise the body as received.
+    #[serde(default)]
+    pub trim: bool,
+    /// Follow redirects (at most the run's `max_redirects`), each hop fetched the same way;
+    /// otherwise a 3xx comes back as it is.
+    #[serde(default)]
+    pub follow_redirects: bool,
+    /// The agent to fetch with, when it is one of the run's (the SDK names its own,
+    /// `SILK_AGENT_ID`); otherwise the run's agents take turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// Why a fetch through the download center failed (no response, or a response the run's
+/// ban rules call a ban).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FetchFailure {
+    /// `timeout`, `connect`, `dns`, `tls`, `proxy`, `proxy_banned`, `robots_disallowed`,
+    /// `body_too_large`, `too_many_redirects`, …
+    pub code: String,
+    /// For people.
+    pub message: String,
+    /// Whether trying again may help.
+    pub retryable: bool,
+}
+
+/// The answer to a fetch: the response as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Fetched {
+    /// The URL of this response (the last hop when redirects were followed).
+    pub url: String,
+    /// HTTP status, when a response arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Response headers as received, in order (`Content-Encoding` describes the wire: the
+    /// body here is decoded).
+    #[serde(default)]
+    #[schema(value_type = Vec<Vec<String>>)]
+    pub headers: Vec<(String, String)>,
+    /// The body, base64 (the trimmed text in UTF-8 when `trimmed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+    /// The body was cut to the run's `max_return_body_bytes`.
+    #[serde(default)]
+    pub truncated: bool,
+    /// The body is the run's trimmed text.
+    #[serde(default)]
+    pub trimmed: bool,
+    /// Body bytes received (decoded).
+    pub bytes: u64,
+    /// The proxy it went through, without credentials; absent = direct.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
+    /// The agent that fetched it.
+    pub agent: String,
+    /// From the hub's ask to the agent's answer, ms (all hops).
+    pub elapsed_ms: u64,
+    /// The URLs redirected from, in order, when redirects were followed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redirects: Vec<String>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<FetchFailure>,
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ pub use nats::NatsBus;
 pub use subject::{Subject, SubjectClass};
 pub use wire::{
     AllocationReply, ArtifactRef, BodyEncoding, Command, Control, Envelope, FetchOutcome,
-    Heartbeat, Kind, LeasedRequest, LogBatch, LogEntry, LogLevel, Message, MessageId,
+    FetchReply, Heartbeat, Kind, LeasedRequest, LogBatch, LogEntry, LogLevel, Message, MessageId,
     ProgramAction, ProgramStart, Register, ResultBody, ResultError, RunResult, Timings, TtlPolicy,
     WIRE_VERSION, WorkerEvent, WorkerReport,
 };

@@ -86,10 +86,11 @@ impl SubjectClass {
     }
 
     /// Whether a message of `kind` may go on a subject of this class: its [`kind`](Self::kind),
-    /// and on `results` subjects also `worker` reports (they go to the hub that drives the
-    /// run, as results do).
+    /// and on `results` subjects also `worker` reports and `fetched` replies (they go to the
+    /// hub that drives the run or asked, as results do).
     pub fn carries(self, kind: Kind) -> bool {
-        kind == self.kind() || (self == SubjectClass::Results && kind == Kind::Worker)
+        kind == self.kind()
+            || (self == SubjectClass::Results && matches!(kind, Kind::Worker | Kind::Fetched))
     }
 
     /// Whether messages of this class are stored (JetStream) and can be read durably.

@@ -18,7 +18,7 @@
 //! | `id`      | string      | unique message id (UUIDv7, time-ordered): readers de-duplicate on it, JetStream de-duplicates retried publishes on it (`Nats-Msg-Id`) |
 //! | `sent_ms` | u64         | when the publisher built the message, ms since the Unix epoch (publisher's clock) |
 //! | `ttl_ms`  | u64 or absent | the message is stale when `now - sent_ms > ttl_ms` (reader's clock); absent = never |
-//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated`, `log`, `worker` |
+//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated`, `log`, `worker`, `fetched` |
 //! | `body`    | object      | the message of that kind, below |
 //!
 //! Bodies (field names are the Rust field names of the types below):
@@ -46,6 +46,14 @@
 //!   ([`Command::Program`], added in wire version 1): start ([`ProgramStart`]), pause, resume
 //!   or stop (`grace_ms`) the workers of a program run on the agent; no TTL (a stop must not
 //!   expire).
+//! - `command` `{"op":"fetch","run":"r1","id":"…","request":{…Request…},"trim":false,
+//!   "reply_to":"hub-a"}` ([`Command::Fetch`], added in wire version 1): fetch one request
+//!   with the run's downloader and answer with the response as it is (a program's fetch
+//!   through the download center); TTL `download_ttl_ms`.
+//! - `fetched` → [`FetchReply`] (added in wire version 1), on `results.{hub}` like results:
+//!   `run`, `agent`, `id` (the fetch's), `outcome` ([`FetchOutcome`]: `status`, `error`,
+//!   `bytes`, `timings`, `proxy`, `bytes_saved`, `body` as the response's bytes in base64, or
+//!   the trimmed text), `headers` (`[[name, value], …]` as received).
 //! - `worker` → [`WorkerReport`] (added in wire version 1), on `results.{hub}` like results:
 //!   `run`, `agent`, `worker`, `event` tagged by `is`: `{"is":"started"}`,
 //!   `{"is":"exited","code":0,"signal":null,"tail":["…"]}`, `{"is":"failed","error":"…"}`.
@@ -72,8 +80,9 @@
 //! |-------------|--------------------|--------------------------------------|------------|
 //! | `register`  | `registrations`    | none (never expires)                 | stored; hubs read one durable |
 //! | `heartbeat` | `heartbeats`       | 3 × `heartbeat_interval_ms` (3 s)    | not stored (fan-out) |
-//! | `command`   | `agent.{id}.cmd`   | `allocate`, `shutdown`: `allocate_ttl_ms` (30 s); `download`: `download_ttl_ms` (60 s); `release`: none | stored; the agent reads its durable |
+//! | `command`   | `agent.{id}.cmd`   | `allocate`, `shutdown`: `allocate_ttl_ms` (30 s); `download`, `fetch`: `download_ttl_ms` (60 s); `release`, `program`: none | stored; the agent reads its durable |
 //! | `result`    | `results.{hub}` (the download's `reply_to`), else `results` | none | stored; each hub reads its own durable on `results.{hub}`; hubs share one on `results` |
+//! | `worker`, `fetched` | `results.{hub}` (the command's `reply_to`), else `results` | none | as results |
 //! | `control`   | `run.{id}.control` | none                                 | stored |
 //! | `allocated` | `allocations`      | `allocate_ttl_ms` (30 s)             | not stored (fan-out) |
 //! | `log`       | `logs`             | `log_ttl_ms` (10 min)                | stored; hubs read one durable (`hub-logs`) |
@@ -152,6 +161,8 @@ pub enum Kind {
     Log,
     /// [`WorkerReport`]
     Worker,
+    /// [`FetchReply`]
+    Fetched,
 }
 
 impl Kind {
@@ -166,6 +177,7 @@ impl Kind {
             Kind::Allocated => "allocated",
             Kind::Log => "log",
             Kind::Worker => "worker",
+            Kind::Fetched => "fetched",
         }
     }
 
@@ -179,6 +191,7 @@ impl Kind {
             "allocated" => Kind::Allocated,
             "log" => Kind::Log,
             "worker" => Kind::Worker,
+            "fetched" => Kind::Fetched,
             _ => return None,
         })
     }
@@ -295,6 +308,27 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reply_to: Option<String>,
     },
+    /// Fetch one request with the run's downloader (its proxies, cookies, rate limit,
+    /// robots.txt, ban handling) and answer with the response as it is — status, headers,
+    /// body, neither judged nor parsed; a redirect is not followed — as a [`FetchReply`] on
+    /// `results.{reply_to}` (added in wire version 1). A program's fetch through the download
+    /// center: nothing of it touches the run's frontier.
+    Fetch {
+        /// The run.
+        run: RunId,
+        /// The fetch's id: comes back in the [`FetchReply`].
+        id: String,
+        /// What to fetch (its URL as the program gave it).
+        request: Request,
+        /// Return the body trimmed by the run's trimming rules (UTF-8 text) rather than as
+        /// received, when the run has rules and the body is text.
+        #[serde(default)]
+        trim: bool,
+        /// The id of the hub that asks: the reply goes to `results.{reply_to}` (or
+        /// `results` when absent or not a valid token).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reply_to: Option<String>,
+    },
 }
 
 /// What a [`Command::Program`] asks, tagged by `do`:
@@ -372,6 +406,26 @@ pub struct WorkerReport {
     pub worker: u32,
     /// What happened.
     pub event: WorkerEvent,
+}
+
+/// The answer to a [`Command::Fetch`], from the agent to the hub that asked, on
+/// `results.{hub}` (added in wire version 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FetchReply {
+    /// The run.
+    pub run: RunId,
+    /// The agent that fetched.
+    pub agent: AgentId,
+    /// The fetch's id, from the command.
+    pub id: String,
+    /// What happened: `status`, `error`, `bytes`, `timings`, `proxy`, `bytes_saved` (when
+    /// trimmed), `crawl_delay_ms`, and `body`: the response's bytes (`base64`) or the trimmed
+    /// text (`text`), cut to the run's `max_return_body_bytes` and then marked `truncated`.
+    pub outcome: FetchOutcome,
+    /// The response's headers as received, in order (`Content-Encoding` describes the wire,
+    /// not `body`, which is decoded).
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
 }
 
 /// What happened to a worker, tagged by `is`.
@@ -651,6 +705,8 @@ pub enum Message {
     Log(LogBatch),
     /// `worker`
     Worker(WorkerReport),
+    /// `fetched`
+    Fetched(FetchReply),
 }
 
 impl Message {
@@ -665,6 +721,7 @@ impl Message {
             Message::Allocated(_) => Kind::Allocated,
             Message::Log(_) => Kind::Log,
             Message::Worker(_) => Kind::Worker,
+            Message::Fetched(_) => Kind::Fetched,
         }
     }
 }
@@ -686,7 +743,8 @@ into_message!(
     Control => Control,
     AllocationReply => Allocated,
     LogBatch => Log,
-    WorkerReport => Worker
+    WorkerReport => Worker,
+    FetchReply => Fetched
 );
 
 /// Default TTLs, by kind of message. The publisher stamps the TTL; the reader enforces it.
@@ -723,19 +781,22 @@ impl TtlPolicy {
     }
 
     /// The TTL a message gets: heartbeat 3 × interval; allocate, shutdown and allocation
-    /// replies `allocate_ttl_ms`; download `download_ttl_ms`; log batches `log_ttl_ms`;
+    /// replies `allocate_ttl_ms`; download and fetch `download_ttl_ms`; log batches `log_ttl_ms`;
     /// registrations, releases, results and run control none.
     pub fn ttl_ms(&self, message: &Message) -> Option<u64> {
         match message {
             Message::Heartbeat(_) => Some(self.heartbeat_ttl_ms()),
             Message::Command(Command::Allocate { .. } | Command::Shutdown)
             | Message::Allocated(_) => Some(self.allocate_ttl_ms),
-            Message::Command(Command::Download { .. }) => Some(self.download_ttl_ms),
+            Message::Command(Command::Download { .. } | Command::Fetch { .. }) => {
+                Some(self.download_ttl_ms)
+            }
             Message::Log(_) => Some(self.log_ttl_ms),
             Message::Command(Command::Release { .. } | Command::Program { .. })
             | Message::Register(_)
             | Message::Result(_)
             | Message::Worker(_)
+            | Message::Fetched(_)
             | Message::Control(_) => None,
         }
     }
@@ -842,6 +903,7 @@ impl Envelope {
             Message::Allocated(b) => out(self, kind, b),
             Message::Log(b) => out(self, kind, b),
             Message::Worker(b) => out(self, kind, b),
+            Message::Fetched(b) => out(self, kind, b),
         };
         bytes.map(Bytes::from).map_err(|e| BusError::Encode {
             kind: kind.as_str().into(),
@@ -886,6 +948,7 @@ impl Envelope {
             Kind::Allocated => typed(body).map(Message::Allocated),
             Kind::Log => typed(body).map(Message::Log),
             Kind::Worker => typed(body).map(Message::Worker),
+            Kind::Fetched => typed(body).map(Message::Fetched),
         }
         .map_err(|e| bad(format!("`{kind}` body: {e}")))?;
         Ok(Envelope {
@@ -1050,6 +1113,31 @@ mod tests {
                     signal: Some(9),
                     tail: vec!["last".into()],
                 },
+            }
+            .into(),
+            Command::Fetch {
+                run: "r1".into(),
+                id: "f1".into(),
+                request: Request::from_canonical("http://h/x?q=1".into()),
+                trim: true,
+                reply_to: Some("hub-a".into()),
+            }
+            .into(),
+            FetchReply {
+                run: "r1".into(),
+                agent: "a1".into(),
+                id: "f1".into(),
+                outcome: FetchOutcome {
+                    status: Some(200),
+                    body: Some(ResultBody {
+                        encoding: BodyEncoding::Base64,
+                        data: "aGk=".into(),
+                        content_type: Some("text/plain".into()),
+                        truncated: false,
+                    }),
+                    ..FetchOutcome::default()
+                },
+                headers: vec![("content-type".into(), "text/plain".into())],
             }
             .into(),
         ]
@@ -1332,7 +1420,7 @@ mod tests {
                 Message::Command(Command::Shutdown) | Message::Allocated(_) => {
                     assert_eq!(policy.ttl_ms(&m), Some(5_000), "{m:?}");
                 }
-                Message::Command(Command::Download { .. }) => {
+                Message::Command(Command::Download { .. } | Command::Fetch { .. }) => {
                     assert_eq!(policy.ttl_ms(&m), Some(7_000), "{m:?}");
                 }
                 Message::Log(_) => {

@@ -34,6 +34,10 @@ pub struct SpiderSpec {
     /// Stop after this many pages fetched successfully.
     #[serde(default)]
     pub max_pages: Option<u64>,
+    /// Stop once this many items are written (distinct on the item key; counts across
+    /// resumes). An item past it is not written.
+    #[serde(default)]
+    pub max_items: Option<u64>,
     /// Stop after this long (ms); the run can be resumed later.
     #[serde(default)]
     pub max_duration_ms: Option<u64>,

@@ -68,6 +68,8 @@ pub enum Finish {
     Complete,
     /// `max_pages` reached.
     MaxPages,
+    /// `max_items` reached.
+    MaxItems,
     /// `max_duration_ms` reached (resumable).
     MaxDuration,
     /// Stopped on request (Ctrl-C); resumable.
@@ -297,6 +299,12 @@ impl Crawl {
             if spec.max_pages.is_some_and(|m| success >= m) {
                 break Finish::MaxPages;
             }
+            if spec
+                .max_items
+                .is_some_and(|m| shared.sink.len() as u64 >= m)
+            {
+                break Finish::MaxItems;
+            }
             if last_publish.elapsed() >= Duration::from_millis(200) {
                 self.publish(shared.frontier.stats().await?, started);
                 last_publish = Instant::now();
@@ -522,7 +530,7 @@ impl CrawlCore {
         }
         let harvest = silk_fetch::harvest(&self.spider, req, page, wanted);
         if let Some(item) = harvest.item {
-            match self.sink.write(&item)? {
+            match self.sink.write_within(&item, spec.max_items)? {
                 Written::New => {
                     self.items.fetch_add(1, Ordering::Relaxed);
                 }
@@ -531,6 +539,10 @@ impl CrawlCore {
                 }
                 Written::NoKey => {
                     tracing::warn!(url = %req.url, key = %spec.item_key, "item has no key; not written")
+                }
+                Written::Full => {
+                    tracing::debug!(url = %req.url, "max_items reached; item not written");
+                    self.wake.notify_one();
                 }
             }
         }

@@ -268,9 +268,9 @@ async fn stopped_crawl_resumes_without_duplicates() {
     assert_every_page_once(dir.path(), &site);
 }
 
-/// `max_pages` stops the crawl at the limit.
+/// `max_pages` and `max_items` stop the crawl at their limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_pages_and_max_depth_bound_the_crawl() {
+async fn max_pages_max_items_and_max_depth_bound_the_crawl() {
     let site = DemoSite::start(DemoConfig {
         port: 0,
         hosts: 1,
@@ -287,6 +287,20 @@ async fn max_pages_and_max_depth_bound_the_crawl() {
     let summary = crawl(spider(&yaml), dir.path()).await;
     assert_eq!(summary.finish, Finish::MaxPages);
     assert_eq!(summary.progress.frontier.success, 40);
+
+    // `max_items` stops it once that many items are written, whatever is in flight, and a
+    // resumed crawl has nothing left to write.
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = demo_spider(
+        &site,
+        "max_items: 25\nconcurrency: 16\nper_host_concurrency: 16\nper_host_delay_ms: 0\n",
+    );
+    let summary = crawl(spider(&yaml), dir.path()).await;
+    assert_eq!(summary.finish, Finish::MaxItems);
+    assert_eq!(items(dir.path()).len(), 25);
+    let again = crawl(spider(&yaml), dir.path()).await;
+    assert_eq!(again.finish, Finish::MaxItems);
+    assert_eq!(items(dir.path()).len(), 25);
 
     // The calendar trap is infinite: only max_depth bounds it when it is not denied.
     let dir = tempfile::tempdir().unwrap();

@@ -54,7 +54,8 @@ use silk_api::agents::AgentView;
 use silk_api::jobs::{Job, JobSpec, TriggerRequest};
 use silk_api::logs::{EventParams, LogLineView, LogPage, LogParams};
 use silk_api::programs::{
-    AckBatch, Acked, EnqueueBatch, Enqueued, ItemsAdded, ItemsBatch, LeaseAsk, Leases,
+    AckBatch, Acked, EnqueueBatch, Enqueued, FetchAsk, Fetched, ItemsAdded, ItemsBatch, LeaseAsk,
+    Leases,
 };
 use silk_api::runs::{
     ItemsPage, ItemsParams, RestartRequest, RunRequest, RunState, RunView, RunsParams,
@@ -190,6 +191,7 @@ fn api_routes() -> (
         .routes(routes!(enqueue_run_requests))
         .routes(routes!(lease_run_requests))
         .routes(routes!(ack_run_requests))
+        .routes(routes!(fetch_for_run))
         .routes(routes!(list_tokens, create_token))
         .routes(routes!(delete_token))
         .merge(projects::routes())
@@ -983,6 +985,22 @@ async fn ack_run_requests(
     let id = run_id(&id)?;
     let batch: AckBatch = parse_body(&body)?;
     Ok(Json(hub.ack_requests(&id, batch).await?))
+}
+
+/// Fetches one request through the download center for a program: by one of the run's
+/// agents with that agent's downloader for the run (proxies, cookies, rate limit, robots.txt,
+/// ban handling, trimming); the response as it is. `503` when no agent of the run answers.
+#[utoipa::path(post, path = "/api/v1/runs/{id}/fetch", params(("id" = String, Path, description = "run id")),
+    request_body = FetchAsk,
+    responses((status = 200, body = Fetched), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError), (status = 503, body = silk_api::ApiError)))]
+async fn fetch_for_run(
+    State(hub): State<HubHandle>,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<Fetched>> {
+    let id = run_id(&id)?;
+    let ask: FetchAsk = parse_body(&body)?;
+    Ok(Json(hub.fetch_for_program(&id, ask).await?))
 }
 
 /// API tokens (admin only; no secrets).

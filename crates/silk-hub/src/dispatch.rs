@@ -44,6 +44,10 @@ pub(crate) struct Turn {
     pub max_pending: usize,
     /// The spider's page limit (none for a fed run).
     pub max_pages: Option<u64>,
+    /// Items written (before a restart too).
+    pub items: u64,
+    /// The spider's item limit (none for a fed run).
+    pub max_items: Option<u64>,
     /// When the spider's duration limit ends, ms (none for a fed run).
     pub deadline_ms: Option<u64>,
     /// How long without progress is a stall.
@@ -102,8 +106,9 @@ pub(crate) fn decide(t: &Turn) -> Step {
         }
         Desired::Run => {}
     }
-    let limit_reached =
-        t.max_pages.is_some_and(|m| t.success >= m) || t.deadline_ms.is_some_and(|d| t.now_ms >= d);
+    let limit_reached = t.max_pages.is_some_and(|m| t.success >= m)
+        || t.max_items.is_some_and(|m| t.items >= m)
+        || t.deadline_ms.is_some_and(|d| t.now_ms >= d);
     if limit_reached {
         // Done once what is out is back.
         return if t.out == 0 {
@@ -190,6 +195,8 @@ mod tests {
             out: 0,
             max_pending: 10,
             max_pages: None,
+            items: 0,
+            max_items: None,
             deadline_ms: None,
             stall_ms: 30_000,
             stalled_for_ms: 0,
@@ -273,6 +280,25 @@ mod tests {
                     max_pages: Some(5),
                     success: 5,
                     out: 2,
+                    ..turn()
+                },
+                waits(100),
+            ),
+            (
+                "max_items reached, nothing out: succeeded",
+                Turn {
+                    max_items: Some(3),
+                    items: 3,
+                    ..turn()
+                },
+                Step::End(End::Succeeded),
+            ),
+            (
+                "max_items reached, some out: wait for them",
+                Turn {
+                    max_items: Some(3),
+                    items: 4,
+                    out: 1,
                     ..turn()
                 },
                 waits(100),

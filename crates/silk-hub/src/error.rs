@@ -120,6 +120,9 @@ pub enum HubError {
     /// value).
     #[error("secrets: {0}")]
     Secrets(String),
+    /// No agent of the run answered a program's fetch (the message names them and the wait).
+    #[error("{0}")]
+    FetchUnanswered(String),
 }
 
 impl HubError {
@@ -150,6 +153,7 @@ impl HubError {
                 ErrorCode::Storage
             }
             HubError::Bus(_) => ErrorCode::Bus,
+            HubError::FetchUnanswered(_) => ErrorCode::Unavailable,
             HubError::ShuttingDown => ErrorCode::ShuttingDown,
         }
     }

@@ -416,6 +416,17 @@ impl HubHandle {
         crate::programs::ack(&run, batch).await
     }
 
+    /// Fetches one request for a program through the download center (one of the run's
+    /// agents, its downloader for the run).
+    pub async fn fetch_for_program(
+        &self,
+        id: &RunId,
+        ask: silk_api::programs::FetchAsk,
+    ) -> Result<silk_api::programs::Fetched, HubError> {
+        let run = self.driven_here(id, "fetch").await?;
+        crate::programs::fetch(&self.shared.runs_cx, &run, ask).await
+    }
+
     /// The active run `id` of this hub, or why a program's call cannot be served here.
     async fn driven_here(&self, id: &RunId, action: &str) -> Result<Arc<Run>, HubError> {
         if let Some(run) = self.shared.active_run(id) {

@@ -76,6 +76,8 @@ pub(crate) enum ItemWriter {
         store: Arc<dyn MetaStore>,
         run: RunId,
         key: String,
+        /// Held by a write that must not pass a run's `max_items` (count, then insert).
+        gate: tokio::sync::Mutex<()>,
     },
 }
 
@@ -88,6 +90,8 @@ pub(crate) struct Wrote {
     pub(crate) duplicates: u64,
     /// Items without a key (not written).
     pub(crate) no_key: u64,
+    /// Items past the run's `max_items` (not written).
+    pub(crate) over_limit: u64,
 }
 
 /// Why a write failed.
@@ -115,6 +119,7 @@ impl ItemWriter {
                 store: store.clone(),
                 run: run.clone(),
                 key: key.to_owned(),
+                gate: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -130,25 +135,33 @@ impl ItemWriter {
         }
     }
 
-    /// Writes `items` (the JSON objects among them); a key the log has is not written again.
+    /// Writes `items` (the JSON objects among them); a key the log has is not written again,
+    /// and nothing is written once the log holds `max` items.
     pub(crate) async fn write(
         &self,
         items: &[serde_json::Value],
         now_ms: u64,
+        max: Option<u64>,
     ) -> Result<Wrote, WriteError> {
         let mut wrote = Wrote::default();
         match self {
             ItemWriter::File(sink) => {
                 for map in items.iter().filter_map(|i| i.as_object()) {
-                    match sink.write(map) {
+                    match sink.write_within(map, max) {
                         Ok(Written::New) => wrote.new += 1,
                         Ok(Written::Duplicate) => wrote.duplicates += 1,
                         Ok(Written::NoKey) => wrote.no_key += 1,
+                        Ok(Written::Full) => wrote.over_limit += 1,
                         Err(e) => return Err(WriteError::File(format!("items file: {e}"))),
                     }
                 }
             }
-            ItemWriter::Store { store, run, key } => {
+            ItemWriter::Store {
+                store,
+                run,
+                key,
+                gate,
+            } => {
                 let rows: Vec<(String, u64, serde_json::Value)> = items
                     .iter()
                     .filter(|i| i.is_object())
@@ -161,13 +174,37 @@ impl ItemWriter {
                     })
                     .map(|i| (item_key(i, key), now_ms, i.clone()))
                     .collect();
-                if !rows.is_empty() {
-                    wrote.new = store
-                        .insert_items(run.as_str(), &rows)
+                let Some(max) = max else {
+                    if !rows.is_empty() {
+                        wrote.new = store
+                            .insert_items(run.as_str(), &rows)
+                            .await
+                            .map_err(WriteError::Store)?;
+                        wrote.duplicates = rows.len() as u64 - wrote.new;
+                    }
+                    return Ok(wrote);
+                };
+                // Counted and inserted under the gate; a duplicate takes no room, so the rows
+                // go in as long as there is room for all of them.
+                let _gate = gate.lock().await;
+                let held = store
+                    .count_items(run.as_str())
+                    .await
+                    .map_err(WriteError::Store)?;
+                let mut room = max.saturating_sub(held);
+                let mut rest = &rows[..];
+                while !rest.is_empty() && room > 0 {
+                    let take = rest.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+                    let new = store
+                        .insert_items(run.as_str(), &rest[..take])
                         .await
                         .map_err(WriteError::Store)?;
-                    wrote.duplicates = rows.len() as u64 - wrote.new;
+                    wrote.new += new;
+                    wrote.duplicates += take as u64 - new;
+                    room -= new;
+                    rest = &rest[take..];
                 }
+                wrote.over_limit = rest.len() as u64;
             }
         }
         Ok(wrote)

@@ -151,6 +151,11 @@ pub(crate) struct Run {
     /// How often each request's agent was lost while fetching it (this hub session), by
     /// URL and dedup salt: the poison count.
     pub(crate) losses: Mutex<HashMap<String, u32>>,
+    /// A program's fetches through the download center waiting for their agent's reply, by
+    /// fetch id.
+    pub(crate) fetches: Mutex<HashMap<String, tokio::sync::oneshot::Sender<silk_bus::FetchReply>>>,
+    /// Whose turn it is among the run's agents for the next fetch that names none.
+    pub(crate) fetch_turn: std::sync::atomic::AtomicUsize,
 }
 
 /// Why a run did not take fed requests.
@@ -169,6 +174,12 @@ impl Run {
 
     pub(crate) fn state(&self) -> RunState {
         self.record.lock().state
+    }
+
+    /// The spider's item limit (none for a run the router feeds: its volume is the
+    /// router's).
+    pub(crate) fn max_items(&self) -> Option<u64> {
+        self.spider.spec.max_items.filter(|_| self.feed.is_none())
     }
 
     /// The job it is a run of.

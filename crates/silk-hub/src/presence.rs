@@ -77,6 +77,12 @@ async fn on_delivery(hub: &HubCore, delivery: Delivery) {
                 tracing::debug!(run = %report.run, worker = report.worker, "worker report of a run that is not active here ignored")
             }
         },
+        Message::Fetched(reply) => match hub.active_run(&reply.run) {
+            Some(run) => crate::programs::on_fetched(&run, reply),
+            None => {
+                tracing::debug!(run = %reply.run, fetch = %reply.id, "fetch reply of a run that is not active here ignored")
+            }
+        },
         Message::Allocated(reply) => {
             let waiter = hub.waiters.lock().get(&reply.run).cloned();
             if let Some(tx) = waiter {

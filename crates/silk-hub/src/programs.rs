@@ -16,7 +16,13 @@
 //! worker is over (or the grace period and a margin have passed: the agents kill what is
 //! left when the run is released). A worker whose agent dies starts again on another agent of
 //! the run when the run may reassign (`random`, or `on_agent_lost: reassign`), else the run
-//! fails naming the agent.
+//! fails naming the agent. The spider's limits apply: once `max_pages`, `max_items` or
+//! `max_duration_ms` is reached, leases answer `ending`, no item past `max_items` is written,
+//! and the workers are stopped as by a cancel; the run is then `succeeded`.
+//!
+//! A program's requests go through the run's frontier ([`enqueue`], [`lease`], [`ack`]); its
+//! fetches through the download center ([`fetch`]): a `fetch` command to one of the run's
+//! agents, whose `fetched` reply comes back on this hub's results subject ([`on_fetched`]).
 
 use crate::dispatch::{Desired, End};
 use crate::error::HubError;
@@ -116,6 +122,8 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
     let grace_ms = program(run).map(|p| p.spec.stop_grace_ms()).unwrap_or(0);
     let mut told = Desired::Run;
     let mut cancel_by: Option<u64> = None;
+    // Set when a limit of the spider was reached: the workers were told to stop by then.
+    let mut limited_by: Option<u64> = None;
     loop {
         if *cx.stop.borrow() {
             return Ok(End::HubStopping);
@@ -142,11 +150,28 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
             tell_all(cx, run, ProgramAction::Stop { grace_ms }).await;
             return Err(reason);
         }
+        if limited_by.is_none() && desired != Desired::Cancel {
+            let success = match run.spider.spec.max_pages {
+                Some(_) => run.frontier.stats().await.ok().map(|s| s.success),
+                None => None,
+            };
+            if let Some(why) = limit_reached(cx, run, success) {
+                cx.logs
+                    .hub(&run.id, Level::Info, format!("{why}: stopping the workers"));
+                tell_all(cx, run, ProgramAction::Stop { grace_ms }).await;
+                limited_by = Some(cx.clock.now_ms() + grace_ms + CANCEL_MARGIN_MS);
+            }
+        }
         let workers = program(run).map(|p| p.workers).unwrap_or_default();
         let over = workers.iter().all(|w| w.state.is_final());
-        if over || cancel_by.is_some_and(|at| cx.clock.now_ms() >= at) {
+        let past = |by: Option<u64>| by.is_some_and(|at| cx.clock.now_ms() >= at);
+        if over || past(cancel_by) || past(limited_by) {
             if desired == Desired::Cancel {
                 return Ok(End::Cancelled);
+            }
+            if limited_by.is_some() {
+                // Stopped for a limit: however the workers took the stop, the run is done.
+                return Ok(End::Succeeded);
             }
             return match failure(&workers) {
                 Some(reason) => Err(reason),
@@ -162,6 +187,30 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
             () = tokio::time::sleep(Duration::from_millis(1_000)) => {}
         }
     }
+}
+
+/// Which of the spider's limits the run has reached, if one: `max_pages` (with the
+/// frontier's successes when known), `max_items`, `max_duration_ms`.
+fn limit_reached(cx: &RunContext, run: &Run, success: Option<u64>) -> Option<String> {
+    use std::sync::atomic::Ordering;
+    let spec = &run.spider.spec;
+    if let (Some(m), Some(s)) = (spec.max_pages, success)
+        && s >= m
+    {
+        return Some(format!("max_pages reached ({m})"));
+    }
+    if let Some(m) = run.max_items()
+        && run.counters.items.load(Ordering::Relaxed) >= m
+    {
+        return Some(format!("max_items reached ({m})"));
+    }
+    let started = run.record.lock().started_ms;
+    if let (Some(ms), Some(started)) = (spec.max_duration_ms, started)
+        && cx.clock.now_ms() >= started.saturating_add(ms)
+    {
+        return Some(format!("max_duration_ms reached ({ms} ms)"));
+    }
+    None
 }
 
 fn program(run: &Run) -> Option<ProgramRun> {
@@ -492,7 +541,11 @@ pub(crate) async fn push_items(
         )));
     }
     let values: Vec<serde_json::Value> = items.into_iter().map(serde_json::Value::Object).collect();
-    let wrote = match run.items.write(&values, cx.clock.now_ms()).await {
+    let wrote = match run
+        .items
+        .write(&values, cx.clock.now_ms(), run.max_items())
+        .await
+    {
         Ok(wrote) => wrote,
         Err(crate::items::WriteError::File(reason)) => {
             // The run cannot go on without losing items.
@@ -508,9 +561,14 @@ pub(crate) async fn push_items(
     if wrote.new > 0 {
         run.items_written.notify_waiters();
     }
+    if wrote.over_limit > 0 || limit_reached(cx, run, None).is_some() {
+        // The drive loop stops the workers.
+        run.wake.notify_one();
+    }
     Ok(silk_api::programs::ItemsAdded {
         added: wrote.new,
         duplicates: wrote.duplicates,
+        over_limit: wrote.over_limit,
     })
 }
 
@@ -635,12 +693,8 @@ pub(crate) async fn lease(
             .stats()
             .await
             .map_err(|e| frontier_error(run, e))?;
-        let limit_reached = run
-            .spider
-            .spec
-            .max_pages
-            .is_some_and(|m| stats.success >= m);
-        let ending = desired == Desired::Cancel || run.is_closing() || limit_reached;
+        let limit = limit_reached(cx, run, Some(stats.success));
+        let ending = desired == Desired::Cancel || run.is_closing() || limit.is_some();
         let paused = desired == Desired::Pause;
         let mut leases = Vec::new();
         if !ending && !paused {
@@ -756,4 +810,267 @@ pub(crate) async fn ack(
         }
     }
     Ok(answer)
+}
+
+/// A fetch reply from an agent: handed to the fetch waiting for it (none waits any more
+/// when it timed out: dropped).
+pub(crate) fn on_fetched(run: &Run, reply: &silk_bus::FetchReply) {
+    let waiter = run.fetches.lock().remove(&reply.id);
+    match waiter {
+        Some(tx) => {
+            let _ = tx.send(reply.clone());
+        }
+        None => {
+            tracing::debug!(run = %run.id, fetch = %reply.id, agent = %reply.agent, "late fetch reply ignored")
+        }
+    }
+}
+
+/// Removes a fetch's waiter when the fetch ends, however it ends.
+struct FetchWaiter<'a> {
+    run: &'a Run,
+    id: String,
+}
+
+impl Drop for FetchWaiter<'_> {
+    fn drop(&mut self) {
+        self.run.fetches.lock().remove(&self.id);
+    }
+}
+
+/// How often a fetch the agent gave back unharmed (`robots_fetched`: the host's robots.txt
+/// was read first; `no_downloader`, `agent_stopping`) is asked again.
+const FETCH_GIVEN_BACK_TRIES: u32 = 3;
+
+/// Fetches one request for a program through the download center: by one of the run's live
+/// agents (the one the ask names when it is one of them, else in turn), with that agent's
+/// downloader for the run, the response as it is; redirects followed when asked.
+pub(crate) async fn fetch(
+    cx: &RunContext,
+    run: &Arc<Run>,
+    ask: silk_api::programs::FetchAsk,
+) -> Result<silk_api::programs::Fetched, HubError> {
+    let started = cx.clock.now_ms();
+    let mut request = fetch_request(&ask)?;
+    let agents = fetch_agents(cx, run);
+    if agents.is_empty() {
+        return Err(HubError::FetchUnanswered(format!(
+            "run `{}` has no live agent to fetch {} with",
+            run.id, request.url
+        )));
+    }
+    let named = ask
+        .agent
+        .as_deref()
+        .and_then(|a| agents.iter().position(|x| x.as_str() == a));
+    let mut turn = named.unwrap_or_else(|| {
+        run.fetch_turn
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    });
+    let max_redirects = run.spider.spec.max_redirects;
+    let mut redirects: Vec<String> = Vec::new();
+    let mut given_back = 0;
+    loop {
+        let agent = &agents[turn % agents.len()];
+        let reply = ask_agent(cx, run, agent, &request, ask.trim).await?;
+        let o = &reply.outcome;
+        if o.given_back() && given_back < FETCH_GIVEN_BACK_TRIES {
+            given_back += 1;
+            if o.error.as_ref().is_some_and(|e| e.code != "robots_fetched") {
+                // That agent cannot fetch for the run now: the next one.
+                turn += 1;
+            }
+            continue;
+        }
+        let location = reply
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("location"))
+            .map(|(_, v)| v.clone());
+        let status = o.status.unwrap_or(0);
+        if ask.follow_redirects
+            && o.error.is_none()
+            && (300..400).contains(&status)
+            && let Some(next) = location
+                .and_then(|l| reqwest::Url::parse(&request.url).ok()?.join(&l).ok())
+                .filter(|u| matches!(u.scheme(), "http" | "https"))
+        {
+            if redirects.len() >= max_redirects as usize {
+                return Ok(fetched_view(
+                    &request.url,
+                    reply,
+                    redirects,
+                    cx.clock.now_ms().saturating_sub(started),
+                    Some(silk_api::programs::FetchFailure {
+                        code: "too_many_redirects".into(),
+                        message: format!(
+                            "{}: more than {max_redirects} redirects (the run's max_redirects)",
+                            ask.url
+                        ),
+                        retryable: false,
+                    }),
+                ));
+            }
+            redirects.push(std::mem::replace(&mut request.url, next.to_string()));
+            // As browsers do: a 303, or a 301/302 of a POST, goes on as a GET without body.
+            if status == 303
+                || (matches!(status, 301 | 302)
+                    && request.method == silk_core::request::Method::Post)
+            {
+                request.method = silk_core::request::Method::Get;
+                request.body = None;
+            }
+            given_back = 0;
+            continue;
+        }
+        let c = &run.counters;
+        c.bytes
+            .fetch_add(o.bytes, std::sync::atomic::Ordering::Relaxed);
+        if o.error.as_ref().is_some_and(|e| e.code == "proxy_banned") {
+            c.blocked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        return Ok(fetched_view(
+            &request.url,
+            reply,
+            redirects,
+            cx.clock.now_ms().saturating_sub(started),
+            None,
+        ));
+    }
+}
+
+/// The request a fetch asks for: its URL as given (absolute http or https).
+fn fetch_request(ask: &silk_api::programs::FetchAsk) -> Result<silk_core::Request, HubError> {
+    use base64::Engine;
+    use silk_core::request::Method;
+    let url = reqwest::Url::parse(&ask.url).map_err(|e| HubError::BadRun(format!("url: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(HubError::BadRun(format!(
+            "url: `{}` is not http or https",
+            ask.url
+        )));
+    }
+    let mut request = silk_core::Request::from_canonical(url.to_string());
+    request.method = match ask
+        .method
+        .as_deref()
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
+        None | Some("GET") => Method::Get,
+        Some("HEAD") => Method::Head,
+        Some("POST") => Method::Post,
+        Some(other) => {
+            return Err(HubError::BadRun(format!(
+                "method: `{other}` is not one of GET, HEAD, POST"
+            )));
+        }
+    };
+    if let Some(body) = &ask.body {
+        request.body = Some(
+            base64::engine::general_purpose::STANDARD
+                .decode(body)
+                .map_err(|e| HubError::BadRun(format!("body: not base64 ({e})")))?,
+        );
+    }
+    request.headers = ask.headers.clone();
+    Ok(request)
+}
+
+/// The run's agents (its allocation) that are alive now.
+fn fetch_agents(cx: &RunContext, run: &Run) -> Vec<AgentId> {
+    let agents: Vec<AgentId> = {
+        let r = run.record.lock();
+        match &r.allocation {
+            Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
+            _ => r.agents.clone(),
+        }
+    };
+    let live = cx.agents.live_agents();
+    agents.into_iter().filter(|a| live.contains(a)).collect()
+}
+
+/// Sends one fetch to `agent` and waits for its reply: at most the run's request timeout and
+/// [`FETCH_MARGIN_MS`](silk_api::programs::FETCH_MARGIN_MS).
+async fn ask_agent(
+    cx: &RunContext,
+    run: &Arc<Run>,
+    agent: &AgentId,
+    request: &silk_core::Request,
+    trim: bool,
+) -> Result<silk_bus::FetchReply, HubError> {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    run.fetches.lock().insert(id.clone(), tx);
+    let _waiter = FetchWaiter {
+        run,
+        id: id.clone(),
+    };
+    let command = Command::Fetch {
+        run: run.id.clone(),
+        id,
+        request: request.clone(),
+        trim,
+        reply_to: Some(cx.hub_id.to_string()),
+    };
+    cx.agents.send_command(agent, command).await.map_err(|e| {
+        HubError::Bus(format!(
+            "the fetch could not be sent to agent `{agent}`: {e}"
+        ))
+    })?;
+    let wait_ms = run
+        .spider
+        .spec
+        .timeout_ms
+        .saturating_add(silk_api::programs::FETCH_MARGIN_MS);
+    match tokio::time::timeout(Duration::from_millis(wait_ms), rx).await {
+        Ok(Ok(reply)) => Ok(reply),
+        _ => Err(HubError::FetchUnanswered(format!(
+            "agent `{agent}` did not answer the fetch of {} within {wait_ms} ms",
+            request.url
+        ))),
+    }
+}
+
+fn fetched_view(
+    url: &str,
+    reply: silk_bus::FetchReply,
+    redirects: Vec<String>,
+    elapsed_ms: u64,
+    error: Option<silk_api::programs::FetchFailure>,
+) -> silk_api::programs::Fetched {
+    use base64::Engine;
+    let o = reply.outcome;
+    let (body, truncated, trimmed) = match o.body {
+        Some(b) => {
+            let trimmed = b.encoding == silk_bus::BodyEncoding::Text;
+            let data = if trimmed {
+                base64::engine::general_purpose::STANDARD.encode(b.data.as_bytes())
+            } else {
+                b.data
+            };
+            (Some(data), b.truncated, trimmed)
+        }
+        None => (None, false, false),
+    };
+    silk_api::programs::Fetched {
+        url: url.to_owned(),
+        status: o.status,
+        headers: reply.headers,
+        body,
+        truncated,
+        trimmed,
+        bytes: o.bytes,
+        proxy: o.proxy,
+        agent: reply.agent.to_string(),
+        elapsed_ms,
+        redirects,
+        error: error.or_else(|| {
+            o.error.map(|e| silk_api::programs::FetchFailure {
+                code: e.code.as_str().to_string(),
+                message: e.message,
+                retryable: e.retryable,
+            })
+        }),
+    }
 }

@@ -142,6 +142,8 @@ impl Run {
             counters,
             wake: Notify::new(),
             enqueued: Notify::new(),
+            fetches: Mutex::new(HashMap::new()),
+            fetch_turn: std::sync::atomic::AtomicUsize::new(0),
             desired: watch::channel(desired).0,
             fatal: Mutex::new(None),
             last_progress_ms: AtomicU64::new(now),
@@ -312,7 +314,11 @@ impl Run {
         self.counters
             .bytes_saved
             .fetch_add(o.bytes_saved, Ordering::Relaxed);
-        match self.items.write(&o.items, cx.clock.now_ms()).await {
+        match self
+            .items
+            .write(&o.items, cx.clock.now_ms(), self.max_items())
+            .await
+        {
             Ok(wrote) => {
                 let c = &self.counters;
                 c.items.fetch_add(wrote.new, Ordering::Relaxed);
@@ -641,6 +647,7 @@ impl Run {
         // A fed run's volume is the router's to decide: no page or time limit.
         let fed_idle_ms = self.feed.as_ref().map(|f| f.idle_ms);
         let max_pages = self.spider.spec.max_pages.filter(|_| fed_idle_ms.is_none());
+        let max_items = self.max_items();
         let deadline = self
             .spider
             .spec
@@ -696,6 +703,8 @@ impl Run {
                 out,
                 max_pending,
                 max_pages,
+                items: self.counters.items.load(Ordering::Relaxed),
+                max_items,
                 deadline_ms: deadline,
                 stall_ms,
                 stalled_for_ms: now.saturating_sub(self.last_progress_ms.load(Ordering::Relaxed)),

@@ -672,6 +672,21 @@ async fn a_run_fails_when_its_health_says_so() {
         "{reason}"
     );
 
+    // max_items: the run ends once that many items are written, and none past it is.
+    let spider = format!(
+        "name: capped\nstart_urls: ['{}']\nallowed_domains: [{}]\nmax_items: 2\nper_host_delay_ms: 0\n\
+         per_host_concurrency: 4\nitem_when: '/p/\\d+$'\nextract: {{title: {{css: 'h1.title'}}}}\n",
+        site.start_url(),
+        site.host_ips()[0]
+    );
+    let done = run(json!({"spider": spider})).await;
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_eq!(done.stats.items, 2, "{:?}", done.stats);
+    assert_eq!(
+        api.client.all_items(done.id.as_str()).await.unwrap().len(),
+        2
+    );
+
     let (status, bad) = api
         .post(
             "/api/v1/runs",

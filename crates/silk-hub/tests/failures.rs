@@ -254,7 +254,10 @@ impl FakeAgent {
                             });
                         }
                     }
-                    Command::Release { .. } | Command::Shutdown | Command::Program { .. } => {}
+                    Command::Release { .. }
+                    | Command::Shutdown
+                    | Command::Program { .. }
+                    | Command::Fetch { .. } => {}
                 }
             }
             let _ = delivery.ack().await;

@@ -129,7 +129,10 @@ impl Synthetic {
                             });
                         }
                     }
-                    Command::Release { .. } | Command::Shutdown | Command::Program { .. } => {}
+                    Command::Release { .. }
+                    | Command::Shutdown
+                    | Command::Program { .. }
+                    | Command::Fetch { .. } => {}
                 }
             }
             let _ = delivery.ack().await;

@@ -1,7 +1,9 @@
 //! Program runs over real sockets: a project version (a shell program in a local git
 //! repository, built by the projects feature) run as workers on two agents, its items pushed
 //! with `curl` and its run token, its output in the run log; pause, resume and cancel reach
-//! the processes, and nothing is left behind.
+//! the processes, and nothing is left behind; the run's frontier and fetches through the
+//! download center (the agent's session, proxies with a ban switched away from, trimming,
+//! redirects) over the API, with the SDK and with Scrapy's download handler.
 
 mod common;
 
@@ -53,6 +55,19 @@ echo 'not a message' > "$SILK_FIFO_PATH"
 echo 'FIN {"outcome": "finished"}' > "$SILK_FIFO_PATH"
 "#;
 
+/// A worker that pushes two new items at a time until it is stopped.
+const PUSHER: &str = r#"#!/bin/sh
+i=0
+while true; do
+  i=$((i+1))
+  curl -s -X POST -H "Authorization: Bearer $SILK_RUN_TOKEN" -H 'Content-Type: application/json' \
+    -d "{\"items\": [{\"url\": \"w$SILK_WORKER-$i-a\"}, {\"url\": \"w$SILK_WORKER-$i-b\"}]}" \
+    "$SILK_API_URL/api/v1/runs/$SILK_RUN_ID/items" >> "$MARKS/answers-$SILK_WORKER"
+  echo >> "$MARKS/answers-$SILK_WORKER"
+  sleep 0.01
+done
+"#;
+
 /// A worker that waits for a file (while the test drives the run's frontier).
 const WAITER: &str = r#"#!/bin/sh
 while [ ! -e "$MARKS/stop" ]; do sleep 0.05; done
@@ -75,6 +90,7 @@ async fn world() -> World {
             ("tick.sh", TICKER),
             ("pipe.sh", PIPER),
             ("wait.sh", WAITER),
+            ("push.sh", PUSHER),
         ],
         "first",
     );
@@ -781,4 +797,457 @@ async fn a_container_version_runs_its_workers_as_containers() {
     .await;
     admin.delete_project("boxed").await.unwrap();
     hub.shutdown().await;
+}
+
+/// What the fetch test's site saw: path, `Cookie` header, and whether it came through the
+/// forwarding proxy.
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(String, String, bool)>>>;
+
+/// The fetch test's site: a login that sets a cookie, a page that shows it, a redirect, a
+/// page to trim, a binary body and an echo of a POST.
+async fn fetch_site(seen: Seen) -> String {
+    use axum::http::{HeaderMap, StatusCode, header};
+    use axum::routing::{get, post};
+    let record = move |path: &'static str| {
+        let seen = seen.clone();
+        move |headers: HeaderMap| {
+            let cookie = headers
+                .get(header::COOKIE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            seen.lock().unwrap().push((
+                path.to_owned(),
+                cookie.clone(),
+                headers.contains_key("x-via"),
+            ));
+            cookie
+        }
+    };
+    let login = record("/login");
+    let me = record("/me");
+    let page = record("/page");
+    let app = axum::Router::new()
+        .route(
+            "/login",
+            get(move |h: HeaderMap| async move {
+                login(h);
+                ([(header::SET_COOKIE, "sid=s3cret; Path=/")], "in")
+            }),
+        )
+        .route(
+            "/me",
+            get(move |h: HeaderMap| async move {
+                let cookie = me(h);
+                (
+                    [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                    format!(
+                        "<html><head><title>Me</title></head><body>cookie=[{cookie}]</body></html>"
+                    ),
+                )
+            }),
+        )
+        .route(
+            "/moved",
+            get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/me")], "") }),
+        )
+        .route(
+            "/page",
+            get(move |h: HeaderMap| async move {
+                page(h);
+                axum::response::Html(
+                    "<html><head><title>Page</title></head><body>\
+                     <div id=\"main\">keep this</div><p>drop this</p></body></html>",
+                )
+            }),
+        )
+        .route(
+            "/bin",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "application/octet-stream")],
+                    vec![0u8, 159, 146, 150, 255],
+                )
+            }),
+        )
+        .route("/echo", post(|body: axum::body::Bytes| async move { body }));
+    serve_app(app).await
+}
+
+/// An HTTP proxy that forwards each request to its target (marking it `X-Via: fwd`) and
+/// answers with the target's response as it is.
+async fn forwarding_proxy() -> String {
+    use axum::extract::Request;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build()
+        .unwrap();
+    let app = axum::Router::new().fallback(move |request: Request| {
+        let http = http.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+            let mut out = http
+                .request(parts.method, parts.uri.to_string())
+                .header("x-via", "fwd")
+                .body(body);
+            if let Some(cookie) = parts.headers.get("cookie") {
+                out = out.header("cookie", cookie);
+            }
+            let got = out.send().await.unwrap();
+            let mut answer = axum::http::Response::builder().status(got.status());
+            for (k, v) in got.headers() {
+                answer = answer.header(k, v);
+            }
+            answer
+                .body(axum::body::Body::from(got.bytes().await.unwrap()))
+                .unwrap()
+        }
+    });
+    serve_app(app).await
+}
+
+/// A proxy that bans everyone (403).
+async fn banning_proxy() -> String {
+    let app = axum::Router::new()
+        .fallback(|| async { (axum::http::StatusCode::FORBIDDEN, "<p>forbidden</p>") });
+    serve_app(app).await
+}
+
+async fn serve_app(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_fetches_through_the_download_center_with_its_agents_downloader() {
+    use base64::Engine;
+    let b64 = |s: &serde_json::Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s.as_str().unwrap_or_default())
+            .unwrap()
+    };
+    let w = world().await;
+    let seen: Seen = Default::default();
+    let site = fetch_site(seen.clone()).await;
+    let (banning, forwarding) = (banning_proxy().await, forwarding_proxy().await);
+    let marks = tempfile::tempdir().unwrap();
+    let mut request = program(
+        &["sh", "wait.sh"],
+        1,
+        &[("MARKS", marks.path().display().to_string())],
+    );
+    request.spider = "name: shop\nstart_urls: []\nrobots: false\n".into();
+    request.downloader = Some(
+        serde_json::json!({
+            "proxies": {"list": [banning, forwarding], "switch_on_status": [403]},
+            "trim": {"rules": [{"css": "#main"}]},
+        })
+        .as_object()
+        .unwrap()
+        .clone(),
+    );
+    let run = w.admin.start_run(&request).await.unwrap();
+    let id = run.id.to_string();
+    let token = w.hub.run_token(&run.id);
+    let fetch_url = format!("{}/api/v1/runs/{id}/fetch", w.base);
+    // A fetch on `agent`, asked again while the run's banning proxy answers (it is switched
+    // away from after its first ban on that agent).
+    let banned = std::sync::atomic::AtomicU32::new(0);
+    // The proxy a fetch went through, as the run's list names it.
+    let via = |got: &serde_json::Value| {
+        got["proxy"]
+            .as_str()
+            .unwrap_or_default()
+            .trim_end_matches('/')
+            .to_owned()
+    };
+    let fetch = |ask: serde_json::Value| {
+        let (token, fetch_url, banned, banning) = (&token, &fetch_url, &banned, &banning);
+        async move {
+            for _ in 0..3 {
+                let (status, got) = call(token, fetch_url.clone(), ask.clone()).await;
+                assert_eq!(status, 200, "{ask} → {got}");
+                if got["error"]["code"] == "proxy_banned" {
+                    assert_eq!(&via(&got), banning, "{got}");
+                    banned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    continue;
+                }
+                return got;
+            }
+            panic!("{ask}: banned three times");
+        }
+    };
+
+    // The agent's session: the cookie set on p1 is sent by p1, not by p2.
+    let login = fetch(serde_json::json!({"url": format!("{site}/login"), "agent": "p1"})).await;
+    assert_eq!(login["status"], 200, "{login}");
+    assert_eq!(login["agent"], "p1");
+    assert_eq!(via(&login), forwarding, "{login}");
+    assert!(
+        login["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h[0] == "set-cookie" && h[1].as_str().unwrap().starts_with("sid=s3cret")),
+        "{login}"
+    );
+    let me = fetch(serde_json::json!({"url": format!("{site}/me"), "agent": "p1"})).await;
+    let text = String::from_utf8(b64(&me["body"])).unwrap();
+    assert!(text.contains("cookie=[sid=s3cret]"), "{text}");
+    let other = fetch(serde_json::json!({"url": format!("{site}/me"), "agent": "p2"})).await;
+    assert_eq!(other["agent"], "p2");
+    let text = String::from_utf8(b64(&other["body"])).unwrap();
+    assert!(text.contains("cookie=[]"), "{text}");
+    // The banning proxy was switched away from: at most one ban per agent.
+    assert!(banned.load(std::sync::atomic::Ordering::SeqCst) <= 2);
+
+    // Redirects: as they are, or followed.
+    let moved = fetch(serde_json::json!({"url": format!("{site}/moved"), "agent": "p1"})).await;
+    assert_eq!(moved["status"], 302, "{moved}");
+    let followed = fetch(serde_json::json!(
+        {"url": format!("{site}/moved"), "agent": "p1", "follow_redirects": true}))
+    .await;
+    assert_eq!(
+        (followed["status"].as_u64(), followed["url"].as_str()),
+        (Some(200), Some(format!("{site}/me").as_str())),
+        "{followed}"
+    );
+    assert_eq!(
+        followed["redirects"],
+        serde_json::json!([format!("{site}/moved")])
+    );
+
+    // Trimming by the run's rules, on request; bodies byte for byte otherwise.
+    let trimmed = fetch(serde_json::json!({"url": format!("{site}/page"), "trim": true})).await;
+    assert_eq!(trimmed["trimmed"], true, "{trimmed}");
+    let text = String::from_utf8(b64(&trimmed["body"])).unwrap();
+    assert!(
+        text.contains("keep this") && !text.contains("drop this"),
+        "{text}"
+    );
+    let whole = fetch(serde_json::json!({"url": format!("{site}/page")})).await;
+    assert!(
+        String::from_utf8(b64(&whole["body"]))
+            .unwrap()
+            .contains("drop this")
+    );
+    let bin = fetch(serde_json::json!({"url": format!("{site}/bin")})).await;
+    assert_eq!(b64(&bin["body"]), vec![0u8, 159, 146, 150, 255], "{bin}");
+    let echo = fetch(serde_json::json!(
+        {"url": format!("{site}/echo"), "method": "POST", "body": "aGVsbG8="}))
+    .await;
+    assert_eq!(b64(&echo["body"]), b"hello", "{echo}");
+
+    // Bad input names the field.
+    for (ask, field) in [
+        (serde_json::json!({"url": "ftp://127.0.0.1/x"}), "url"),
+        (
+            serde_json::json!({"url": format!("{site}/me"), "method": "PUT"}),
+            "method",
+        ),
+        (
+            serde_json::json!({"url": format!("{site}/me"), "body": "%%"}),
+            "body",
+        ),
+    ] {
+        let (status, got) = call(&token, fetch_url.clone(), ask.clone()).await;
+        assert_eq!(status, 400, "{ask} → {got}");
+        assert!(
+            got["message"].as_str().unwrap().contains(field),
+            "{ask} → {got}"
+        );
+    }
+    // Every page the site saw came through the run's forwarding proxy.
+    assert!(seen.lock().unwrap().iter().all(|(_, _, via)| *via));
+
+    // The SDK, and Scrapy with Silk's download handler: a redirect followed by Scrapy, the
+    // cookie of the worker's agent, items in the run's item log.
+    match std::env::var("SILK_TEST_PYTHON") {
+        Ok(python) if !python.is_empty() => {
+            sdk_fetches(&python, &w, &run.id, &token, &site).await;
+            let got = seen.lock().unwrap().clone();
+            assert!(
+                got.iter()
+                    .any(|(path, cookie, via)| path == "/me" && cookie == "sid=s3cret" && *via),
+                "{got:?}"
+            );
+        }
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the SDK's fetch (SILK_TEST_PYTHON)"
+            );
+            println!("skipped: the SDK's fetch (SILK_TEST_PYTHON is not set)");
+        }
+    }
+    std::fs::write(marks.path().join("stop"), "").unwrap();
+    let done = until_state(&w.admin, &id, |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    // A token of an ended run fetches nothing.
+    let (status, _) = call(
+        &token,
+        fetch_url.clone(),
+        serde_json::json!({"url": format!("{site}/me")}),
+    )
+    .await;
+    assert_eq!(status, 401);
+}
+
+/// A Scrapy spider on the run (Silk's scheduler, item pipeline and download handler).
+const FETCH_SPIDER: &str = r#"
+import os, scrapy
+
+class Spider(scrapy.Spider):
+    name = "fetcher"
+    custom_settings = {
+        "SCHEDULER": "silk_sdk.scrapy.Scheduler",
+        "DUPEFILTER_CLASS": "silk_sdk.scrapy.DupeFilter",
+        "ITEM_PIPELINES": {"silk_sdk.scrapy.ItemPipeline": 300},
+        "DOWNLOAD_HANDLERS": {"http": "silk_sdk.scrapy.DownloadHandler",
+                              "https": "silk_sdk.scrapy.DownloadHandler"},
+        "ROBOTSTXT_OBEY": False,
+        "TELNETCONSOLE_ENABLED": False,
+        "RETRY_TIMES": 3,
+    }
+
+    async def start(self):
+        for path in ("/moved", "/page"):
+            yield scrapy.Request(os.environ["SITE"] + path)
+
+    def parse(self, response):
+        yield {"url": response.url, "title": response.css("title::text").get(),
+               "body": response.text, "flags": response.flags}
+"#;
+
+async fn sdk_fetches(python: &str, w: &World, run: &silk_core::RunId, token: &str, site: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("SILK_API_URL", w.base.clone()),
+        ("SILK_RUN_ID", run.to_string()),
+        ("SILK_RUN_TOKEN", token.to_owned()),
+        ("SILK_AGENT_ID", "p1".to_owned()),
+        ("SITE", site.to_owned()),
+    ];
+    let script = r#"
+import json, os, silk_sdk
+run = silk_sdk.Run.from_env()
+r = run.fetch(os.environ["SITE"] + "/me")
+print(json.dumps({"status": r.status, "agent": r.agent, "text": r.text, "ok": r.ok,
+                  "type": r.header("content-type")}))
+"#;
+    let python = python.to_owned();
+    let (env2, dir2) = (env.clone(), dir.path().to_owned());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python)
+            .args(["-c", script])
+            .envs(env2.iter().map(|(k, v)| (*k, v.as_str())))
+            .current_dir(&dir2)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&got["status"], &got["agent"], &got["ok"]),
+        (
+            &serde_json::json!(200),
+            &serde_json::json!("p1"),
+            &serde_json::json!(true)
+        ),
+        "{got}"
+    );
+    assert!(
+        got["text"]
+            .as_str()
+            .unwrap()
+            .contains("cookie=[sid=s3cret]"),
+        "{got}"
+    );
+    assert_eq!(got["type"], "text/html; charset=utf-8");
+
+    std::fs::write(dir.path().join("spider.py"), FETCH_SPIDER).unwrap();
+    let python = std::env::var("SILK_TEST_PYTHON").unwrap();
+    let dir2 = dir.path().to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python)
+            .args(["-m", "scrapy", "runspider", "spider.py"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .current_dir(&dir2)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("'silk/fetched'"), "{log}");
+    let items = w.admin.all_items(run.as_str()).await.unwrap();
+    let by_url: BTreeMap<String, serde_json::Value> = items
+        .iter()
+        .map(|i| (i["url"].as_str().unwrap().to_owned(), i.clone()))
+        .collect();
+    let me = &by_url[&format!("{site}/me")];
+    assert!(
+        me["body"].as_str().unwrap().contains("cookie=[sid=s3cret]"),
+        "{me}"
+    );
+    assert_eq!(me["flags"], serde_json::json!(["silk"]), "{me}");
+    assert_eq!(
+        by_url[&format!("{site}/page")]["title"],
+        "Page",
+        "{by_url:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_programs_items_stop_at_max_items_and_its_workers_are_stopped() {
+    let w = world().await;
+    let marks = tempfile::tempdir().unwrap();
+    let mut request = program(
+        &["sh", "push.sh"],
+        2,
+        &[("MARKS", marks.path().display().to_string())],
+    );
+    request.spider = "name: shop\nstart_urls: []\nmax_items: 25\n".into();
+    let run = w.admin.start_run(&request).await.unwrap();
+    let id = run.id.to_string();
+    let done = until_state(&w.admin, &id, |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    assert_eq!(done.stats.items, 25, "{:?}", done.stats);
+    assert_eq!(w.admin.all_items(&id).await.unwrap().len(), 25);
+    within("the hub's log line", 10, async {
+        while !log_text(&w.admin, &id)
+            .await
+            .contains("max_items reached (25): stopping the workers")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    // The push that crossed the limit (25 is odd, pushes are pairs) was told so.
+    let answers: String = (0..2)
+        .map(|wk| {
+            std::fs::read_to_string(marks.path().join(format!("answers-{wk}"))).unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        answers.contains(r#"{"added":1,"duplicates":0,"over_limit":1}"#),
+        "{answers}"
+    );
+    // Both workers are over (stopped by the hub, not by themselves).
+    let program = done.program.unwrap();
+    assert!(
+        program.workers.iter().all(|wk| wk.state.is_final()),
+        "{program:?}"
+    );
 }

@@ -138,10 +138,48 @@
  */
 
 /**
+ * `POST /api/v1/runs/{id}/fetch`: fetch one request through the download center — by one of
+ * @typedef {object} FetchAsk
+ * @property {string|null} [agent] The agent to fetch with, when it is one of the run's (the SDK names its own,
+ * @property {string|null} [body] The body, base64.
+ * @property {boolean} [follow_redirects] Follow redirects (at most the run's `max_redirects`), each hop fetched the same way;
+ * @property {Record<string, string>} [headers] Headers of the request, beside the run's.
+ * @property {string|null} [method] `GET` (default), `HEAD` or `POST`.
+ * @property {boolean} [trim] Return the body trimmed by the run's trimming rules (UTF-8 text), when the run has
+ * @property {string} url An absolute http(s) URL, fetched as given (not canonicalised).
+ */
+
+/**
+ * Why a fetch through the download center failed (no response, or a response the run's
+ * @typedef {object} FetchFailure
+ * @property {string} code `timeout`, `connect`, `dns`, `tls`, `proxy`, `proxy_banned`, `robots_disallowed`,
+ * @property {string} message For people.
+ * @property {boolean} retryable Whether trying again may help.
+ */
+
+/**
+ * The answer to a fetch: the response as it is.
+ * @typedef {object} Fetched
+ * @property {string} agent The agent that fetched it.
+ * @property {string|null} [body] The body, base64 (the trimmed text in UTF-8 when `trimmed`).
+ * @property {number} bytes Body bytes received (decoded).
+ * @property {number} elapsed_ms From the hub's ask to the agent's answer, ms (all hops).
+ * @property {null|FetchFailure} [error]
+ * @property {Array<Array<string>>} [headers] Response headers as received, in order (`Content-Encoding` describes the wire: the
+ * @property {string|null} [proxy] The proxy it went through, without credentials; absent = direct.
+ * @property {Array<string>} [redirects] The URLs redirected from, in order, when redirects were followed.
+ * @property {number|null} [status] HTTP status, when a response arrived.
+ * @property {boolean} [trimmed] The body is the run's trimmed text.
+ * @property {boolean} [truncated] The body was cut to the run's `max_return_body_bytes`.
+ * @property {string} url The URL of this response (the last hop when redirects were followed).
+ */
+
+/**
  * The answer to a pushed batch of items.
  * @typedef {object} ItemsAdded
  * @property {number} added Items written to the run's item log.
  * @property {number} duplicates Items whose key the run had already.
+ * @property {number} [over_limit] Items past the run's `max_items`: not written (the run is ending).
  */
 
 /**

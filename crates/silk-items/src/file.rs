@@ -25,6 +25,8 @@ pub enum Written {
     Duplicate,
     /// The item has no usable key (the key field is missing or null); not written.
     NoKey,
+    /// The file holds the most items allowed ([`JsonlSink::write_within`]); not written.
+    Full,
 }
 
 /// An append-only JSON Lines file, idempotent on the item key.
@@ -101,12 +103,25 @@ impl JsonlSink {
 
     /// Appends `item` unless its key is already in the file.
     pub fn write(&self, item: &Map<String, Value>) -> Result<Written, ItemsError> {
+        self.write_within(item, None)
+    }
+
+    /// Appends `item` unless its key is already in the file, or the file already holds `max`
+    /// items (checked under the file's lock, so concurrent writers never pass it).
+    pub fn write_within(
+        &self,
+        item: &Map<String, Value>,
+        max: Option<u64>,
+    ) -> Result<Written, ItemsError> {
         let Some(key) = key_of(item, &self.key_field) else {
             return Ok(Written::NoKey);
         };
         let mut inner = self.inner.lock();
         if inner.keys.contains(&key) {
             return Ok(Written::Duplicate);
+        }
+        if max.is_some_and(|m| inner.keys.len() as u64 >= m) {
+            return Ok(Written::Full);
         }
         let Inner { file, keys, line } = &mut *inner;
         line.clear();

@@ -169,6 +169,7 @@ fn final_line(finish: Finish, p: &Progress, out: &std::path::Path) -> String {
     let how = match finish {
         Finish::Complete => "crawl complete",
         Finish::MaxPages => "max_pages reached",
+        Finish::MaxItems => "max_items reached",
         Finish::MaxDuration => "max_duration_ms reached (run again to resume)",
         Finish::Stopped => "stopped (run again with the same --data-dir to resume)",
     };

@@ -1,17 +1,18 @@
-"""Silk's Python SDK: a program run's items, logs and frontier (``silk_sdk.Run``), and Scrapy
-on Silk (``silk_sdk.scrapy``).
+"""Silk's Python SDK: a program run's items, logs, frontier and fetches through the download
+center (``silk_sdk.Run``), and Scrapy on Silk (``silk_sdk.scrapy``).
 
     import silk_sdk
     run = silk_sdk.Run.from_env()          # inside a worker of a program run
     run.enqueue([silk_sdk.new_request("https://shop.example/")])
     batch = run.lease(max=10, wait_ms=1000)
     for lease in batch.leases:
-        ...                                 # fetch, parse
+        page = run.fetch(lease.url)         # through Silk's download center (or any client)
+        ...                                 # parse page.body
         run.push_items([{"url": lease.url, "title": "…"}])
         run.ack_one(lease, "done", requests=[silk_sdk.new_request(link) for link in links])
 """
 
-from .client import Lease, Leases, Run, SilkError, new_request
+from .client import Lease, Leases, Response, Run, SilkError, new_request
 
-__all__ = ["Lease", "Leases", "Run", "SilkError", "new_request"]
+__all__ = ["Lease", "Leases", "Response", "Run", "SilkError", "new_request"]
 __version__ = "0.1.0"

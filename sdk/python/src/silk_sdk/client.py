@@ -1,4 +1,5 @@
-"""The run API of a Silk program: items, frontier (enqueue, lease, ack) and the run's state.
+"""The run API of a Silk program: items, frontier (enqueue, lease, ack), fetch through the
+download center, and the run's state.
 
 A program run's workers find their run in the environment Silk sets (``SILK_API_URL``,
 ``SILK_RUN_ID``, ``SILK_RUN_TOKEN``, ``SILK_WORKER``, ``SILK_WORKERS``, ``SILK_AGENT_ID``);
@@ -19,7 +20,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import httpx
 
-__all__ = ["Run", "Lease", "Leases", "SilkError", "new_request"]
+__all__ = ["Run", "Lease", "Leases", "Response", "SilkError", "new_request"]
 
 #: Acks and their meaning on the frontier.
 OUTCOMES = ("done", "retry", "failed", "dropped", "release")
@@ -79,6 +80,76 @@ class Leases:
     ending: bool = False
     #: Requests of the run not finished yet, all workers together (pending + leased).
     left: int = 0
+
+
+@dataclass
+class Response:
+    """A response fetched through Silk's download center (:meth:`Run.fetch`), as it is."""
+
+    #: The URL of this response (the last hop when redirects were followed).
+    url: str
+    #: HTTP status; ``None`` when no response arrived (see ``error``).
+    status: Optional[int]
+    #: Headers as received, in order (``Content-Encoding`` describes the wire: ``body`` is
+    #: decoded).
+    headers: list[tuple[str, str]]
+    #: The body (the run's trimmed text, UTF-8, when ``trimmed``).
+    body: bytes
+    #: The body was cut to the run's ``max_return_body_bytes``.
+    truncated: bool = False
+    trimmed: bool = False
+    #: The proxy it went through (no credentials); ``None``: direct.
+    proxy: Optional[str] = None
+    #: The agent that fetched it.
+    agent: str = ""
+    elapsed_ms: int = 0
+    #: The URLs redirected from, when redirects were followed.
+    redirects: list[str] = field(default_factory=list)
+    #: ``{"code", "message", "retryable"}`` when the fetch failed (``timeout``, ``dns``,
+    #: ``proxy_banned``, ``robots_disallowed``, …).
+    error: Optional[dict[str, Any]] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Response":
+        body = d.get("body")
+        return cls(
+            url=d["url"],
+            status=d.get("status"),
+            headers=[(str(k), str(v)) for k, v in d.get("headers") or []],
+            body=base64.b64decode(body) if body is not None else b"",
+            truncated=bool(d.get("truncated")),
+            trimmed=bool(d.get("trimmed")),
+            proxy=d.get("proxy"),
+            agent=str(d.get("agent", "")),
+            elapsed_ms=int(d.get("elapsed_ms", 0)),
+            redirects=list(d.get("redirects") or []),
+            error=d.get("error"),
+        )
+
+    def header(self, name: str) -> Optional[str]:
+        """The first header ``name`` (case-insensitive), if any."""
+        name = name.lower()
+        return next((v for k, v in self.headers if k.lower() == name), None)
+
+    @property
+    def ok(self) -> bool:
+        """A response arrived and it is not an error status (< 400)."""
+        return self.error is None and self.status is not None and self.status < 400
+
+    @property
+    def text(self) -> str:
+        """The body as text: UTF-8 when trimmed, else the charset of ``Content-Type``
+        (UTF-8 when it names none)."""
+        charset = "utf-8"
+        if not self.trimmed:
+            for part in (self.header("content-type") or "").split(";")[1:]:
+                k, _, v = part.strip().partition("=")
+                if k.lower() == "charset" and v:
+                    charset = v.strip('"')
+        try:
+            return self.body.decode(charset, errors="replace")
+        except LookupError:
+            return self.body.decode("utf-8", errors="replace")
 
 
 def new_request(
@@ -239,21 +310,63 @@ class Run:
             a["requests"] = list(requests)
         return self.ack([a])
 
+    # -- the download center --------------------------------------------------------------
+
+    def fetch(
+        self,
+        url: str,
+        *,
+        method: str = "GET",
+        headers: Optional[Mapping[str, str]] = None,
+        body: Optional[bytes] = None,
+        trim: bool = False,
+        follow_redirects: bool = False,
+        agent: Optional[str] = None,
+        timeout: float = 120.0,
+    ) -> Response:
+        """Fetches ``url`` through Silk's download center: by an agent of the run (this
+        worker's own, ``SILK_AGENT_ID``, unless ``agent`` names another) with its downloader
+        for the run — the run's proxies and their switching, cookies, rate limit,
+        robots.txt and ban rules. ``trim``: the run's trimmed text instead of the body.
+        A failed fetch is a :class:`Response` with ``error`` set; no answer from any agent
+        raises :class:`SilkError`."""
+        ask: dict[str, Any] = {"url": url}
+        if method.upper() != "GET":
+            ask["method"] = method.upper()
+        if headers:
+            ask["headers"] = dict(headers)
+        if body is not None:
+            ask["body"] = base64.b64encode(body).decode("ascii")
+        if trim:
+            ask["trim"] = True
+        if follow_redirects:
+            ask["follow_redirects"] = True
+        agent = self.agent_id if agent is None else agent
+        if agent:
+            ask["agent"] = agent
+        return Response.from_json(self._call("POST", "/fetch", ask, timeout=timeout))
+
     # -- transport ------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(
+        self, method: str, path: str, body: Any = None, *, timeout: Optional[float] = None
+    ) -> Any:
         url = f"{self.api_url}/api/v1/runs/{self.run_id}{path}"
         delay = 0.2
         for attempt in range(self._retries + 1):
             try:
+                extra: dict[str, Any] = {}
+                if timeout is not None:
+                    extra["timeout"] = timeout
                 if body is None:
-                    r = self._http.request(method, url)
+                    r = self._http.request(method, url, **extra)
                 else:
                     r = self._http.request(
                         method,
                         url,
                         content=json.dumps(body, separators=(",", ":")),
                         headers={"Content-Type": "application/json"},
+                        **extra,
                     )
             except httpx.TransportError as e:
                 if attempt == self._retries:

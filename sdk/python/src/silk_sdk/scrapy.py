@@ -15,6 +15,17 @@ priority, ``dont_filter``, the JSON-serialisable part of ``meta`` (other values 
 with a warning), and the callback and errback by name (methods of the spider), with
 ``cb_kwargs``.
 
+Downloads may go through Silk's download center too — the run's proxies and their switching,
+cookies, rate limit, robots.txt and ban rules, on the agent the worker runs on — with::
+
+    DOWNLOAD_HANDLERS = {"http": "silk_sdk.scrapy.DownloadHandler",
+                         "https": "silk_sdk.scrapy.DownloadHandler"}
+
+(Scrapy 2.15 or later). Responses come back as received, redirects not followed (Scrapy's
+redirect middleware follows them), bodies cut to the run's ``max_return_body_bytes``
+(flagged ``silk_truncated``); a failed fetch raises an error Scrapy's retry middleware knows.
+Each fetch holds a thread of Scrapy's pool while it waits (``REACTOR_THREADPOOL_MAXSIZE``).
+
 Settings (all optional): ``SILK_PREFETCH`` (leases held ahead, default
 ``CONCURRENT_REQUESTS``), ``SILK_ITEM_KEY`` (the run's item key field, default ``url``: an item
 without it is dropped with an error), ``SILK_FLUSH_ITEMS`` (items per push, default 100),
@@ -42,7 +53,7 @@ URL_KEY = "_silk_url"
 #: Where Scrapy's own request fields travel inside Silk's meta.
 SCRAPY_KEY = "_scrapy"
 
-__all__ = ["Scheduler", "DupeFilter", "ItemPipeline"]
+__all__ = ["Scheduler", "DupeFilter", "ItemPipeline", "DownloadHandler", "SilkFetchError"]
 
 
 class _Context:
@@ -390,3 +401,107 @@ class ItemPipeline:
         if len(ctx.items) >= ctx.flush_items_at:
             ctx.flush()
         return item
+
+
+def _fetch_errors() -> dict[str, type[Exception]]:
+    """Scrapy's download errors, by the codes of Silk's fetch errors that match."""
+    from scrapy import exceptions as ex
+
+    timeout = getattr(ex, "DownloadTimeoutError", TimeoutError)
+    failed = getattr(ex, "DownloadFailedError", IOError)
+    return {
+        "timeout": timeout,
+        "dns": getattr(ex, "CannotResolveHostError", failed),
+        "connect": getattr(ex, "DownloadConnectionRefusedError", failed),
+        "": failed,
+    }
+
+
+class SilkFetchError(Exception):
+    """A fetch through Silk's download center failed for good (``code``: Silk's error code,
+    such as ``robots_disallowed``, ``tls``, ``invalid_url``): not one Scrapy's retry
+    middleware retries. Retryable failures (``timeout``, ``proxy_banned``, …) raise Scrapy's
+    own download errors, which it retries."""
+
+    def __init__(self, code: str, message: str, retryable: bool) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.retryable = retryable
+
+
+class DownloadHandler:
+    """Scrapy's downloads through Silk's download center (see the module documentation)."""
+
+    lazy = False
+
+    def __init__(self, crawler: Any) -> None:
+        try:
+            from scrapy.utils.asyncio import run_in_thread  # noqa: F401
+        except ImportError as e:
+            from scrapy.exceptions import NotConfigured
+
+            raise NotConfigured(
+                "silk_sdk.scrapy.DownloadHandler needs Scrapy 2.15 or later"
+            ) from e
+        self.crawler = crawler
+        self.ctx = _context(crawler)
+        self.errors = _fetch_errors()
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> "DownloadHandler":
+        return cls(crawler)
+
+    async def download_request(self, request: Request, spider: Any = None) -> Any:
+        from scrapy.utils.asyncio import run_in_thread
+
+        return self._response(request, await run_in_thread(self._fetch, request))
+
+    async def close(self) -> None:
+        return None
+
+    def _fetch(self, request: Request) -> Any:
+        headers = {
+            k.decode("latin-1"): b", ".join(vs).decode("latin-1")
+            for k, vs in request.headers.items()
+        }
+        return self.ctx.run.fetch(
+            request.url,
+            method=request.method,
+            headers=headers,
+            body=request.body or None,
+        )
+
+    def _response(self, request: Request, got: Any) -> Any:
+        from scrapy.http import Headers
+        from scrapy.responsetypes import responsetypes
+
+        stats = self.ctx.stats
+        if got.error is not None or got.status is None:
+            err = got.error or {}
+            code = str(err.get("code", ""))
+            stats.inc_value(f"silk/fetch_errors/{code or 'unknown'}")
+            message = f"{request.url}: {code}: {err.get('message', 'no response')}"
+            retryable = bool(err.get("retryable"))
+            if not retryable:
+                raise SilkFetchError(code, message, retryable)
+            raise self.errors.get(code, self.errors[""])(message)
+        stats.inc_value("silk/fetched")
+        if got.proxy:
+            stats.inc_value("silk/fetched_via_proxy")
+        values: dict[str, list[bytes]] = {}
+        for k, v in got.headers:
+            # The body is decoded already: its wire encoding does not apply any more.
+            if k.lower() in ("content-encoding", "transfer-encoding", "content-length"):
+                continue
+            values.setdefault(k, []).append(v.encode("latin-1", errors="replace"))
+        headers = Headers(values)
+        cls = responsetypes.from_args(headers=headers, url=got.url, body=got.body)
+        flags = ["silk"] + (["silk_truncated"] if got.truncated else [])
+        return cls(
+            url=got.url,
+            status=got.status,
+            headers=headers,
+            body=got.body,
+            request=request,
+            flags=flags,
+        )
