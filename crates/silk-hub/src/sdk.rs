@@ -4,7 +4,7 @@
 //! | method + path | answer |
 //! |---|---|
 //! | `GET /sdk/python/` | a simple index (PEP 503 style) linking the wheel: `pip install --find-links http://HUB/sdk/python/ silk-sdk` |
-//! | `GET /sdk/python/silk_sdk-{version}-py3-none-any.whl` | the wheel: `pip install http://HUB/sdk/python/silk_sdk-0.1.0-py3-none-any.whl` |
+//! | `GET /sdk/python/silk_sdk-{version}-py3-none-any.whl` | the wheel: `pip install http://HUB/sdk/python/silk_sdk-0.2.0-py3-none-any.whl` |
 //!
 //! No token: the SDK is no secret. The wheel is built once per process (a pure-Python wheel:
 //! the package, `METADATA`, `WHEEL`, `RECORD` with each file's SHA-256).
@@ -19,7 +19,7 @@ use std::io::Write;
 use std::sync::OnceLock;
 
 /// The SDK's version (its `pyproject.toml`'s).
-pub const VERSION: &str = "0.1.0";
+pub const VERSION: &str = "0.2.0";
 
 const PACKAGE: &[(&str, &str)] = &[
     (
@@ -189,8 +189,8 @@ mod tests {
         for needle in [
             "silk_sdk/__init__.py",
             "silk_sdk/scrapy.py",
-            "silk_sdk-0.1.0.dist-info/METADATA",
-            "silk_sdk-0.1.0.dist-info/RECORD",
+            "silk_sdk-0.2.0.dist-info/METADATA",
+            "silk_sdk-0.2.0.dist-info/RECORD",
         ] {
             assert!(
                 names.iter().any(|n| n == needle),
@@ -200,7 +200,7 @@ mod tests {
         let mut meta = String::new();
         std::io::Read::read_to_string(
             &mut archive
-                .by_name("silk_sdk-0.1.0.dist-info/METADATA")
+                .by_name("silk_sdk-0.2.0.dist-info/METADATA")
                 .unwrap(),
             &mut meta,
         )

@@ -15,4 +15,4 @@ center (``silk_sdk.Run``), and Scrapy on Silk (``silk_sdk.scrapy``).
 from .client import Lease, Leases, Response, Run, SilkError, new_request
 
 __all__ = ["Lease", "Leases", "Response", "Run", "SilkError", "new_request"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
