@@ -47,7 +47,7 @@
 
 use crate::config::{AgentConfig, durable_name, ensure_data_dir, resolve_id};
 use crate::error::AgentError;
-use crate::program::{ProgramSettings, Programs, Reporter};
+use crate::program::{Control, ProgramSettings, Programs, Reporter};
 use crate::runlog::{Events, LogQueue, LogSettings, OutBatch};
 use crate::runs::{Allocated, Missing, RunTable};
 use crate::stats::{AgentCounters, AgentEvent, AgentStats, QpsWindow};
@@ -85,6 +85,8 @@ struct AgentCore {
     qps: QpsWindow,
     events: Events,
     programs: Arc<Programs>,
+    /// The controls of program runs' workers, applied in order (`Programs::controller`).
+    program_control: tokio::sync::mpsc::UnboundedSender<(RunId, Control)>,
     stop: watch::Sender<bool>,
 }
 
@@ -166,8 +168,10 @@ impl Agent {
             id.clone(),
             events.clone(),
         ));
+        let program_control = programs.controller();
         let shared = Arc::new(AgentCore {
             programs,
+            program_control,
             ttl: TtlPolicy {
                 heartbeat_interval_ms: config.heartbeat_interval_ms,
                 ..TtlPolicy::default()
@@ -425,7 +429,7 @@ impl AgentCore {
                     tracing::debug!(run = %run, "release of a run that is not allocated here");
                 }
                 // A run that ended leaves no worker behind.
-                self.programs.stop(&run, RELEASE_GRACE).await;
+                self.control_program(run, Control::Stop(RELEASE_GRACE));
                 ack(delivery).await;
             }
             Command::Program {
@@ -439,12 +443,10 @@ impl AgentCore {
                         let reporter = self.reporter(results_subject(&run, reply_to.as_deref()));
                         self.programs.start(run, *start, reporter);
                     }
-                    ProgramAction::Pause => self.programs.pause(&run).await,
-                    ProgramAction::Resume => self.programs.resume(&run).await,
+                    ProgramAction::Pause => self.control_program(run, Control::Pause),
+                    ProgramAction::Resume => self.control_program(run, Control::Resume),
                     ProgramAction::Stop { grace_ms } => {
-                        self.programs
-                            .stop(&run, Duration::from_millis(grace_ms))
-                            .await;
+                        self.control_program(run, Control::Stop(Duration::from_millis(grace_ms)));
                     }
                 }
             }
@@ -595,6 +597,13 @@ impl AgentCore {
                     return;
                 }
             }
+        }
+    }
+
+    /// Queues a control of a run's program workers (applied in order, off this loop).
+    fn control_program(&self, run: RunId, control: Control) {
+        if self.program_control.send((run, control)).is_err() {
+            tracing::warn!("the program controller is gone; control dropped");
         }
     }
 

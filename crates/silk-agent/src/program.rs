@@ -44,6 +44,26 @@ const MAX_LINE_BYTES: u64 = 64 * 1024;
 /// How a worker report reaches the hub (the agent publishes it with retries).
 pub(crate) type Reporter = Arc<dyn Fn(RunId, u32, WorkerEvent) + Send + Sync>;
 
+/// A control of a run's workers (see [`Programs::controller`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Control {
+    /// SIGSTOP; `pause` of a container.
+    Pause,
+    /// SIGCONT; `unpause`.
+    Resume,
+    /// SIGTERM, then SIGKILL after the grace period; `stop -t` of a container.
+    Stop(Duration),
+}
+
+/// How a signal reaches a container: the container engine's command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ContainerOp {
+    Pause,
+    Unpause,
+    Terminate,
+    Kill,
+}
+
 /// What the agent's admin allows and where programs live.
 #[derive(Debug, Clone)]
 pub(crate) struct ProgramSettings {
@@ -88,6 +108,8 @@ pub(crate) struct Programs {
     /// One artifact download at a time (the same version asked twice is fetched once).
     fetching: tokio::sync::Mutex<()>,
     setpriv: bool,
+    /// Woken whenever a worker is over.
+    ended: tokio::sync::Notify,
 }
 
 impl Programs {
@@ -104,7 +126,28 @@ impl Programs {
             runs: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Mutex::new(()),
             setpriv,
+            ended: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Where the agent sends the controls of runs' workers: applied one at a time, in the
+    /// order they came (a resume never overtakes its pause), off the agent's command loop (a
+    /// container engine's client can take seconds).
+    pub(crate) fn controller(
+        self: &Arc<Self>,
+    ) -> tokio::sync::mpsc::UnboundedSender<(RunId, Control)> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(RunId, Control)>();
+        let this = self.clone();
+        tokio::spawn(async move {
+            while let Some((run, control)) = rx.recv().await {
+                match control {
+                    Control::Pause => this.pause(&run).await,
+                    Control::Resume => this.resume(&run).await,
+                    Control::Stop(grace) => this.stop(&run, grace).await,
+                }
+            }
+        });
+        tx
     }
 
     /// Workers that run here now, all runs together.
@@ -194,7 +237,7 @@ impl Programs {
         let Some(slot) = self.slot(run) else { return };
         slot.paused.store(true, std::sync::atomic::Ordering::SeqCst);
         for w in Self::running_of(&slot) {
-            self.signal(&w, Signal::STOP, "pause").await;
+            self.signal(&w, Signal::STOP, ContainerOp::Pause).await;
         }
         self.events.log(run, LogLevel::Info, || {
             "program workers paused (SIGSTOP)".into()
@@ -207,7 +250,7 @@ impl Programs {
         slot.paused
             .store(false, std::sync::atomic::Ordering::SeqCst);
         for w in Self::running_of(&slot) {
-            self.signal(&w, Signal::CONT, "unpause").await;
+            self.signal(&w, Signal::CONT, ContainerOp::Unpause).await;
         }
         self.events.log(run, LogLevel::Info, || {
             "program workers resumed (SIGCONT)".into()
@@ -235,18 +278,20 @@ impl Programs {
         });
         for w in &running {
             if let Some(name) = &w.container {
+                // The engine waits out the grace period itself: not here.
+                let (this, name) = (self.clone(), name.clone());
                 let secs = grace.as_secs().max(1).to_string();
-                self.engine(&["stop", "-t", &secs, name]).await;
+                tokio::spawn(async move { this.engine(&["stop", "-t", &secs, &name]).await });
             } else {
-                self.signal(w, Signal::CONT, "unpause").await;
-                self.signal(w, Signal::TERM, "stop").await;
+                self.signal(w, Signal::CONT, ContainerOp::Unpause).await;
+                self.signal(w, Signal::TERM, ContainerOp::Terminate).await;
             }
         }
         let this = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
             for w in Self::running_of(&slot) {
-                this.signal(&w, Signal::KILL, "kill").await;
+                this.signal(&w, Signal::KILL, ContainerOp::Kill).await;
             }
         });
     }
@@ -258,8 +303,18 @@ impl Programs {
             self.stop(run, grace).await;
         }
         let deadline = tokio::time::Instant::now() + grace + Duration::from_millis(500);
-        while self.running() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        loop {
+            // Registered before the count is read, so an end in between is not missed.
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.running() == 0 {
+                return;
+            }
+            tokio::select! {
+                () = ended => {}
+                () = tokio::time::sleep_until(deadline) => return,
+            }
         }
     }
 
@@ -283,23 +338,28 @@ impl Programs {
                 runs.remove(run);
             }
         }
+        drop(runs);
+        self.ended.notify_waiters();
     }
 
-    async fn signal(&self, w: &Running, signal: Signal, container_op: &str) {
+    /// Sends `signal` to a worker's process group, or has the container engine do `op` to
+    /// its container.
+    async fn signal(&self, w: &Running, signal: Signal, op: ContainerOp) {
         if let Some(group) = w.group
             && w.container.is_none()
         {
             // ESRCH: the group is gone already.
             let _ = kill_process_group(group, signal);
         } else if let Some(name) = &w.container {
-            match container_op {
-                "pause" | "unpause" | "kill" => {
-                    self.engine(&[container_op, name]).await;
-                }
-                _ => {
-                    self.engine(&["kill", "--signal", "TERM", name]).await;
-                }
-            }
+            let args: &[&str] = match op {
+                ContainerOp::Pause => &["pause"],
+                ContainerOp::Unpause => &["unpause"],
+                ContainerOp::Terminate => &["kill", "--signal", "TERM"],
+                ContainerOp::Kill => &["kill"],
+            };
+            let mut args = args.to_vec();
+            args.push(name);
+            self.engine(&args).await;
         }
     }
 
@@ -671,7 +731,8 @@ impl Programs {
             None => false,
         };
         if paused {
-            self.signal(&running, Signal::STOP, "pause").await;
+            self.signal(&running, Signal::STOP, ContainerOp::Pause)
+                .await;
         }
         tracing::info!(run = %run, worker, program = %label, "program worker started");
         self.events.log(&run, LogLevel::Info, || {

@@ -51,7 +51,14 @@ pub struct AgentArgs {
     /// program runs).
     #[arg(long)]
     pub allow_programs: bool,
-    /// The container engine's client for container programs.
+    #[command(flatten)]
+    pub container: ContainerArgs,
+}
+
+/// The container engine: container programs on an agent, container builds on a hub.
+#[derive(Debug, Clone, Args)]
+pub struct ContainerArgs {
+    /// The container engine's client: `podman` or `docker` (on PATH, or a path).
     #[arg(
         long,
         value_name = "CLI",
@@ -188,8 +195,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     config.commands = commands;
     config.allow_raw_commands = args.allow_raw_commands;
     config.allow_programs = args.allow_programs;
-    config.container_cli = args.container_cli.clone();
-    config.container_args = args.container_args.clone();
+    config.container_cli = args.container.container_cli.clone();
+    config.container_args = args.container.container_args.clone();
     if let Some(capacity) = args.capacity {
         config.capacity = capacity;
     }

@@ -58,19 +58,8 @@ pub struct ControlArgs {
         hide_env_values = true
     )]
     pub secret_key: Option<String>,
-    /// The container engine of `container` builds: `podman` or `docker` (its command line
-    /// program, on PATH or a path).
-    #[arg(
-        long,
-        value_name = "CLI",
-        default_value = "podman",
-        env = "SILK_CONTAINER_CLI"
-    )]
-    pub container_cli: String,
-    /// An argument of the container engine before its subcommand, e.g. `--runtime=runc`
-    /// (repeatable).
-    #[arg(long = "container-arg", value_name = "ARG", allow_hyphen_values = true)]
-    pub container_args: Vec<String>,
+    #[command(flatten)]
+    pub container: crate::agent::ContainerArgs,
     /// An argument of `build`, e.g. `--network=host` or `--ulimit=nofile=1024:1024`
     /// (repeatable).
     #[arg(
@@ -207,8 +196,8 @@ impl ControlArgs {
         config.secret_key = self.secret_key.clone();
         config.builds = silk_hub::BuildSettings {
             engine: silk_projects::build::Engine {
-                cli: self.container_cli.clone(),
-                global_args: self.container_args.clone(),
+                cli: self.container.container_cli.clone(),
+                global_args: self.container.container_args.clone(),
                 build_args: self.container_build_args.clone(),
                 registry: self.registry.clone(),
             },
@@ -326,8 +315,8 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         config.commands = commands.clone();
         config.allow_raw_commands = true;
         config.allow_programs = true;
-        config.container_cli = args.control.container_cli.clone();
-        config.container_args = args.control.container_args.clone();
+        config.container_cli = args.control.container.container_cli.clone();
+        config.container_args = args.control.container.container_args.clone();
         if let Some(c) = args.capacity {
             config.capacity = c;
         }
