@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The same Scrapy spider on the same local demo site three ways, every page counted by the
+# The same Scrapy spider on the same local demo site four ways, every page counted by the
 # SERVER (the demo site's hits JSON):
 #   (a) plain Scrapy, one process;
 #   (b) scrapy-redis (PyPI), 2 worker processes sharing a Redis queue and dupefilter;
 #   (c) Silk's Scrapy integration (silk_sdk.scrapy), a program run with 2 workers on 2 agents
-#       (`silk up --agents 2`).
+#       (`silk up --agents 2`);
+#   (d) the same with Silk's DownloadHandler: every download made by the worker's agent
+#       through the run API (the download center), not by Scrapy.
 # With KILL=1, (b) and (c) run again and one worker is SIGKILLed once the site has served
 # KILL_AFTER requests: what it loses shows as pages never fetched.
 #
@@ -62,10 +64,14 @@ if MODE == "redis":
     DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
     REDIS_URL = "$REDIS"
     SCHEDULER_IDLE_BEFORE_CLOSE = 5
-elif MODE == "silk":
+elif MODE in ("silk", "silk-dc"):
     SCHEDULER = "silk_sdk.scrapy.Scheduler"
     DUPEFILTER_CLASS = "silk_sdk.scrapy.DupeFilter"
     ITEM_PIPELINES = {"silk_sdk.scrapy.ItemPipeline": 300}
+if MODE == "silk-dc":
+    DOWNLOAD_HANDLERS = {"http": "silk_sdk.scrapy.DownloadHandler",
+                         "https": "silk_sdk.scrapy.DownloadHandler"}
+    REACTOR_THREADPOOL_MAXSIZE = $CONCURRENCY
 EOF
 cat > "$PROJECT/shop/spiders/demo.py" <<'EOF'
 import scrapy
@@ -159,7 +165,7 @@ run_redis() { # $1: name, $2: kill (0/1)
 }
 
 # ---- (c) Silk, 2 workers on 2 agents -------------------------------------------------------
-run_silk() { # $1: name, $2: kill (0/1)
+run_silk() { # $1: name, $2: kill (0/1), $3: BENCH_MODE (silk; silk-dc: downloads by the agents)
   local dir=$OUT/$1.silk api_port=$((PORT + 50))
   mkdir -p "$dir"
   start_site "$1"
@@ -181,7 +187,7 @@ EOF
   local t0; t0=$(date +%s.%N)
   local id
   id=$("$SILK" run "$dir/settings.yaml" --program shop --workers 2 --strategy fixed:2 \
-        --env BENCH_MODE=silk -- "$PY" -m scrapy crawl demo -a start_url="$START_URL")
+        --env "BENCH_MODE=${3:-silk}" -- "$PY" -m scrapy crawl demo -a start_url="$START_URL")
   # Progress: the run's requests done.
   [ "$2" = 1 ] && kill_one_worker_when "curl -s -H 'Authorization: Bearer $SILK_TOKEN' $SILK_SERVER/api/v1/runs/$id | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"stats\"][\"total\"])'"
   "$SILK" runs wait "$id" > "$dir/run.txt" 2>&1
@@ -196,6 +202,7 @@ echo "Scrapy on $HOSTS hosts x $PAGES pages, CONCURRENT_REQUESTS $CONCURRENCY pe
 run_plain
 run_redis "b scrapy-redis x2" 0
 run_silk "c silk x2 on 2 agents" 0
+run_silk "d silk x2, downloads by the agents" 0 silk-dc
 if [ "$KILL" = 1 ]; then
   run_redis "b scrapy-redis x2, kill" 1
   run_silk "c silk x2, kill" 1

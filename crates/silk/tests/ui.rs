@@ -704,7 +704,8 @@ async fn a_run_is_followed_paused_resumed_and_finished_in_the_browser() {
 /// Projects in the browser: a project made in the form (its password never on the page, its
 /// webhook secret shown once); a release tag announced by a webhook signed with that secret
 /// becomes a `ready` version in the versions table; a build by hand opens its log, which
-/// follows the build to its end.
+/// follows the build to its end; the version run as a program shows its workers in the run's
+/// page.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_made_in_the_browser_builds_its_tags_and_shows_the_log() {
     let _one = ONE_BROWSER.lock().await;
@@ -792,5 +793,40 @@ async fn a_project_made_in_the_browser_builds_its_tags_and_shows_the_log() {
     b.shot("project-build-log").await;
     let v = api.client.version("shop", "0.1-main").await.unwrap();
     assert_eq!(v.commit.as_deref(), Some(repo.head().as_str()));
+
+    // The version runs as a program on `silk up`'s agents: its workers in the run's page.
+    let run = api
+        .client
+        .start_run(&silk_api::runs::RunRequest {
+            program: Some(silk_api::programs::ProgramSpec {
+                project: "shop".into(),
+                version: "1.0.0".into(),
+                runtime: silk_api::programs::Runtime::Process,
+                command: vec!["sh".into(), "crawl.sh".into()],
+                workers: 2,
+                env: Default::default(),
+                stop_grace_ms: None,
+            }),
+            ..silk_api::runs::RunRequest::spider("")
+        })
+        .await
+        .unwrap();
+    b.client
+        .execute(
+            "location.hash = arguments[0]",
+            vec![json!(format!("#/runs/{}", run.id))],
+        )
+        .await
+        .unwrap();
+    b.until("both workers succeeded in the run's page", async || {
+        let done = b.text("[data-testid=run-state]").await.as_deref() == Some("succeeded");
+        (done && b.count("[data-testid=run-worker]").await == 2).then_some(())
+    })
+    .await;
+    let table = b.text("[data-testid=run-workers]").await.unwrap();
+    assert_eq!(table.matches("succeeded").count(), 2, "{table}");
+    let note = b.text("[data-testid=run-program-note]").await.unwrap();
+    assert!(note.contains("shop 1.0.0") && note.contains("sh crawl.sh"), "{note}");
+    b.shot("program-run").await;
     let _ = b.client.clone().close().await;
 }

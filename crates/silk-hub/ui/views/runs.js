@@ -126,6 +126,11 @@ export function viewRun(root, id) {
   const logCount = h('span', { class: 'muted small', testid: 'run-log-count' });
   const logEmpty = h('div', { class: 'log-empty' }, 'No log lines yet.');
   logBox.append(logEmpty);
+  const workers = table('run-workers', [{ label: 'Worker', cls: 'num' }, 'Agent', 'State', 'Exit', 'Why']);
+  const programNote = h('span', { class: 'muted small mono', testid: 'run-program-note' });
+  const programCard = h('section', { class: 'card', testid: 'run-program', hidden: true },
+    h('div', { class: 'card-title-row' }, h('h2', { class: 'card-title' }, 'Program workers'), programNote),
+    workers.el);
   const items = table('run-items', ['#']);
   const itemsNote = h('span', { class: 'muted small' });
   const itemsRefresh = h('button', { type: 'button', class: 'btn btn-small btn-ghost', testid: 'run-items-refresh' }, 'Refresh');
@@ -137,6 +142,7 @@ export function viewRun(root, id) {
       h('div', { class: 'actions' }, buttons.pause, buttons.resume, buttons.cancel, buttons.restart)),
     reason,
     section(null, progressSlot, h('div', { class: 'stats' }, Object.values(stats).map((s) => s.el)), details),
+    programCard,
     h('div', { class: 'grid-2' },
       section('Pages per second', canvas),
       h('section', { class: 'card' },
@@ -216,6 +222,7 @@ export function viewRun(root, id) {
       ['Duration', view.started_ms ? fmtDuration(end - view.started_ms) : '—'],
     ];
     details.replaceChildren(...rows.flatMap(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+    applyProgram(view.program);
     const st = view.state;
     buttons.pause.disabled = st !== 'running';
     buttons.resume.disabled = st !== 'paused';
@@ -225,6 +232,25 @@ export function viewRun(root, id) {
     redrawChart();
     const wantItems = (s.items || 0) > itemsShown && itemsShown < ITEMS_PREVIEW;
     if ((wantItems && Date.now() - itemsAt > 3000) || (TERMINAL.has(st) && prevState !== st)) loadItems();
+  }
+
+  /** @param {import('../types.js').ProgramView|null|undefined} program */
+  function applyProgram(program) {
+    programCard.hidden = !program;
+    if (!program) return;
+    const spec = program.spec;
+    programNote.textContent = `${spec.project} ${program.version} · ${spec.runtime || 'process'} · ${(spec.command || []).join(' ')}`;
+    const list = program.workers || [];
+    workers.setEmpty(list.length ? '' : 'Not placed yet.');
+    syncRows(workers.tbody, list, (w) => w.worker, (w) => {
+      const exit = w.signal != null ? `signal ${w.signal}` : w.exit_code != null ? String(w.exit_code) : '—';
+      return h('tr', { testid: 'run-worker' },
+        h('td', { class: 'num' }, String(w.worker)),
+        h('td', { class: 'mono' }, w.agent),
+        h('td', null, badge(w.state)),
+        h('td', null, exit),
+        h('td', { class: 'muted small' }, w.reason || ''));
+    });
   }
 
   function appendLog(line) {
