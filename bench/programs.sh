@@ -16,7 +16,8 @@
 # Env: SILK (target/release/silk), HOSTS (3), PAGES (300), PORT (18831), REDIS
 # (redis://127.0.0.1:6379/15; flushed), KILL (0), KILL_AFTER (300), CONCURRENCY (16, Scrapy's
 # CONCURRENT_REQUESTS per worker), PY (a Python with scrapy, scrapy-redis and silk-sdk; made in
-# bench/out/venv-programs on first use). Needs redis-server on REDIS, git, python3.
+# bench/out/venv-programs on first use), ROWS ("a b c d": which of them run). Needs
+# redis-server on REDIS, git, python3.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -28,6 +29,7 @@ REDIS=${REDIS:-redis://127.0.0.1:6379/15}
 KILL=${KILL:-0}
 KILL_AFTER=${KILL_AFTER:-300}
 CONCURRENCY=${CONCURRENCY:-16}
+ROWS=${ROWS:-a b c d}
 OUT=$ROOT/bench/out/programs-$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$OUT"
 log() { echo "programs: $*" >&2; }
@@ -199,12 +201,13 @@ EOF
 
 log "results in $OUT"
 echo "Scrapy on $HOSTS hosts x $PAGES pages, CONCURRENT_REQUESTS $CONCURRENCY per worker ($("$PY" -m scrapy version))" | tee "$OUT/summary.txt"
-run_plain
-run_redis "b scrapy-redis x2" 0
-run_silk "c silk x2 on 2 agents" 0
-run_silk "d silk x2, downloads by the agents" 0 silk-dc
+row() { case " $ROWS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+row a && run_plain
+row b && run_redis "b scrapy-redis x2" 0
+row c && run_silk "c silk x2 on 2 agents" 0
+row d && run_silk "d silk x2, downloads by the agents" 0 silk-dc
 if [ "$KILL" = 1 ]; then
-  run_redis "b scrapy-redis x2, kill" 1
-  run_silk "c silk x2, kill" 1
+  row b && run_redis "b scrapy-redis x2, kill" 1
+  row c && run_silk "c silk x2, kill" 1
 fi
 cat "$OUT/summary.txt"

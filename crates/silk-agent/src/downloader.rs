@@ -39,6 +39,7 @@ use crate::downloader_config::{CompiledConfig, parse_proxy_lines};
 use crate::error::AgentError;
 use crate::runlog::Events;
 use crate::stats::{AgentEvent, RunCounters};
+use crate::trim::{Trimmed, Trimmer};
 use base64::Engine as _;
 use parking_lot::RwLock;
 use silk_bus::{BodyEncoding, FetchOutcome, LogLevel, ResultBody, ResultError};
@@ -312,29 +313,41 @@ impl Downloader {
         }
         let cfg = &self.cfg;
         let content_type = resp.content_type.as_deref();
-        let trimmer = cfg
-            .trimmer
-            .as_ref()
-            .filter(|_| trim && is_text(content_type));
-        out.body = Some(match trimmer {
-            Some(trimmer) => {
-                let text = decode_html_cow(&resp.body, content_type);
-                let trimmed = trimmer.apply(&text);
-                for problem in &trimmed.problems {
-                    self.events.log(&self.run, LogLevel::Warn, || {
-                        format!("{}: trimming: {problem}", req.url)
-                    });
-                }
-                if trimmed.missed {
-                    self.counters.trim_misses.fetch_add(1, Ordering::Relaxed);
-                }
-                out.bytes_saved =
-                    (resp.body.len() as u64).saturating_sub(trimmed.text.len() as u64);
-                text_body(trimmed.text, content_type, cfg.max_return_body_bytes)
-            }
-            None => binary_body(&resp.body, content_type, cfg.max_return_body_bytes),
+        if cfg.trimmer.is_none() || !trim || !is_text(content_type) {
+            out.body = Some(binary_body(
+                &resp.body,
+                content_type,
+                cfg.max_return_body_bytes,
+            ));
+            return out;
+        }
+        // Trimming builds a tree: a large page on a blocking thread of its own, with the
+        // spider's parse deadline, as a crawl's page.
+        let job = self.page_job();
+        if resp.body.len() <= silk_fetch::extract::budget::INLINE_PARSE_MAX_BYTES {
+            job.trim_raw(req, &resp, &mut out);
+            return out;
+        }
+        let timeout_ms = cfg.spider.spec.parse_timeout_ms;
+        let before = out.clone();
+        let job_req = req.clone();
+        let trimming = tokio::task::spawn_blocking(move || {
+            let mut out = out;
+            job.trim_raw(&job_req, &resp, &mut out);
+            out
         });
-        out
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), trimming).await {
+            Ok(Ok(out)) => out,
+            _ => {
+                let mut out = before;
+                self.page_job().over_budget(
+                    req,
+                    &mut out,
+                    format!("trimming took longer than parse_timeout_ms ({timeout_ms} ms)"),
+                );
+                out
+            }
+        }
     }
 
     /// When `resp` looks like a ban: the proxy is taken out, the run redials if it does, and
@@ -579,6 +592,53 @@ impl Downloader {
 }
 
 impl PageJob {
+    /// Trims `text` by the run's rules, after the parse budget (trimming builds a tree too),
+    /// logging the rules that failed on the page and a page no rule matched; `Err` says why
+    /// the page is over the budget.
+    fn trim(&self, req: &Request, trimmer: &Trimmer, text: &str) -> Result<Trimmed, String> {
+        if let Some(why) = self.cfg.extractor.over_budget(text) {
+            return Err(why);
+        }
+        let trimmed = trimmer.apply(text);
+        for problem in &trimmed.problems {
+            self.events.log(&self.run, LogLevel::Warn, || {
+                format!("{}: trimming: {problem}", req.url)
+            });
+        }
+        if trimmed.missed {
+            self.counters.trim_misses.fetch_add(1, Ordering::Relaxed);
+            self.events.log(&self.run, LogLevel::Info, || {
+                format!(
+                    "{}: trimming: no rule matched; the trimmed body is empty",
+                    req.url
+                )
+            });
+        }
+        Ok(trimmed)
+    }
+
+    /// A program's response trimmed (see [`Downloader::fetch_raw`]): the trimmed text as the
+    /// body, or the parse budget's error.
+    fn trim_raw(&self, req: &Request, resp: &Response, out: &mut FetchOutcome) {
+        let Some(trimmer) = &self.cfg.trimmer else {
+            return;
+        };
+        let content_type = resp.content_type.as_deref();
+        let text = decode_html_cow(&resp.body, content_type);
+        match self.trim(req, trimmer, &text) {
+            Ok(trimmed) => {
+                out.bytes_saved =
+                    (resp.body.len() as u64).saturating_sub(trimmed.text.len() as u64);
+                out.body = Some(text_body(
+                    trimmed.text,
+                    content_type,
+                    self.cfg.max_return_body_bytes,
+                ));
+            }
+            Err(why) => self.over_budget(req, out, why),
+        }
+    }
+
     /// Fails a page over the parse budget (`parse_budget`, permanent: the same page would
     /// fail again), keeping its status.
     fn over_budget(&self, req: &Request, out: &mut FetchOutcome, why: String) {
@@ -606,26 +666,13 @@ impl PageJob {
             .filter(|_| text_page && (cfg.return_body || cfg.parse_trimmed));
         if let Some(trimmer) = trim {
             let text = decode_html_cow(&resp.body, content_type);
-            // Trimming builds a tree too: the parse budget comes first.
-            if let Some(why) = cfg.extractor.over_budget(&text) {
-                self.over_budget(req, out, why);
-                return;
-            }
-            let trimmed = trimmer.apply(&text);
-            for problem in &trimmed.problems {
-                self.events.log(&self.run, LogLevel::Warn, || {
-                    format!("{}: trimming: {problem}", req.url)
-                });
-            }
-            if trimmed.missed {
-                self.counters.trim_misses.fetch_add(1, Ordering::Relaxed);
-                self.events.log(&self.run, LogLevel::Info, || {
-                    format!(
-                        "{}: trimming: no rule matched; the trimmed body is empty",
-                        req.url
-                    )
-                });
-            }
+            let trimmed = match self.trim(req, trimmer, &text) {
+                Ok(trimmed) => trimmed,
+                Err(why) => {
+                    self.over_budget(req, out, why);
+                    return;
+                }
+            };
             out.bytes_saved = (resp.body.len() as u64).saturating_sub(trimmed.text.len() as u64);
             if cfg.parse_trimmed {
                 // The trimmed text is UTF-8 whatever the page's charset was.

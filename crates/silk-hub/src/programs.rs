@@ -578,33 +578,11 @@ fn to_request(
     new: silk_api::programs::NewRequest,
     at: &str,
 ) -> Result<silk_core::Request, HubError> {
-    use base64::Engine;
-    use silk_core::request::Method;
     let bad = |what: String| HubError::BadRun(format!("{at}.{what}"));
     let mut request = silk_core::Request::get(&new.url, None, &run.spider.canon)
         .map_err(|e| bad(format!("url: {e}")))?;
-    request.method = match new
-        .method
-        .as_deref()
-        .map(str::to_ascii_uppercase)
-        .as_deref()
-    {
-        None | Some("GET") => Method::Get,
-        Some("HEAD") => Method::Head,
-        Some("POST") => Method::Post,
-        Some(other) => {
-            return Err(bad(format!(
-                "method: `{other}` is not one of GET, HEAD, POST"
-            )));
-        }
-    };
-    if let Some(body) = &new.body {
-        request.body = Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(body)
-                .map_err(|e| bad(format!("body: not base64 ({e})")))?,
-        );
-    }
+    request.method = method(new.method.as_deref()).map_err(bad)?;
+    request.body = body(new.body.as_deref()).map_err(bad)?;
     request.headers = new.headers;
     request.priority = new.priority;
     request.depth = new.depth;
@@ -619,6 +597,29 @@ fn to_request(
         }
     }
     Ok(request)
+}
+
+/// A request's method as a program names it (`GET` when it names none); the error names the
+/// field.
+fn method(name: Option<&str>) -> Result<silk_core::request::Method, String> {
+    use silk_core::request::Method;
+    match name.map(str::to_ascii_uppercase).as_deref() {
+        None | Some("GET") => Ok(Method::Get),
+        Some("HEAD") => Ok(Method::Head),
+        Some("POST") => Ok(Method::Post),
+        Some(other) => Err(format!("method: `{other}` is not one of GET, HEAD, POST")),
+    }
+}
+
+/// A request's body as a program gives it (base64); the error names the field.
+fn body(b64: Option<&str>) -> Result<Option<Vec<u8>>, String> {
+    use base64::Engine;
+    b64.map(|b| {
+        base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .map_err(|e| format!("body: not base64 ({e})"))
+    })
+    .transpose()
 }
 
 fn to_requests(
@@ -941,8 +942,6 @@ pub(crate) async fn fetch(
 
 /// The request a fetch asks for: its URL as given (absolute http or https).
 fn fetch_request(ask: &silk_api::programs::FetchAsk) -> Result<silk_core::Request, HubError> {
-    use base64::Engine;
-    use silk_core::request::Method;
     let url = reqwest::Url::parse(&ask.url).map_err(|e| HubError::BadRun(format!("url: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(HubError::BadRun(format!(
@@ -951,28 +950,8 @@ fn fetch_request(ask: &silk_api::programs::FetchAsk) -> Result<silk_core::Reques
         )));
     }
     let mut request = silk_core::Request::from_canonical(url.to_string());
-    request.method = match ask
-        .method
-        .as_deref()
-        .map(str::to_ascii_uppercase)
-        .as_deref()
-    {
-        None | Some("GET") => Method::Get,
-        Some("HEAD") => Method::Head,
-        Some("POST") => Method::Post,
-        Some(other) => {
-            return Err(HubError::BadRun(format!(
-                "method: `{other}` is not one of GET, HEAD, POST"
-            )));
-        }
-    };
-    if let Some(body) = &ask.body {
-        request.body = Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(body)
-                .map_err(|e| HubError::BadRun(format!("body: not base64 ({e})")))?,
-        );
-    }
+    request.method = method(ask.method.as_deref()).map_err(HubError::BadRun)?;
+    request.body = body(ask.body.as_deref()).map_err(HubError::BadRun)?;
     request.headers = ask.headers.clone();
     Ok(request)
 }

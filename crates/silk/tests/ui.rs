@@ -826,7 +826,10 @@ async fn a_project_made_in_the_browser_builds_its_tags_and_shows_the_log() {
     let table = b.text("[data-testid=run-workers]").await.unwrap();
     assert_eq!(table.matches("succeeded").count(), 2, "{table}");
     let note = b.text("[data-testid=run-program-note]").await.unwrap();
-    assert!(note.contains("shop 1.0.0") && note.contains("sh crawl.sh"), "{note}");
+    assert!(
+        note.contains("shop 1.0.0") && note.contains("sh crawl.sh"),
+        "{note}"
+    );
     b.shot("program-run").await;
     let _ = b.client.clone().close().await;
 }
