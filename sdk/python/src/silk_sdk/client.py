@@ -330,13 +330,8 @@ class Run:
         robots.txt and ban rules. ``trim``: the run's trimmed text instead of the body.
         A failed fetch is a :class:`Response` with ``error`` set; no answer from any agent
         raises :class:`SilkError`."""
-        ask: dict[str, Any] = {"url": url}
-        if method.upper() != "GET":
-            ask["method"] = method.upper()
-        if headers:
-            ask["headers"] = dict(headers)
-        if body is not None:
-            ask["body"] = base64.b64encode(body).decode("ascii")
+        # url, method, headers and body as for a request to enqueue.
+        ask = new_request(url, method=method, headers=headers, body=body)
         if trim:
             ask["trim"] = True
         if follow_redirects:
