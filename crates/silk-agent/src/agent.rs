@@ -429,6 +429,7 @@ impl AgentCore {
                     tracing::debug!(run = %run, "release of a run that is not allocated here");
                 }
                 // A run that ended leaves no worker behind.
+                self.programs.release(&run);
                 self.control_program(run, Control::Stop(RELEASE_GRACE));
                 ack(delivery).await;
             }

@@ -110,6 +110,10 @@ pub(crate) struct Programs {
     setpriv: bool,
     /// Woken whenever a worker is over.
     ended: tokio::sync::Notify,
+    /// How the workers that are over ended, by run, until the run is released: a `start`
+    /// sent again (by a hub that adopted the run and missed the report) gets the end reported
+    /// again, and the worker is not run a second time.
+    over: Mutex<HashMap<RunId, BTreeMap<u32, WorkerEvent>>>,
 }
 
 impl Programs {
@@ -127,6 +131,7 @@ impl Programs {
             fetching: tokio::sync::Mutex::new(()),
             setpriv,
             ended: tokio::sync::Notify::new(),
+            over: Mutex::new(HashMap::new()),
         }
     }
 
@@ -177,6 +182,22 @@ impl Programs {
             }
             return;
         }
+        let over: Vec<(u32, WorkerEvent)> = {
+            let over = self.over.lock();
+            over.get(&run)
+                .map(|ended| {
+                    start
+                        .workers
+                        .iter()
+                        .filter_map(|w| ended.get(w).map(|e| (*w, e.clone())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for (w, event) in &over {
+            // Over already: its end again, to the hub that asks now.
+            report(run.clone(), *w, event.clone());
+        }
         let workers = {
             let mut runs = self.runs.lock();
             let slot = runs.entry(run.clone()).or_default().clone();
@@ -188,7 +209,7 @@ impl Programs {
                 .workers
                 .iter()
                 .copied()
-                .filter(|w| !table.contains_key(w))
+                .filter(|w| !table.contains_key(w) && !over.iter().any(|(o, _)| o == w))
                 .collect();
             for w in &new {
                 table.insert(*w, None);
@@ -207,14 +228,10 @@ impl Programs {
                         format!("program not started: {error}")
                     });
                     for w in workers {
-                        this.forget(&run, w);
-                        report(
-                            run.clone(),
-                            w,
-                            WorkerEvent::Failed {
-                                error: error.clone(),
-                            },
-                        );
+                        let event = WorkerEvent::Failed {
+                            error: error.clone(),
+                        };
+                        this.end(&run, w, event, &report);
                     }
                     return;
                 }
@@ -597,14 +614,10 @@ impl Programs {
             .join(run.as_str())
             .join(worker.to_string());
         if let Err(e) = std::fs::create_dir_all(&home) {
-            self.forget(&run, worker);
-            report(
-                run.clone(),
-                worker,
-                WorkerEvent::Failed {
-                    error: format!("{}: {e}", home.display()),
-                },
-            );
+            let event = WorkerEvent::Failed {
+                error: format!("{}: {e}", home.display()),
+            };
+            self.end(&run, worker, event, &report);
             return;
         }
         let mut env: Vec<(String, String)> = vec![
@@ -640,14 +653,10 @@ impl Programs {
         let (mut cmd, container, version_dir) = match place {
             Place::Dir(dir) => {
                 let Some((program, args)) = start.command.split_first() else {
-                    self.forget(&run, worker);
-                    report(
-                        run.clone(),
-                        worker,
-                        WorkerEvent::Failed {
-                            error: "no command to run".into(),
-                        },
-                    );
+                    let event = WorkerEvent::Failed {
+                        error: "no command to run".into(),
+                    };
+                    self.end(&run, worker, event, &report);
                     return;
                 };
                 // A relative program path with a `/` is the version directory's.
@@ -707,10 +716,9 @@ impl Programs {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                self.forget(&run, worker);
                 let error = format!("worker {worker}: `{label}` could not start: {e}");
                 self.events.log(&run, LogLevel::Error, || error.clone());
-                report(run.clone(), worker, WorkerEvent::Failed { error });
+                self.end(&run, worker, WorkerEvent::Failed { error }, &report);
                 return;
             }
         };
@@ -777,7 +785,6 @@ impl Programs {
             .slot(&run)
             .and_then(|s| s.reporter.lock().clone())
             .unwrap_or(report);
-        self.forget(&run, worker);
         let tail: Vec<String> = tail.lock().iter().cloned().collect();
         let event = match status {
             Ok(status) => {
@@ -802,7 +809,24 @@ impl Programs {
                 });
         }
         let _ = std::fs::remove_dir_all(&home);
-        report(run, worker, event);
+        self.end(&run, worker, event, &report);
+    }
+
+    /// A worker is over: it leaves the table of running workers, its end is kept (see
+    /// `over`) and reported.
+    fn end(&self, run: &RunId, worker: u32, event: WorkerEvent, report: &Reporter) {
+        self.forget(run, worker);
+        self.over
+            .lock()
+            .entry(run.clone())
+            .or_default()
+            .insert(worker, event.clone());
+        report(run.clone(), worker, event);
+    }
+
+    /// The run has ended (released): the ends of its workers are forgotten.
+    pub(crate) fn release(&self, run: &RunId) {
+        self.over.lock().remove(run);
     }
 
     /// Reads a worker's output lines into the run's log.
@@ -911,6 +935,81 @@ fn structured(line: &str) -> Option<(LogLevel, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn programs(dir: &Path) -> Arc<Programs> {
+        let logs = crate::runlog::LogQueue::new(
+            AgentId::new("a1"),
+            crate::runlog::LogSettings {
+                queue_lines: 100,
+                batch_lines: 10,
+                line_max_bytes: 1024,
+                min_level: LogLevel::Debug,
+            },
+            Arc::new(silk_core::SystemClock),
+        );
+        let events = Events::new(tokio::sync::broadcast::channel(16).0, Arc::new(logs));
+        let settings = ProgramSettings {
+            allow: true,
+            dir: dir.to_owned(),
+            cache_bytes: 1 << 20,
+            container_cli: "podman".into(),
+            container_args: Vec::new(),
+        };
+        Arc::new(Programs::new(settings, AgentId::new("a1"), events))
+    }
+
+    /// A start the agent cannot run: a process version without a packed directory.
+    fn start() -> ProgramStart {
+        ProgramStart {
+            project: "shop".into(),
+            version: "1.0".into(),
+            runtime: "process".into(),
+            artifact: None,
+            image: None,
+            command: vec!["true".into()],
+            env: BTreeMap::new(),
+            workers: vec![0],
+            workers_total: 1,
+            api_url: "http://127.0.0.1:9".into(),
+            token: "t".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_start_sent_again_reports_a_workers_end_instead_of_running_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let programs = programs(dir.path());
+        let run = RunId::new("r1");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let to = |hub: &'static str| -> Reporter {
+            let tx = tx.clone();
+            Arc::new(move |_run, worker, event| {
+                let _ = tx.send((hub, worker, event));
+            })
+        };
+        programs.start(run.clone(), start(), to("a"));
+        let (hub, worker, first) = rx.recv().await.unwrap();
+        assert_eq!((hub, worker), ("a", 0));
+        let WorkerEvent::Failed { error } = &first else {
+            panic!("{first:?}")
+        };
+        assert!(error.contains("no packed directory"), "{error}");
+        // Another hub adopted the run and starts it again (this time a start that would
+        // fetch an artifact, and fail otherwise if it ran): the end, to that hub, at once.
+        let again = ProgramStart {
+            artifact: Some(silk_bus::ArtifactRef {
+                sha256: "00".repeat(32),
+                size: 1,
+            }),
+            ..start()
+        };
+        programs.start(run.clone(), again, to("b"));
+        assert_eq!(rx.recv().await.unwrap(), ("b", 0, first.clone()));
+        assert_eq!(programs.running(), 0);
+        // Released: forgotten, so a later run of the same id would start afresh.
+        programs.release(&run);
+        assert!(programs.over.lock().is_empty());
+    }
 
     #[test]
     fn json_lines_keep_their_level_and_text() {
