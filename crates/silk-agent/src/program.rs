@@ -114,7 +114,13 @@ pub(crate) struct Programs {
     /// sent again (by a hub that adopted the run and missed the report) gets the end reported
     /// again, and the worker is not run a second time.
     over: Mutex<HashMap<RunId, BTreeMap<u32, WorkerEvent>>>,
+    /// Runs released lately (their workers, stopped after the release, are not kept in
+    /// `over`); forgotten after [`RELEASED_KEPT`].
+    released: Mutex<HashMap<RunId, std::time::Instant>>,
 }
+
+/// How long a released run is remembered (longer than any stop's grace period).
+const RELEASED_KEPT: Duration = Duration::from_secs(600);
 
 impl Programs {
     pub(crate) fn new(settings: ProgramSettings, agent: AgentId, events: Events) -> Self {
@@ -132,6 +138,7 @@ impl Programs {
             setpriv,
             ended: tokio::sync::Notify::new(),
             over: Mutex::new(HashMap::new()),
+            released: Mutex::new(HashMap::new()),
         }
     }
 
@@ -816,17 +823,24 @@ impl Programs {
     /// `over`) and reported.
     fn end(&self, run: &RunId, worker: u32, event: WorkerEvent, report: &Reporter) {
         self.forget(run, worker);
-        self.over
-            .lock()
-            .entry(run.clone())
-            .or_default()
-            .insert(worker, event.clone());
+        if !self.released.lock().contains_key(run) {
+            self.over
+                .lock()
+                .entry(run.clone())
+                .or_default()
+                .insert(worker, event.clone());
+        }
         report(run.clone(), worker, event);
     }
 
-    /// The run has ended (released): the ends of its workers are forgotten.
+    /// The run has ended (released): the ends of its workers are forgotten, and so are those
+    /// of the workers its release stops.
     pub(crate) fn release(&self, run: &RunId) {
         self.over.lock().remove(run);
+        let now = std::time::Instant::now();
+        let mut released = self.released.lock();
+        released.retain(|_, at| now.duration_since(*at) < RELEASED_KEPT);
+        released.insert(run.clone(), now);
     }
 
     /// Reads a worker's output lines into the run's log.
@@ -1006,8 +1020,10 @@ mod tests {
         programs.start(run.clone(), again, to("b"));
         assert_eq!(rx.recv().await.unwrap(), ("b", 0, first.clone()));
         assert_eq!(programs.running(), 0);
-        // Released: forgotten, so a later run of the same id would start afresh.
+        // Released: forgotten, and a worker that ends after the release is not kept.
         programs.release(&run);
+        assert!(programs.over.lock().is_empty());
+        programs.end(&run, 1, first.clone(), &to("b"));
         assert!(programs.over.lock().is_empty());
     }
 
