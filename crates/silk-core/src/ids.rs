@@ -123,9 +123,26 @@ impl<'de> Deserialize<'de> for LeaseId {
     }
 }
 
+/// Ids as people read them in a log line: `a1,a2` (`-` for none), never `[AgentId("a1")]`.
+pub fn list<T: fmt::Display>(ids: &[T]) -> String {
+    if ids.is_empty() {
+        return "-".into();
+    }
+    ids.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_lists_read_as_plain_text() {
+        assert_eq!(list(&[AgentId::new("a1"), AgentId::new("a2")]), "a1,a2");
+        assert_eq!(list::<RunId>(&[]), "-");
+    }
 
     #[test]
     fn lease_ids_are_sixteen_hex_digits_on_the_wire() {

@@ -203,7 +203,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     .await?;
     record.started_ms = Some(started);
     run.mark_allocated(&record.agents);
-    tracing::info!(run = %id, spider = %record.spider_name, strategy = %record.strategy, agents = ?record.agents, "run started");
+    tracing::info!(run = %id, spider = %record.spider_name, strategy = %record.strategy, agents = %silk_core::ids::list(&record.agents), "run started");
     let names: Vec<&str> = record.agents.iter().map(AgentId::as_str).collect();
     hub.logs.hub(
         &id,

@@ -132,7 +132,7 @@ pub(crate) async fn adopt(shared: &Arc<HubCore>, startup: bool) -> Result<(), Hu
         if !shared.can_drive(&record) {
             let noted = shared.undrivable.lock().insert(id.clone());
             if noted {
-                tracing::info!(run = %id, hub = ?record.hub, "run left to its hub: its frontier is in that hub's data dir");
+                tracing::info!(run = %id, hub = %silk_core::ids::list(record.hub.as_slice()), "run left to its hub: its frontier is in that hub's data dir");
             }
             continue;
         }

@@ -856,7 +856,7 @@ impl Run {
             }
         }
         if allocation.generation() != generation {
-            tracing::info!(run = %self.id, agents = ?allocation.agents(), "agents reassigned");
+            tracing::info!(run = %self.id, agents = %silk_core::ids::list(allocation.agents()), "agents reassigned");
             let agents = allocation.agents().to_vec();
             cx.logs.hub(
                 &self.id,

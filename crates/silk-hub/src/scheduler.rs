@@ -187,7 +187,7 @@ async fn tick_once(shared: &Arc<HubCore>) -> Result<(), HubError> {
                     FireAction::ReplaceThenStart if !elsewhere.is_empty() => {
                         // Another hub of the cluster drives a run of the job: it cannot be
                         // cancelled from here, so the fire waits for it instead.
-                        tracing::warn!(job = %job.spec.name, runs = ?elsewhere, "cron fire queued: a run of the job is driven by another hub (overlap: replace cancels only this hub's runs)");
+                        tracing::warn!(job = %job.spec.name, runs = %silk_core::ids::list(&elsewhere), "cron fire queued: a run of the job is driven by another hub (overlap: replace cancels only this hub's runs)");
                         job.queued += 1;
                     }
                     FireAction::ReplaceThenStart => {

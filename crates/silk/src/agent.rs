@@ -162,7 +162,7 @@ fn parse_labels(args: &[String]) -> Result<BTreeMap<String, String>, String> {
 
 /// Runs `silk agent`.
 pub async fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
-    crate::init_logging("info");
+    crate::init_logging(&crate::own_events("info"));
     let labels = match parse_labels(&args.labels) {
         Ok(labels) => labels,
         Err(e) => {

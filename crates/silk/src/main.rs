@@ -5,6 +5,7 @@ mod agent;
 mod client;
 mod crawl;
 mod demo;
+mod manual;
 mod router;
 mod serve;
 
@@ -20,8 +21,53 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "silk", version, about, propagate_version = true)]
 struct Cli {
+    /// How log lines are written on stderr: `text` (for people: one line per event,
+    /// key=value fields) or `json` (one JSON object per line, for log shippers).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "SILK_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The format of log lines (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// The crates whose events are Silk's own: at the default level only theirs are logged
+/// (dependencies at `warn`), unless `RUST_LOG` says otherwise.
+const OWN_CRATES: &[&str] = &[
+    "silk",
+    "silk_agent",
+    "silk_api",
+    "silk_bus",
+    "silk_core",
+    "silk_crawl",
+    "silk_fetch",
+    "silk_frontier",
+    "silk_hub",
+    "silk_items",
+    "silk_projects",
+    "silk_router",
+    "silk_schedule",
+    "silk_selector",
+    "silk_store",
+];
+
+/// The default log filter: Silk's own events at `level`, dependencies at `warn`.
+pub(crate) fn own_events(level: &str) -> String {
+    let own: Vec<String> = OWN_CRATES.iter().map(|c| format!("{c}={level}")).collect();
+    format!("warn,{}", own.join(","))
 }
 
 #[derive(Debug, Subcommand)]
@@ -62,10 +108,16 @@ enum Command {
     Projects(client::ProjectsArgs),
     /// A project's versions, one version, its build log (`--log [-f]`).
     Versions(client::VersionsArgs),
+    /// Print the shell completion script of SHELL (e.g. `silk completions bash >
+    /// /etc/bash_completion.d/silk`).
+    Completions(manual::CompletionsArgs),
+    /// Write the man pages (`silk.1` and one per subcommand) into a directory.
+    Man(manual::ManArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let _ = LOG_FORMAT.set(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -104,6 +156,8 @@ fn main() -> ExitCode {
             Command::Tokens(args) => client::tokens(args).await,
             Command::Projects(args) => client::projects(args).await,
             Command::Versions(args) => client::versions(args).await,
+            Command::Completions(args) => manual::completions(args),
+            Command::Man(args) => manual::man(args),
         }
     });
     // Threads still parsing a page past its `parse_timeout_ms` were abandoned: the process
@@ -118,18 +172,28 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr; `RUST_LOG` overrides the default level.
+/// Logs to stderr in the `--log-format`; `RUST_LOG` overrides the default filter.
 pub(crate) fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;
-    // Colour codes only on a terminal: redirected logs stay plain text.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match LOG_FORMAT.get().copied().unwrap_or(LogFormat::Text) {
+        // Colour codes only on a terminal: redirected logs stay plain text.
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_target(false)
+            .try_init(),
+        // `timestamp`, `level`, `target`, the event's fields and `message` at the top level.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+    };
 }
 
 /// How long the process may take to stop after the first Ctrl-C or SIGTERM

@@ -279,7 +279,7 @@ impl RouterSetup {
 
 /// Runs `silk up`.
 pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
-    crate::init_logging("info");
+    crate::init_logging(&crate::own_events("info"));
     if let Err(e) = args.control.check(args.listen) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
@@ -441,7 +441,7 @@ async fn start_demo(
 
 /// Runs `silk hub`.
 pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
-    crate::init_logging("info");
+    crate::init_logging(&crate::own_events("info"));
     if let Err(e) = silk_bus::subject::check_namespace(&args.namespace) {
         eprintln!("error: --namespace: {e}");
         return Ok(ExitCode::from(2));

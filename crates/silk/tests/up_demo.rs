@@ -96,13 +96,49 @@ async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
         "the token appears only in the UI line"
     );
 
-    // A second start reuses the token: not printed again, the demo job runs again.
-    let mut again = start("again");
+    // A second start reuses the token: not printed again, the demo job runs again. It logs
+    // at the default level, as JSON: only Silk's own events, ids as plain text.
+    let mut cmd = silk();
+    cmd.current_dir(dir.path())
+        .env_remove("RUST_LOG")
+        .args(["--log-format", "json", "up", "--demo", "--listen"])
+        .arg(format!("127.0.0.1:{port}"));
+    let mut again = Proc::spawn(cmd, "again", &dir.path().join("again.log"));
     let ui = again.wait_line("web UI:");
     assert!(!ui.contains("#token="), "{ui}");
-    again.wait_line("demo:");
+    let demo = again.wait_line("demo:");
+    let run = demo
+        .split("run ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("the demo run's id")
+        .to_owned();
+    silk_testkit::eventually(Duration::from_secs(60), every, async || {
+        api.run(&run).await.ok().filter(RunView::is_terminal)
+    })
+    .await
+    .expect("the second demo run finishes");
     again.kill();
-    assert!(!again.raw_output().contains(secret));
+    let output = again.raw_output();
+    assert!(!output.contains(secret));
+    let events: Vec<Value> = output
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(
+        events.iter().any(|e| e["message"] == "run started"),
+        "{output}"
+    );
+    for e in &events {
+        let target = e["target"].as_str().unwrap_or_default();
+        let level = e["level"].as_str().unwrap_or_default();
+        assert!(
+            target.starts_with("silk") || matches!(level, "WARN" | "ERROR"),
+            "a dependency's {level} event at the default level: {e}"
+        );
+    }
+    assert!(!output.contains("AgentId("), "{output}");
 }
 
 #[test]
