@@ -23,6 +23,15 @@ async fn get(http: &reqwest::Client, url: &str, token: Option<&str>) -> (u16, Va
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
+/// The demo run's id in `silk up --demo`'s `demo:` line.
+fn demo_run(line: &str) -> String {
+    line.split("run ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("the demo run's id")
+        .to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
     let dir = TempDir::new().unwrap();
@@ -55,13 +64,7 @@ async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
         let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "the token file is private");
     }
-    let demo = up.wait_line("demo:");
-    let run = demo
-        .split("run ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("the demo run's id")
-        .to_owned();
+    let run = demo_run(&up.wait_line("demo:"));
 
     let http = reqwest::Client::new();
     let url = reqwest::Url::parse(&base).unwrap();
@@ -106,13 +109,7 @@ async fn silk_up_demo_runs_a_live_demo_job_and_keeps_the_token_out_of_logs() {
     let mut again = Proc::spawn(cmd, "again", &dir.path().join("again.log"));
     let ui = again.wait_line("web UI:");
     assert!(!ui.contains("#token="), "{ui}");
-    let demo = again.wait_line("demo:");
-    let run = demo
-        .split("run ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .expect("the demo run's id")
-        .to_owned();
+    let run = demo_run(&again.wait_line("demo:"));
     silk_testkit::eventually(Duration::from_secs(60), every, async || {
         api.run(&run).await.ok().filter(RunView::is_terminal)
     })
