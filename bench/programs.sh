@@ -75,27 +75,7 @@ if MODE == "silk-dc":
                          "https": "silk_sdk.scrapy.DownloadHandler"}
     REACTOR_THREADPOOL_MAXSIZE = $CONCURRENCY
 EOF
-cat > "$PROJECT/shop/spiders/demo.py" <<'EOF'
-import scrapy
-from scrapy.linkextractors import LinkExtractor
-
-
-class Demo(scrapy.Spider):
-    name = "demo"
-
-    def __init__(self, start_url=None, **kw):
-        super().__init__(**kw)
-        self.start_url = start_url
-
-    async def start(self):
-        yield scrapy.Request(self.start_url)
-
-    def parse(self, response):
-        if "/p/" in response.url:
-            yield {"url": response.url, "title": response.css("h1.title::text").get()}
-        for link in LinkExtractor(deny=[r"/calendar/", r"/private/"]).extract_links(response):
-            yield response.follow(link.url, self.parse)
-EOF
+cp "$ROOT/examples/scrapy/demo_spider.py" "$PROJECT/shop/spiders/demo.py"
 ( cd "$PROJECT" && git init -q -b main && git add -A &&
   git -c user.name=bench -c user.email=bench@silk.invalid commit -qm spider )
 

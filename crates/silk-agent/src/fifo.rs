@@ -37,18 +37,20 @@ impl ItemSink {
         if items.is_empty() {
             return;
         }
-        let body = serde_json::json!({ "items": std::mem::take(items) });
+        let body = serde_json::json!({ "items": std::mem::take(items) }).to_string();
         let mut delay = Duration::from_millis(200);
-        for attempt in 0..5 {
+        let mut attempts = 0;
+        // Connection failures and server errors are tried again, 5 times in all.
+        let failure = loop {
             let sent = self
                 .http
                 .post(&self.url)
                 .bearer_auth(&self.token)
                 .header("Content-Type", "application/json")
-                .body(body.to_string())
+                .body(body.clone())
                 .send()
                 .await;
-            match sent {
+            let why = match sent {
                 Ok(r) if r.status().is_success() => return,
                 Ok(r) if r.status().is_client_error() => {
                     let status = r.status();
@@ -58,25 +60,19 @@ impl ItemSink {
                     });
                     return;
                 }
-                Ok(_) | Err(_) if attempt < 4 => {
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                }
-                Ok(r) => {
-                    let status = r.status();
-                    events.log(run, LogLevel::Error, || {
-                        format!("items from the line protocol not delivered: HTTP {status}")
-                    });
-                    return;
-                }
-                Err(e) => {
-                    events.log(run, LogLevel::Error, || {
-                        format!("items from the line protocol not delivered: {e}")
-                    });
-                    return;
-                }
+                Ok(r) => format!("HTTP {}", r.status()),
+                Err(e) => e.to_string(),
+            };
+            attempts += 1;
+            if attempts == 5 {
+                break why;
             }
-        }
+            tokio::time::sleep(delay).await;
+            delay *= 2;
+        };
+        events.log(run, LogLevel::Error, || {
+            format!("items from the line protocol not delivered: {failure}")
+        });
     }
 }
 

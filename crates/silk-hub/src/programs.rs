@@ -248,11 +248,7 @@ async fn place(cx: &RunContext, run: &Arc<Run>) -> Result<(), String> {
         let Some(p) = &r.program else {
             return Err("not a program run".into());
         };
-        let agents: Vec<AgentId> = match &r.allocation {
-            Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
-            _ => r.agents.clone(),
-        };
-        (!p.workers.is_empty(), agents, p.spec.workers)
+        (!p.workers.is_empty(), r.run_agents(), p.spec.workers)
     };
     if placed {
         return Ok(());
@@ -292,12 +288,29 @@ async fn place(cx: &RunContext, run: &Arc<Run>) -> Result<(), String> {
 /// Sends each agent the `start` of its workers that are not over.
 async fn start_all(cx: &RunContext, run: &Arc<Run>, public_url: &str) {
     let Some(p) = program(run) else { return };
+    let placed: Vec<(u32, AgentId)> = p
+        .workers
+        .iter()
+        .filter(|w| !w.state.is_final())
+        .map(|w| (w.worker, w.agent.clone()))
+        .collect();
+    send_starts(cx, run, &p, placed, public_url).await;
+}
+
+/// Sends each agent the `start` of its workers among `placed` (worker → agent).
+async fn send_starts(
+    cx: &RunContext,
+    run: &Arc<Run>,
+    p: &ProgramRun,
+    placed: Vec<(u32, AgentId)>,
+    public_url: &str,
+) {
     let mut by_agent: BTreeMap<AgentId, Vec<u32>> = BTreeMap::new();
-    for w in p.workers.iter().filter(|w| !w.state.is_final()) {
-        by_agent.entry(w.agent.clone()).or_default().push(w.worker);
+    for (w, a) in placed {
+        by_agent.entry(a).or_default().push(w);
     }
     for (agent, workers) in by_agent {
-        send_start(cx, run, &p, &agent, workers, public_url).await;
+        send_start(cx, run, p, &agent, workers, public_url).await;
     }
 }
 
@@ -438,11 +451,7 @@ pub(crate) async fn on_agent_dead(cx: &RunContext, run: &Arc<Run>, agent: &Agent
             .collect();
         let may_move = matches!(r.strategy, crate::allocation::Strategy::Random)
             || r.on_agent_lost == crate::allocation::OnAgentLost::Reassign;
-        let candidates: Vec<AgentId> = match &r.allocation {
-            Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
-            _ => r.agents.clone(),
-        };
-        (may_move, lost, candidates)
+        (may_move, lost, r.run_agents())
     };
     if lost.is_empty() {
         return;
@@ -506,13 +515,7 @@ pub(crate) async fn on_agent_dead(cx: &RunContext, run: &Arc<Run>, agent: &Agent
     let Some(public_url) = cx.settings.public_url.clone() else {
         return;
     };
-    let mut by_agent: BTreeMap<AgentId, Vec<u32>> = BTreeMap::new();
-    for (w, a) in moves {
-        by_agent.entry(a).or_default().push(w);
-    }
-    for (to, workers) in by_agent {
-        send_start(cx, run, &p, &to, workers, &public_url).await;
-    }
+    send_starts(cx, run, &p, moves, &public_url).await;
     run.wake.notify_one();
 }
 
@@ -958,13 +961,7 @@ fn fetch_request(ask: &silk_api::programs::FetchAsk) -> Result<silk_core::Reques
 
 /// The run's agents (its allocation) that are alive now.
 fn fetch_agents(cx: &RunContext, run: &Run) -> Vec<AgentId> {
-    let agents: Vec<AgentId> = {
-        let r = run.record.lock();
-        match &r.allocation {
-            Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
-            _ => r.agents.clone(),
-        }
-    };
+    let agents = run.record.lock().run_agents();
     let live = cx.agents.live_agents();
     agents.into_iter().filter(|a| live.contains(a)).collect()
 }

@@ -252,6 +252,15 @@ pub struct ProgramRun {
 }
 
 impl RunRecord {
+    /// The run's agents: its allocation's (`fixed:N`, `chained:N`), else every agent that
+    /// confirmed.
+    pub(crate) fn run_agents(&self) -> Vec<AgentId> {
+        match &self.allocation {
+            Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
+            _ => self.agents.clone(),
+        }
+    }
+
     /// Whether the run runs a program.
     pub fn is_program(&self) -> bool {
         self.program.is_some()
@@ -270,10 +279,7 @@ impl RunRecord {
 
 /// The API's view of `record` with `stats`.
 pub fn run_view(record: &RunRecord, stats: RunStats, items_path: Option<PathBuf>) -> RunView {
-    let agents = match &record.allocation {
-        Some(a) if !a.agents().is_empty() => a.agents().to_vec(),
-        _ => record.agents.clone(),
-    };
+    let agents = record.run_agents();
     RunView {
         id: record.id.clone(),
         state: record.state,

@@ -82,26 +82,61 @@ struct World {
 }
 
 async fn world() -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let repo = WorkRepo::init(&dir.path().join("work"), &dir.path().join("git"), "shop");
-    repo.commit(
-        &[
-            ("run.sh", WORKER),
-            ("tick.sh", TICKER),
-            ("pipe.sh", PIPER),
-            ("wait.sh", WAITER),
-            ("push.sh", PUSHER),
-        ],
-        "first",
-    );
+    let files = [
+        ("run.sh", WORKER),
+        ("tick.sh", TICKER),
+        ("pipe.sh", PIPER),
+        ("wait.sh", WAITER),
+        ("push.sh", PUSHER),
+    ];
+    let build = BuildSpec {
+        kind: BuildKind::Command,
+        command: None,
+        containerfile: None,
+        context: None,
+        timeout_ms: Some(60_000),
+        env: BTreeMap::new(),
+    };
+    start_world(
+        tempfile::tempdir().unwrap(),
+        "shop",
+        &files,
+        build,
+        "1.0",
+        None,
+    )
+    .await
+}
+
+/// A hub (on loopback, with its public URL), two agents that run programs, and `project` made
+/// of `files` and built as `version`; with `engine`, builds and programs use that container
+/// engine.
+async fn start_world(
+    dir: TempDir,
+    project: &str,
+    files: &[(&str, &str)],
+    build: BuildSpec,
+    version: &str,
+    engine: Option<&silk_testkit::containers::TestEngine>,
+) -> World {
+    let repo = WorkRepo::init(&dir.path().join("work"), &dir.path().join("git"), project);
+    repo.commit(files, "first");
     repo.push();
     let bus = bus();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let config = silk_hub::HubConfig {
+    let mut config = silk_hub::HubConfig {
         public_url: Some(base.clone()),
         ..hub_config(dir.path())
     };
+    if let Some(engine) = engine {
+        config.builds.engine = silk_projects::build::Engine {
+            cli: engine.cli.clone(),
+            global_args: engine.global_args.clone(),
+            build_args: engine.build_args.clone(),
+            registry: None,
+        };
+    }
     let hub = Hub::start(
         config,
         std::sync::Arc::new(bus.clone()),
@@ -117,41 +152,38 @@ async fn world() -> World {
     for id in ["p1", "p2"] {
         let mut config = agent_config(dir.path(), id);
         config.allow_programs = true;
+        if let Some(engine) = engine {
+            config.container_cli = engine.cli.clone();
+            config.container_args = engine.global_args.clone();
+        }
         agents.push(start_agent_with(config, &bus).await);
     }
     admin
         .create_project(&ProjectRequest {
-            name: "shop".into(),
+            name: project.into(),
             git_url: format!("file://{}", repo.bare().display()),
             username: None,
             password: None,
             branch: Some("main".into()),
             tag_pattern: None,
-            build: BuildSpec {
-                kind: BuildKind::Command,
-                command: None,
-                containerfile: None,
-                context: None,
-                timeout_ms: Some(60_000),
-                env: BTreeMap::new(),
-            },
+            build,
             webhook_secret: None,
         })
         .await
         .unwrap();
     admin
         .build_project(
-            "shop",
+            project,
             &BuildRequest {
                 git_ref: "main".into(),
-                version: Some("1.0".into()),
+                version: Some(version.into()),
             },
         )
         .await
         .unwrap();
-    within("the version is built", 60, async {
+    within("the version is built", 120, async {
         loop {
-            let v = admin.version("shop", "1.0").await.unwrap();
+            let v = admin.version(project, version).await.unwrap();
             if v.state.is_final() {
                 assert_eq!(v.state, VersionState::Ready, "{v:?}");
                 return;
@@ -658,97 +690,22 @@ async fn a_container_version_runs_its_workers_as_containers() {
     };
     let dir = tempfile::tempdir().unwrap();
     let base = engine.base_image(dir.path());
-    let repo = WorkRepo::init(&dir.path().join("work"), &dir.path().join("git"), "boxed");
     let job = "echo \"in a container, worker $SILK_WORKER of $SILK_WORKERS\"\n\
                echo \"ITM {\\\"url\\\": \\\"box-$SILK_WORKER\\\"}\" > \"$SILK_FIFO_PATH\"\n";
-    repo.commit(
-        &[
-            ("job.sh", job),
-            (
-                "Containerfile",
-                &format!("FROM {base}\nCOPY job.sh /job.sh\n"),
-            ),
-        ],
-        "image",
-    );
-    repo.push();
-    let bus = bus();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base_url = format!("http://{}", listener.local_addr().unwrap());
-    let mut config = silk_hub::HubConfig {
-        public_url: Some(base_url.clone()),
-        ..hub_config(dir.path())
+    let containerfile = format!("FROM {base}\nCOPY job.sh /job.sh\n");
+    let build = BuildSpec {
+        kind: BuildKind::Container,
+        command: None,
+        containerfile: Some("Containerfile".into()),
+        context: None,
+        timeout_ms: Some(120_000),
+        env: BTreeMap::new(),
     };
-    config.builds.engine = silk_projects::build::Engine {
-        cli: engine.cli.clone(),
-        global_args: engine.global_args.clone(),
-        build_args: engine.build_args.clone(),
-        registry: None,
-    };
-    let hub = Hub::start(
-        config,
-        std::sync::Arc::new(bus.clone()),
-        std::sync::Arc::new(silk_core::SystemClock),
-    )
-    .await
-    .unwrap();
-    let router = hub.router();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    let admin = Client::new(
-        reqwest::Url::parse(&base_url).unwrap(),
-        hub.ensure_admin_token().await.unwrap(),
-    )
-    .unwrap();
-    let mut agents = Vec::new();
-    for id in ["c1", "c2"] {
-        let mut config = agent_config(dir.path(), id);
-        config.allow_programs = true;
-        config.container_cli = engine.cli.clone();
-        config.container_args = engine.global_args.clone();
-        agents.push(start_agent_with(config, &bus).await);
-    }
-    admin
-        .create_project(&ProjectRequest {
-            name: "boxed".into(),
-            git_url: format!("file://{}", repo.bare().display()),
-            username: None,
-            password: None,
-            branch: Some("main".into()),
-            tag_pattern: None,
-            build: BuildSpec {
-                kind: BuildKind::Container,
-                command: None,
-                containerfile: Some("Containerfile".into()),
-                context: None,
-                timeout_ms: Some(120_000),
-                env: BTreeMap::new(),
-            },
-            webhook_secret: None,
-        })
-        .await
-        .unwrap();
+    // Images outlive the test's directory: a version of this process's own.
     let version = format!("1.{}", std::process::id());
-    admin
-        .build_project(
-            "boxed",
-            &BuildRequest {
-                git_ref: "main".into(),
-                version: Some(version.clone()),
-            },
-        )
-        .await
-        .unwrap();
-    within("the image is built", 120, async {
-        loop {
-            let v = admin.version("boxed", &version).await.unwrap();
-            if v.state.is_final() {
-                assert_eq!(v.state, VersionState::Ready, "{v:?}");
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    let files = [("job.sh", job), ("Containerfile", containerfile.as_str())];
+    let w = start_world(dir, "boxed", &files, build, &version, Some(&engine)).await;
+    let (hub, admin) = (&w.hub, &w.admin);
     // A container version does not run as a process, and the answer says why.
     let mut request = program(&["sh", "/job.sh"], 2, &[]);
     if let Some(p) = &mut request.program {
@@ -787,7 +744,7 @@ async fn a_container_version_runs_its_workers_as_containers() {
     urls.sort();
     assert_eq!(urls, ["box-0", "box-1"]);
     within("the containers' output is in the run log", 10, async {
-        while !log_text(&admin, run.id.as_str())
+        while !log_text(admin, run.id.as_str())
             .await
             .contains("in a container, worker 1 of 2")
         {
@@ -1066,23 +1023,14 @@ async fn a_program_fetches_through_the_download_center_with_its_agents_downloade
 
     // The SDK, and Scrapy with Silk's download handler: a redirect followed by Scrapy, the
     // cookie of the worker's agent, items in the run's item log.
-    match std::env::var("SILK_TEST_PYTHON") {
-        Ok(python) if !python.is_empty() => {
-            sdk_fetches(&python, &w, &run.id, &token, &site).await;
-            let got = seen.lock().unwrap().clone();
-            assert!(
-                got.iter()
-                    .any(|(path, cookie, via)| path == "/me" && cookie == "sid=s3cret" && *via),
-                "{got:?}"
-            );
-        }
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must run the SDK's fetch (SILK_TEST_PYTHON)"
-            );
-            println!("skipped: the SDK's fetch (SILK_TEST_PYTHON is not set)");
-        }
+    if let Some(python) = silk_testkit::service_url("SILK_TEST_PYTHON") {
+        sdk_fetches(&python, &w, &run.id, &token, &site).await;
+        let got = seen.lock().unwrap().clone();
+        assert!(
+            got.iter()
+                .any(|(path, cookie, via)| path == "/me" && cookie == "sid=s3cret" && *via),
+            "{got:?}"
+        );
     }
     std::fs::write(marks.path().join("stop"), "").unwrap();
     let done = until_state(&w.admin, &id, |v| v.state.is_terminal()).await;
@@ -1123,6 +1071,22 @@ class Spider(scrapy.Spider):
                "body": response.text, "flags": response.flags}
 "#;
 
+/// The output of `python ARGS` run in `dir` with `env`, off the runtime's threads.
+async fn python_output(
+    python: &str,
+    args: &[&str],
+    env: &[(&str, String)],
+    dir: &Path,
+) -> std::process::Output {
+    let mut cmd = std::process::Command::new(python);
+    cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .current_dir(dir);
+    tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap()
+}
+
 async fn sdk_fetches(python: &str, w: &World, run: &silk_core::RunId, token: &str, site: &str) {
     let dir = tempfile::tempdir().unwrap();
     let env = [
@@ -1139,18 +1103,7 @@ r = run.fetch(os.environ["SITE"] + "/me")
 print(json.dumps({"status": r.status, "agent": r.agent, "text": r.text, "ok": r.ok,
                   "type": r.header("content-type")}))
 "#;
-    let python = python.to_owned();
-    let (env2, dir2) = (env.clone(), dir.path().to_owned());
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(&python)
-            .args(["-c", script])
-            .envs(env2.iter().map(|(k, v)| (*k, v.as_str())))
-            .current_dir(&dir2)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = python_output(python, &["-c", script], &env, dir.path()).await;
     assert!(
         out.status.success(),
         "{}",
@@ -1176,18 +1129,13 @@ print(json.dumps({"status": r.status, "agent": r.agent, "text": r.text, "ok": r.
     assert_eq!(got["type"], "text/html; charset=utf-8");
 
     std::fs::write(dir.path().join("spider.py"), FETCH_SPIDER).unwrap();
-    let python = std::env::var("SILK_TEST_PYTHON").unwrap();
-    let dir2 = dir.path().to_owned();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(&python)
-            .args(["-m", "scrapy", "runspider", "spider.py"])
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .current_dir(&dir2)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = python_output(
+        python,
+        &["-m", "scrapy", "runspider", "spider.py"],
+        &env,
+        dir.path(),
+    )
+    .await;
     let log = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{log}");
     assert!(log.contains("'silk/fetched'"), "{log}");

@@ -47,7 +47,8 @@ pub fn free_port() -> u16 {
         .expect("cannot bind 127.0.0.1:0 to find a free port")
 }
 
-/// The URL of a test service from the environment variable `var` (`SILK_TEST_REDIS`, …), or
+/// The URL of a test service, or the path of a test tool, from the environment variable `var`
+/// (`SILK_TEST_REDIS`, `SILK_TEST_PYTHON`, …), or
 /// `None` after printing `skipped: VAR not set` when it is unset or empty.
 ///
 /// # Panics

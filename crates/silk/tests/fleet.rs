@@ -576,22 +576,6 @@ async fn one_of_two_hubs_killed_mid_run_the_other_adopts_the_run_and_finishes_it
     pg.drop_schema().await;
 }
 
-/// The Python of the venv `.ci/run` makes (Scrapy and `silk-sdk` installed), or a "skipped"
-/// line (a failure under CI).
-fn scrapy_python() -> Option<String> {
-    match std::env::var("SILK_TEST_PYTHON") {
-        Ok(p) if !p.is_empty() => Some(p),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "SILK_TEST_PYTHON is not set, and CI must run the Scrapy program test"
-            );
-            println!("skipped: SILK_TEST_PYTHON (a Python with scrapy and silk-sdk) is not set");
-            None
-        }
-    }
-}
-
 /// A Scrapy project of the test's own: one spider over the demo site, on Silk by the three
 /// settings lines of `silk_sdk.scrapy`.
 const SCRAPY_FILES: &[(&str, &str)] = &[
@@ -614,26 +598,7 @@ ITEM_PIPELINES = {"silk_sdk.scrapy.ItemPipeline": 300}
     ("shop/spiders/__init__.py", ""),
     (
         "shop/spiders/demo.py",
-        r#"import scrapy
-from scrapy.linkextractors import LinkExtractor
-
-
-class Demo(scrapy.Spider):
-    name = "demo"
-
-    def __init__(self, start_url=None, **kw):
-        super().__init__(**kw)
-        self.start_url = start_url
-
-    async def start(self):
-        yield scrapy.Request(self.start_url)
-
-    def parse(self, response):
-        if "/p/" in response.url:
-            yield {"url": response.url, "title": response.css("h1.title::text").get()}
-        for link in LinkExtractor(deny=[r"/calendar/", r"/private/"]).extract_links(response):
-            yield response.follow(link.url, self.parse)
-"#,
+        include_str!("../../../examples/scrapy/demo_spider.py"),
     ),
 ];
 
@@ -642,7 +607,7 @@ async fn a_scrapy_project_runs_on_two_agents_pauses_and_loses_nothing_when_an_ag
     if !have_nats_server() {
         return;
     }
-    let Some(python) = scrapy_python() else {
+    let Some(python) = silk_testkit::service_url("SILK_TEST_PYTHON") else {
         return;
     };
     let mut fleet = Fleet::start(2, 120, 30).await;
