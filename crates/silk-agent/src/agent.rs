@@ -174,6 +174,8 @@ impl Agent {
             program_control,
             ttl: TtlPolicy {
                 heartbeat_interval_ms: config.heartbeat_interval_ms,
+                allocate_ttl_ms: config.allocated_ttl_ms,
+                log_ttl_ms: config.log_ttl_ms,
                 ..TtlPolicy::default()
             },
             registry: RunTable::new(

@@ -13,7 +13,7 @@ use crate::command::{CommandDef, CommandPolicy};
 use crate::error::AgentError;
 use crate::store::write_atomic;
 use serde::{Deserialize, Serialize};
-use silk_bus::{LogLevel, Subject};
+use silk_bus::{LogLevel, Subject, TtlPolicy};
 use silk_core::AgentId;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +37,10 @@ pub struct AgentConfig {
     pub data_dir: PathBuf,
     /// Time between heartbeats; a heartbeat's TTL on the bus is three of these.
     pub heartbeat_interval_ms: u64,
+    /// TTL on the bus of this agent's allocation replies (as the hub's `allocate` commands).
+    pub allocated_ttl_ms: u64,
+    /// TTL on the bus of this agent's run log batches.
+    pub log_ttl_ms: u64,
     /// A downloader not used for longer than this is released.
     pub downloader_idle_ms: u64,
     /// How often idle downloaders are looked for.
@@ -99,6 +103,8 @@ impl Default for AgentConfig {
             capacity: 64,
             data_dir: PathBuf::from("silk-agent"),
             heartbeat_interval_ms: 1_000,
+            allocated_ttl_ms: TtlPolicy::default().allocate_ttl_ms,
+            log_ttl_ms: TtlPolicy::default().log_ttl_ms,
             downloader_idle_ms: 600_000,
             idle_check_ms: 1_000,
             result_publish_retries: 3,
@@ -137,6 +143,8 @@ impl AgentConfig {
         let positive = [
             ("capacity", u64::from(self.capacity)),
             ("heartbeat_interval_ms", self.heartbeat_interval_ms),
+            ("allocated_ttl_ms", self.allocated_ttl_ms),
+            ("log_ttl_ms", self.log_ttl_ms),
             ("downloader_idle_ms", self.downloader_idle_ms),
             ("idle_check_ms", self.idle_check_ms),
             ("backoff_initial_ms", self.backoff_initial_ms),
@@ -154,6 +162,8 @@ impl AgentConfig {
         const MAX_MS: u64 = 30 * 24 * 3_600_000;
         let bounded = [
             ("heartbeat_interval_ms", self.heartbeat_interval_ms),
+            ("allocated_ttl_ms", self.allocated_ttl_ms),
+            ("log_ttl_ms", self.log_ttl_ms),
             ("downloader_idle_ms", self.downloader_idle_ms),
             ("idle_check_ms", self.idle_check_ms),
             ("backoff_max_ms", self.backoff_max_ms),

@@ -221,8 +221,11 @@ fn default_user_agent() -> String {
 fn default_timeout_ms() -> u64 {
     30_000
 }
+/// Retries of a request when the spider does not say (`max_retries`).
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+
 fn default_max_retries() -> u32 {
-    3
+    DEFAULT_MAX_RETRIES
 }
 fn default_retry_backoff_ms() -> u64 {
     1_000
@@ -257,8 +260,11 @@ fn default_bloom_fp_rate() -> f64 {
 fn default_aging_beta() -> f64 {
     0.5
 }
+/// The lease timeout when the spider does not say (`lease_timeout_ms`).
+pub const DEFAULT_LEASE_TIMEOUT_MS: u64 = 120_000;
+
 fn default_lease_timeout_ms() -> u64 {
-    120_000
+    DEFAULT_LEASE_TIMEOUT_MS
 }
 
 fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -325,6 +331,15 @@ impl SpiderSpec {
                 file: file.to_owned(),
                 problems,
             })
+        }
+    }
+
+    /// Whether the spider file sets the top-level `key` itself (rather than leaving it to
+    /// the default). False for a text that is not a YAML mapping.
+    pub fn sets(yaml: &str, key: &str) -> bool {
+        match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(yaml) {
+            Ok(serde_yaml_ng::Value::Mapping(map)) => map.contains_key(key),
+            _ => false,
         }
     }
 

@@ -67,6 +67,36 @@ pub struct HubConfig {
     /// agents fetch versions): `silk hub` sets it from `--public-url`, else from `--listen`.
     /// `None`: program runs fail at start, saying so.
     pub public_url: Option<String>,
+    /// What a run gets when its request or spider leaves a setting out.
+    pub run_defaults: RunDefaults,
+}
+
+/// The settings a run gets when its request (`max_pending`, `stall_timeout_ms`) or its spider
+/// (`lease_timeout_ms`, `max_retries`) does not set them. Kept in the run's record at its
+/// start, so a run keeps them across hub restarts whatever the next hub's defaults are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunDefaults {
+    /// Most requests out at once (default 100).
+    pub max_pending: u64,
+    /// How long requests may be out with nothing coming back before the run fails, ms
+    /// (default 60 s).
+    pub stall_timeout_ms: u64,
+    /// A leased request not acked within this time is dispatched again, ms (default 120 s;
+    /// never below twice the spider's `timeout_ms`).
+    pub lease_timeout_ms: u64,
+    /// Retries of a request after a retryable failure (default 3).
+    pub max_retries: u32,
+}
+
+impl Default for RunDefaults {
+    fn default() -> Self {
+        Self {
+            max_pending: crate::run::DEFAULT_MAX_PENDING,
+            stall_timeout_ms: crate::run::DEFAULT_STALL_TIMEOUT_MS,
+            lease_timeout_ms: silk_core::spider::DEFAULT_LEASE_TIMEOUT_MS,
+            max_retries: silk_core::spider::DEFAULT_MAX_RETRIES,
+        }
+    }
 }
 
 impl HubConfig {
@@ -91,6 +121,7 @@ impl HubConfig {
             secret_key: None,
             builds: BuildSettings::default(),
             public_url: None,
+            run_defaults: RunDefaults::default(),
         }
     }
 }

@@ -7,9 +7,7 @@ use crate::allocation::{OnAgentLost, Strategy, allocate};
 use crate::error::HubError;
 use crate::live::Run;
 use crate::repo::record_of;
-use crate::run::{
-    DEFAULT_MAX_PENDING, DEFAULT_STALL_TIMEOUT_MS, Feed, RunRecord, RunRequest, RunState, RunView,
-};
+use crate::run::{Feed, RunRecord, RunRequest, RunState, RunView};
 use crate::runner::downloader_config;
 use crate::state::HubCore;
 use silk_bus::Command;
@@ -78,14 +76,20 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
             )));
         }
     }
+    let defaults = hub.config.run_defaults;
+    let unset = |key: &str| !silk_core::spider::SpiderSpec::sets(&request.spider, key);
+    let lease_timeout_ms = unset("lease_timeout_ms").then_some(defaults.lease_timeout_ms);
+    let max_retries = unset("max_retries").then_some(defaults.max_retries);
     let mut record = RunRecord {
         id: id.clone(),
         spider: request.spider,
         spider_name: spider.spec.name.clone(),
         strategy: request.strategy.unwrap_or(Strategy::Random),
         on_agent_lost: request.on_agent_lost.unwrap_or(OnAgentLost::Fail),
-        max_pending: request.max_pending.unwrap_or(DEFAULT_MAX_PENDING),
-        stall_timeout_ms: request.stall_timeout_ms.unwrap_or(DEFAULT_STALL_TIMEOUT_MS),
+        max_pending: request.max_pending.unwrap_or(defaults.max_pending),
+        stall_timeout_ms: request
+            .stall_timeout_ms
+            .unwrap_or(defaults.stall_timeout_ms),
         downloader: request.downloader.unwrap_or_default(),
         state: RunState::Allocating,
         reason: None,
@@ -107,6 +111,8 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         hub: Some(hub.hub_id.clone()),
         fail_if: request.fail_if,
         program,
+        lease_timeout_ms,
+        max_retries,
     };
     if !hub.repo.hold(&id).await? {
         return Err(HubError::Store(format!(

@@ -89,7 +89,7 @@ pub use allocation::{Allocation, AllocationError, Route, allocate};
 pub use api::{ApiOptions, openapi};
 pub use auth::ADMIN_TOKEN_FILE;
 pub use config::BuildSettings;
-pub use config::HubConfig;
+pub use config::{HubConfig, RunDefaults};
 pub use error::HubError;
 pub use files::KnownAgent;
 pub use hub::{Hub, HubHandle, RunQuery, RunScope};

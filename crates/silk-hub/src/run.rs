@@ -232,6 +232,12 @@ pub struct RunRecord {
     /// The program of a program run: what it runs and where its workers are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub program: Option<ProgramRun>,
+    /// The hub's default lease timeout, ms, when the spider sets none (at the run's start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_timeout_ms: Option<u64>,
+    /// The hub's default retries of a request, when the spider sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
 }
 
 /// What a program run runs: the program, the version it resolved to, and its workers.

@@ -66,7 +66,14 @@ impl Run {
             reason: e.to_string(),
         };
         let spider = record.compiled_spider()?;
-        let frontier_config = FrontierConfig::for_spider(&spider);
+        let mut frontier_config = FrontierConfig::for_spider(&spider);
+        // The hub's defaults for what the spider left out, as they were at the run's start.
+        if let Some(lease) = record.lease_timeout_ms {
+            frontier_config.lease_timeout_ms = lease.max(spider.spec.timeout_ms.saturating_mul(2));
+        }
+        if let Some(retries) = record.max_retries {
+            frontier_config.max_retries = retries;
+        }
         let lease_timeout_ms = frontier_config.lease_timeout_ms;
         let max_retries = frontier_config.max_retries;
         let frontier: Arc<dyn FrontierStore> = match &record.shared_frontier {

@@ -369,7 +369,25 @@ async fn hub_with_fake(
     mpsc::UnboundedReceiver<Download>,
     Tasks,
 ) {
-    let hub = start_hub_on(dir, bus, clock.clone()).await;
+    hub_with_fake_as(hub_config(dir), dir, bus, clock, backend).await
+}
+
+/// [`hub_with_fake`] with the hub's `config`.
+async fn hub_with_fake_as(
+    config: silk_hub::HubConfig,
+    dir: &Path,
+    bus: &InProcessBus,
+    clock: Arc<dyn Clock>,
+    backend: bool,
+) -> (
+    HubHandle,
+    Arc<FakeAgent>,
+    mpsc::UnboundedReceiver<Download>,
+    Tasks,
+) {
+    let hub = Hub::start(config, Arc::new(bus.clone()), clock.clone())
+        .await
+        .expect("hub starts");
     let backend = match backend {
         true => Some(Backend::start(dir).await),
         false => None,
@@ -383,23 +401,37 @@ async fn hub_with_fake(
 /// `max_retries`; then failed". The hub acks a silent request `Retry` (`lease_timeout`) just
 /// before its lease deadline, so each silent dispatch uses up a retry; a run whose requests
 /// all failed has nothing left and ends `failed` by its health (`fail_if.all_failed`).
-async fn silent_requests_are_retried_then_failed(lease_ms: u64) {
+///
+/// With `hub_retries`, the spider sets neither its lease timeout nor its retries: the hub's
+/// defaults (`runs.lease_timeout` = `lease_ms`, `runs.max_retries` = `hub_retries`) do.
+async fn silent_requests_are_retried_then_failed(lease_ms: u64, hub_retries: Option<u32>) {
     let dir = TempDir::new().unwrap();
     let (clock, bus) = paused();
     let site = site(10, 0).await;
-    let (hub, fake, _downloads, _tasks) = hub_with_fake(dir.path(), &bus, clock, false).await;
+    let mut config = hub_config(dir.path());
+    let mut max_retries = 1;
+    if let Some(retries) = hub_retries {
+        config.run_defaults.lease_timeout_ms = lease_ms;
+        config.run_defaults.max_retries = retries;
+        max_retries = retries as usize;
+    }
+    let (hub, fake, _downloads, _tasks) =
+        hub_with_fake_as(config, dir.path(), &bus, clock, false).await;
     let starts: Vec<String> = (1..=3)
         .flat_map(|h| [site.page_url(h, 0), site.page_url(h, 1)])
         .collect();
-    let run = hub
-        .submit(request(spider(&site, &starts, lease_ms), 32))
-        .await
-        .expect("run starts");
+    let mut spider = spider(&site, &starts, lease_ms);
+    if hub_retries.is_some() {
+        spider = spider
+            .replace(&format!("lease_timeout_ms: {lease_ms}\n"), "")
+            .replace("max_retries: 1\n", "");
+        assert!(!spider.contains("lease_timeout_ms") && !spider.contains("max_retries"));
+    }
+    let run = hub.submit(request(spider, 32)).await.expect("run starts");
     assert_eq!(run.agents, [AgentId::new("f1")]);
-    // Two dispatches of about a lease each: the run is over well within 15 s.
+    // A few dispatches of about a lease each: the run is over well within 15 s.
     let done = tokio::time::timeout(Duration::from_secs(15), hub.wait_run(&run.id)).await;
 
-    let max_retries = 1;
     let expected: BTreeMap<String, usize> = starts
         .iter()
         .map(|u| (u.clone(), max_retries + 1))
@@ -434,7 +466,13 @@ async fn silent_requests_are_retried_then_failed(lease_ms: u64) {
 async fn silent_requests_are_dispatched_max_retries_plus_one_times_then_failed() {
     // 2 s: the hub's silent-expiry margin (a tenth of the lease) is then as long as the
     // dispatch loop's longest sleep, so the loop cannot sleep past it (see the next test).
-    silent_requests_are_retried_then_failed(2_000).await;
+    silent_requests_are_retried_then_failed(2_000, None).await;
+}
+
+/// The hub's `runs.lease_timeout` and `runs.max_retries` apply to a spider that sets neither.
+#[tokio::test(start_paused = true)]
+async fn the_hubs_lease_timeout_and_retries_apply_when_the_spider_sets_none() {
+    silent_requests_are_retried_then_failed(2_000, Some(2)).await;
 }
 
 /// The same with a lease of 1.6 s. The dispatch loop sleeps 200 ms at a time, or until the
@@ -445,7 +483,7 @@ async fn silent_requests_are_dispatched_max_retries_plus_one_times_then_failed()
 /// expired: the request is re-queued without using a retry, and dispatched again forever.
 #[tokio::test(start_paused = true)]
 async fn silent_requests_are_retried_then_failed_whatever_the_lease_timeout() {
-    silent_requests_are_retried_then_failed(1_600).await;
+    silent_requests_are_retried_then_failed(1_600, None).await;
 }
 
 /// Failure matrix: "results arrive late (after a re-dispatch) → processed once". The fake

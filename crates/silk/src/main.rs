@@ -3,13 +3,16 @@
 
 mod agent;
 mod client;
+mod config;
 mod crawl;
 mod demo;
 mod manual;
 mod router;
 mod serve;
+mod settings;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use settings::Process;
 
 /// The crawl loop allocates many small short-lived buffers (URLs, headers, parser state);
 /// glibc's allocator cost ~13% of the crawler's CPU in profiles, mimalloc a fraction of it.
@@ -108,6 +111,9 @@ enum Command {
     Projects(client::ProjectsArgs),
     /// A project's versions, one version, its build log (`--log [-f]`).
     Versions(client::VersionsArgs),
+    /// Check a settings file (`silk config check FILE`), or show the settings a process would
+    /// run with and where each comes from (`silk config show --for hub`).
+    Config(config::ConfigArgs),
     /// Print the shell completion script of SHELL (e.g. `silk completions bash >
     /// /etc/bash_completion.d/silk`).
     Completions(manual::CompletionsArgs),
@@ -115,9 +121,43 @@ enum Command {
     Man(manual::ManArgs),
 }
 
+/// The command line: the derived one, with the settings' flags added to `silk hub`, `silk
+/// agent` and `silk up` from the knob table.
+pub(crate) fn cli_command() -> clap::Command {
+    Cli::command()
+        .mut_subcommand("hub", |c| settings::add_flags(c, Process::Hub))
+        .mut_subcommand("agent", |c| settings::add_flags(c, Process::Agent))
+        .mut_subcommand("up", |c| settings::add_flags(c, Process::Up))
+}
+
+/// The settings of a long-running command; the log format is theirs too.
+fn load_settings(
+    process: Process,
+    top: &clap::ArgMatches,
+    args: &settings::SettingsArgs,
+) -> Result<settings::Settings, ExitCode> {
+    let sub = top.subcommand().map(|(_, m)| m).unwrap_or(top);
+    let s = settings::load(process, top, sub, args)?;
+    let format = match s.text("log_format").as_deref() {
+        Some("json") => LogFormat::Json,
+        _ => LogFormat::Text,
+    };
+    let _ = LOG_FORMAT.set(format);
+    Ok(s)
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let _ = LOG_FORMAT.set(cli.log_format);
+    let matches = cli_command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if !matches!(
+        cli.command,
+        Command::Up(_) | Command::Hub(_) | Command::Agent(_)
+    ) {
+        let _ = LOG_FORMAT.set(cli.log_format);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -144,9 +184,18 @@ fn main() -> ExitCode {
             Command::Crawl(args) => crawl::run(args).await,
             Command::DemoSite(args) => demo::run(args).await,
             Command::Router(args) => router::run(args).await,
-            Command::Up(args) => serve::up(args).await,
-            Command::Hub(args) => serve::hub(args).await,
-            Command::Agent(args) => agent::run(args).await,
+            Command::Up(args) => match load_settings(Process::Up, &matches, &args.settings) {
+                Ok(s) => serve::up(s).await,
+                Err(code) => Ok(code),
+            },
+            Command::Hub(args) => match load_settings(Process::Hub, &matches, &args.settings) {
+                Ok(s) => serve::hub(s).await,
+                Err(code) => Ok(code),
+            },
+            Command::Agent(args) => match load_settings(Process::Agent, &matches, &args.settings) {
+                Ok(s) => agent::run(s).await,
+                Err(code) => Ok(code),
+            },
             Command::Run(args) => client::run(args).await,
             Command::Runs(args) => client::runs(args).await,
             Command::Jobs(args) => client::jobs(args).await,
@@ -156,6 +205,7 @@ fn main() -> ExitCode {
             Command::Tokens(args) => client::tokens(args).await,
             Command::Projects(args) => client::projects(args).await,
             Command::Versions(args) => client::versions(args).await,
+            Command::Config(args) => config::run(args),
             Command::Completions(args) => manual::completions(args),
             Command::Man(args) => manual::man(args),
         }

@@ -2,7 +2,7 @@
 //! man pages (clap_mangen), generated from the command line definition itself, so they never
 //! drift from the binary. The Debian package installs both.
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,7 +25,7 @@ pub struct ManArgs {
 
 /// Prints the completion script of `args.shell` on stdout.
 pub fn completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
-    let mut cmd = crate::Cli::command();
+    let mut cmd = crate::cli_command();
     clap_complete::generate(args.shell, &mut cmd, "silk", &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
 }
@@ -37,7 +37,7 @@ pub fn man(args: ManArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     // Not built beforehand: `generate_to` builds the command itself without the `help`
     // subcommand, so no page is written for it.
-    clap_mangen::generate_to(crate::Cli::command(), &args.out)
+    clap_mangen::generate_to(crate::cli_command(), &args.out)
         .with_context(|| format!("cannot write the man pages into {}", args.out.display()))?;
     let pages = std::fs::read_dir(&args.out)
         .map(|d| {

@@ -13,10 +13,11 @@
 //! config's `server.bind`:`server.port`), with the hub's classes `silk.JobOutbound` and
 //! `silk.RunResultsInbound`; it stops before the hub.
 
-use crate::agent::{connect, parse_bus_url, redact};
+use crate::agent::connect;
+use crate::settings::{Settings, SettingsArgs, redact};
 use anyhow::Context;
 use clap::Args;
-use silk_agent::{Agent, AgentConfig, AgentHandle};
+use silk_agent::{Agent, AgentHandle};
 use silk_bus::{Bus, BusConfig, InProcessBus};
 use silk_core::{AgentId, SystemClock};
 use silk_hub::{Hub, HubConfig, HubHandle};
@@ -24,65 +25,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-
-/// Options of the HTTP API and the store, shared by `silk up` and `silk hub`.
-#[derive(Debug, Args)]
-pub struct ControlArgs {
-    /// Serve the API without tokens (only allowed when --listen is a loopback address).
-    #[arg(long)]
-    pub no_auth: bool,
-    /// The metadata store: `sqlite://PATH` or `postgres://USER@HOST/DB`; default the
-    /// SQLite file DATA_DIR/silk.db.
-    #[arg(long, value_name = "URL", env = "SILK_STORE")]
-    pub store: Option<String>,
-    /// Run log lines older than this are deleted.
-    #[arg(long, default_value = "30d", value_parser = humantime::parse_duration)]
-    pub log_retention: std::time::Duration,
-    /// Also run the task router from this config (see `silk router`), with the hub's
-    /// classes `silk.JobOutbound` and `silk.RunResultsInbound`.
-    #[arg(long, value_name = "CONFIG")]
-    pub router: Option<PathBuf>,
-    /// A placeholder value of the router config, `NAME=VALUE` (repeatable).
-    #[arg(long = "router-var", value_name = "NAME=VALUE", requires = "router")]
-    pub router_vars: Vec<String>,
-    /// A YAML file of placeholder values of the router config (repeatable).
-    #[arg(long = "router-var-file", value_name = "FILE", requires = "router")]
-    pub router_var_files: Vec<PathBuf>,
-    /// The key that seals projects' git passwords and webhook secrets in the store: 32
-    /// bytes as base64 or hex. Default: DATA_DIR/secret.key, made at first start. Hubs
-    /// that share a store must share it.
-    #[arg(
-        long,
-        value_name = "KEY",
-        env = "SILK_SECRET_KEY",
-        hide_env_values = true
-    )]
-    pub secret_key: Option<String>,
-    #[command(flatten)]
-    pub container: crate::agent::ContainerArgs,
-    /// An argument of `build`, e.g. `--network=host` or `--ulimit=nofile=1024:1024`
-    /// (repeatable).
-    #[arg(
-        long = "container-build-arg",
-        value_name = "ARG",
-        allow_hyphen_values = true
-    )]
-    pub container_build_args: Vec<String>,
-    /// A registry to push built images to (`registry.example:5000/team`), so that agents
-    /// on other machines can pull them.
-    #[arg(long, value_name = "REGISTRY")]
-    pub registry: Option<String>,
-    /// Builds of projects' versions at once on this hub.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub builds_parallel: u32,
-    /// Finished versions kept per project (older ones go with their artifacts).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-    pub keep_versions: u32,
-    /// The hub's API as programs and agents reach it (`SILK_API_URL`, version downloads);
-    /// default `http://` + the listen address (loopback when it listens on all addresses).
-    #[arg(long, value_name = "URL", env = "SILK_PUBLIC_URL")]
-    pub public_url: Option<String>,
-}
 
 /// The router of `--router`, loaded and bound before the hub starts.
 struct RouterSetup {
@@ -97,145 +39,121 @@ struct RunningRouter {
     task: tokio::task::JoinHandle<Result<(), silk_router::RouterError>>,
 }
 
-/// Options of `silk up`.
+/// Options of `silk up`. Its settings (`--listen`, `--agents`, `--demo`, … and the timing
+/// knobs) are the knobs of [`crate::settings`], added to the command from its table.
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Local agents to run in the process.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub agents: u32,
-    /// Requests each local agent fetches at once.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub capacity: Option<u32>,
-    /// Where runs, frontiers, items and the agents' state are kept.
-    #[arg(long, default_value = ".silk")]
-    pub data_dir: PathBuf,
-    /// Address of the HTTP API (loopback by default).
-    #[arg(long, default_value = "127.0.0.1:7700")]
-    pub listen: SocketAddr,
-    /// Also serve the demo site on loopback and create and trigger a `demo` job crawling
-    /// it (watch it in the web UI).
-    #[arg(long)]
-    pub demo: bool,
-    /// Named commands of the local agents (they also run admins' raw commands: their hub,
-    /// in this process, refuses raw commands from other tokens).
     #[command(flatten)]
-    pub commands: crate::agent::CommandArgs,
-    #[command(flatten)]
-    pub control: ControlArgs,
+    pub settings: SettingsArgs,
 }
 
-/// Options of `silk hub`.
+/// Options of `silk hub` (its settings: see [`UpArgs`]).
 #[derive(Debug, Args)]
 pub struct HubArgs {
-    /// The NATS server of the bus, `nats://HOST:PORT`.
-    #[arg(long, value_name = "URL", value_parser = parse_bus_url)]
-    pub bus: String,
-    /// The bus namespace (the agents must use the same).
-    #[arg(long, default_value = "silk")]
-    pub namespace: String,
-    /// Where runs, frontiers, items and known agents are kept.
-    #[arg(long, default_value = ".silk/hub")]
-    pub data_dir: PathBuf,
-    /// Address of the HTTP API.
-    #[arg(long, default_value = "127.0.0.1:7700")]
-    pub listen: SocketAddr,
-    /// An agent silent for this long is dead, whatever the failure detector says.
-    #[arg(long, default_value = "11s", value_parser = humantime::parse_duration)]
-    pub dead_after: std::time::Duration,
-    /// Phi threshold of the failure detector (suspect at half of it).
-    #[arg(long, default_value_t = 8.0)]
-    pub phi_threshold: f64,
-    /// This hub's id in the cluster (`[A-Za-z0-9_-]`, at most 40); default the id kept in
-    /// DATA_DIR/hub.id, made at first start.
-    #[arg(long, value_name = "ID")]
-    pub id: Option<String>,
-    /// Keep run frontiers in this Redis (`redis://HOST:PORT[/DB]`) instead of the data dir,
-    /// so that the other hubs sharing the store (`--store postgres://…`) carry a run on when
-    /// this hub dies. Key prefix: the namespace.
-    #[arg(long, value_name = "URL", env = "SILK_FRONTIER")]
-    pub frontier: Option<String>,
-    /// How long a run stays with this hub after its last lease renewal in the store: when
-    /// the hub dies, another hub of the cluster adopts its runs after this.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration)]
-    pub ownership_ttl: std::time::Duration,
     #[command(flatten)]
-    pub control: ControlArgs,
+    pub settings: SettingsArgs,
 }
 
-impl ControlArgs {
-    /// Checks the options against the listen address.
-    fn check(&self, listen: SocketAddr) -> Result<(), String> {
-        if self.no_auth && !listen.ip().is_loopback() {
-            return Err(format!(
-                "--no-auth is only allowed on a loopback address, not {listen}"
-            ));
+/// Checks the settings against the listen address.
+fn check_listen(s: &Settings, listen: SocketAddr) -> Result<(), String> {
+    if s.switch("no_auth") && !listen.ip().is_loopback() {
+        return Err(format!(
+            "--no-auth is only allowed on a loopback address, not {listen}"
+        ));
+    }
+    Ok(())
+}
+
+/// The API URL programs are given: `public_url`, or the listen address.
+fn public_url(s: &Settings, listen: SocketAddr) -> String {
+    if let Some(url) = s.text("public_url") {
+        return url.trim_end_matches('/').to_owned();
+    }
+    let ip = if listen.ip().is_unspecified() {
+        tracing::warn!(
+            "listening on all addresses without --public-url: programs are given http://127.0.0.1:{}, which agents on other machines cannot reach",
+            listen.port()
+        );
+        std::net::IpAddr::from([127, 0, 0, 1])
+    } else {
+        listen.ip()
+    };
+    format!("http://{}", SocketAddr::new(ip, listen.port()))
+}
+
+/// The hub's config from the settings `silk up` and `silk hub` share.
+fn hub_config(s: &Settings, data_dir: PathBuf, router: Option<&RouterSetup>) -> HubConfig {
+    let mut config = HubConfig::new(data_dir);
+    config.store_url = s.text("store");
+    config.log_retention_ms = s.ms("log_retention");
+    config.secret_key = s.text("secret_key");
+    config.builds = silk_hub::BuildSettings {
+        engine: silk_projects::build::Engine {
+            cli: s.text("container.cli").unwrap_or_default(),
+            global_args: s.list("container.args"),
+            build_args: s.list("builds.container_args"),
+            registry: s.text("builds.registry"),
+        },
+        parallel: usize::try_from(s.count("builds.parallel")).unwrap_or(usize::MAX),
+        keep_versions: usize::try_from(s.count("builds.keep_versions")).unwrap_or(usize::MAX),
+        ..silk_hub::BuildSettings::default()
+    };
+    config.record_outcomes =
+        router.is_some_and(|r| silk_hub::HubClasses::wants_outcomes(&r.config));
+    let heartbeat_ms = s.ms("heartbeat_interval");
+    config.phi.dead_after_ms = s.ms("failure.dead_after");
+    config.phi.threshold = s.number("failure.phi_threshold");
+    config.phi.acceptable_heartbeat_pause_ms = s.ms("failure.acceptable_pause");
+    config.phi.first_heartbeat_estimate_ms = heartbeat_ms;
+    config.ttl = silk_bus::TtlPolicy {
+        heartbeat_interval_ms: heartbeat_ms,
+        allocate_ttl_ms: s.ms("ttl.allocate"),
+        download_ttl_ms: s.ms("ttl.download"),
+        ..silk_bus::TtlPolicy::default()
+    };
+    config.allocate_timeout_ms = s.ms("runs.allocation_timeout");
+    config.poison_after_losses =
+        u32::try_from(s.count("runs.poison_after_losses")).unwrap_or(u32::MAX);
+    config.run_defaults = silk_hub::RunDefaults {
+        max_pending: s.count("runs.max_pending"),
+        stall_timeout_ms: s.ms("runs.stall_timeout"),
+        lease_timeout_ms: s.ms("runs.lease_timeout"),
+        max_retries: u32::try_from(s.count("runs.max_retries")).unwrap_or(u32::MAX),
+    };
+    config
+}
+
+/// Loads the `router.config` and binds its port; `Err` is the exit code (the problems are
+/// printed).
+async fn load_router(s: &Settings) -> Result<Option<RouterSetup>, ExitCode> {
+    let vars = s.list("router.vars");
+    let var_files: Vec<PathBuf> = s
+        .list("router.var_files")
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
+    let Some(path) = s.path("router.config") else {
+        if !(vars.is_empty() && var_files.is_empty()) {
+            eprintln!("error: router.vars and router.var_files need router.config (--router)");
+            return Err(ExitCode::from(2));
         }
-        Ok(())
-    }
-
-    /// The API URL programs are given: `--public-url`, or the listen address.
-    fn public_url(&self, listen: SocketAddr) -> String {
-        if let Some(url) = &self.public_url {
-            return url.trim_end_matches('/').to_owned();
+        return Ok(None);
+    };
+    let classes = silk_hub::HubClasses::new();
+    let config = crate::router::load(&path, &vars, &var_files, &classes.registry())?;
+    let addr = format!("{}:{}", config.server.bind, config.server.port);
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: router: cannot listen on {addr}: {e}");
+            return Err(ExitCode::from(2));
         }
-        let ip = if listen.ip().is_unspecified() {
-            tracing::warn!(
-                "listening on all addresses without --public-url: programs are given http://127.0.0.1:{}, which agents on other machines cannot reach",
-                listen.port()
-            );
-            std::net::IpAddr::from([127, 0, 0, 1])
-        } else {
-            listen.ip()
-        };
-        format!("http://{}", SocketAddr::new(ip, listen.port()))
-    }
-
-    fn apply(&self, config: &mut HubConfig, router: Option<&RouterSetup>) {
-        config.store_url = self.store.clone();
-        config.log_retention_ms = self.log_retention.as_millis() as u64;
-        config.secret_key = self.secret_key.clone();
-        config.builds = silk_hub::BuildSettings {
-            engine: silk_projects::build::Engine {
-                cli: self.container.container_cli.clone(),
-                global_args: self.container.container_args.clone(),
-                build_args: self.container_build_args.clone(),
-                registry: self.registry.clone(),
-            },
-            parallel: self.builds_parallel as usize,
-            keep_versions: self.keep_versions as usize,
-            ..silk_hub::BuildSettings::default()
-        };
-        config.record_outcomes =
-            router.is_some_and(|r| silk_hub::HubClasses::wants_outcomes(&r.config));
-    }
-
-    /// Loads the `--router` config and binds its port; `Err` is the exit code (the problems
-    /// are printed).
-    async fn router(&self) -> Result<Option<RouterSetup>, ExitCode> {
-        let Some(path) = &self.router else {
-            return Ok(None);
-        };
-        let classes = silk_hub::HubClasses::new();
-        let config = crate::router::load(
-            path,
-            &self.router_vars,
-            &self.router_var_files,
-            &classes.registry(),
-        )?;
-        let addr = format!("{}:{}", config.server.bind, config.server.port);
-        let listener = match tokio::net::TcpListener::bind(&addr).await {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!("error: router: cannot listen on {addr}: {e}");
-                return Err(ExitCode::from(2));
-            }
-        };
-        Ok(Some(RouterSetup {
-            classes,
-            config,
-            listener,
-        }))
-    }
+    };
+    Ok(Some(RouterSetup {
+        classes,
+        config,
+        listener,
+    }))
 }
 
 /// Starts the `--router` router, if any; on failure stops the hub and gives the exit code.
@@ -278,29 +196,35 @@ impl RouterSetup {
 }
 
 /// Runs `silk up`.
-pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+pub async fn up(s: Settings) -> anyhow::Result<ExitCode> {
     crate::init_logging(&crate::own_events("info"));
-    if let Err(e) = args.control.check(args.listen) {
+    let listen = s.address("listen");
+    let data_dir = s.path("data_dir").unwrap_or_default();
+    let agents_n = s.count("agents");
+    if let Err(e) = check_listen(&s, listen) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
     }
-    let commands = match args.commands.load() {
+    let commands = match crate::agent::load_commands(s.path("commands").as_deref()) {
         Ok(commands) => commands,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(ExitCode::from(2));
         }
     };
-    let bus = InProcessBus::new(BusConfig::default()).context("in-process bus")?;
+    let bus_config = BusConfig {
+        retry: s.bus_retry(),
+        ..BusConfig::default()
+    };
+    let bus = InProcessBus::new(bus_config).context("in-process bus")?;
     let bus: Arc<dyn Bus> = Arc::new(bus);
-    let listener = bind(args.listen).await?;
-    let router = match args.control.router().await {
+    let listener = bind(listen).await?;
+    let router = match load_router(&s).await {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
-    let mut config = HubConfig::new(args.data_dir.join("hub"));
-    args.control.apply(&mut config, router.as_ref());
-    config.public_url = Some(args.control.public_url(listener.local_addr()?));
+    let mut config = hub_config(&s, data_dir.join("hub"), router.as_ref());
+    config.public_url = Some(public_url(&s, listener.local_addr()?));
     let hub = match Hub::start(config, bus.clone(), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
         Err(e) => {
@@ -309,43 +233,38 @@ pub async fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut agents = Vec::new();
-    for k in 1..=args.agents {
-        let mut config = AgentConfig::new(args.data_dir.join("agents").join(format!("local-{k}")));
+    for k in 1..=agents_n {
+        let mut config = crate::agent::agent_config(
+            &s,
+            data_dir.join("agents").join(format!("local-{k}")),
+            commands.clone(),
+        );
         config.id = Some(AgentId::new(format!("local-{k}")));
-        config.commands = commands.clone();
         config.allow_raw_commands = true;
         config.allow_programs = true;
-        config.container_cli = args.control.container.container_cli.clone();
-        config.container_args = args.control.container.container_args.clone();
-        if let Some(c) = args.capacity {
-            config.capacity = c;
-        }
         let agent = Agent::start(config, bus.clone(), Arc::new(SystemClock))
             .await
             .context("starting a local agent")?;
         agents.push(agent);
     }
     println!(
-        "silk is up: hub on http://{} with {} local agents (data in {})",
-        args.listen,
-        args.agents,
-        args.data_dir.display()
+        "silk is up: hub on http://{listen} with {agents_n} local agents (data in {})",
+        data_dir.display()
     );
-    print_access(&hub, args.listen, args.control.no_auth).await?;
+    let no_auth = s.switch("no_auth");
+    print_access(&hub, listen, no_auth).await?;
     let router = match start_router(router, &hub).await {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
-    let demo = if args.demo {
-        Some(start_demo(&hub, args.agents as usize).await?)
+    let demo = if s.switch("demo") {
+        Some(start_demo(&hub, agents.len()).await?)
     } else {
-        println!(
-            "submit a run:  silk run SPIDER.yaml --server http://{}",
-            args.listen
-        );
+        println!("submit a run:  silk run SPIDER.yaml --server http://{listen}");
         None
     };
-    let code = serve(hub, listener, agents, router, args.control.no_auth).await;
+    s.check_all_read();
+    let code = serve(hub, listener, agents, router, no_auth).await;
     drop(demo);
     code
 }
@@ -440,46 +359,50 @@ async fn start_demo(
 }
 
 /// Runs `silk hub`.
-pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
+pub async fn hub(s: Settings) -> anyhow::Result<ExitCode> {
     crate::init_logging(&crate::own_events("info"));
-    if let Err(e) = silk_bus::subject::check_namespace(&args.namespace) {
-        eprintln!("error: --namespace: {e}");
+    let listen = s.address("listen");
+    let namespace = s.text("namespace").unwrap_or_default();
+    let bus_url = s.text("bus").unwrap_or_default();
+    let frontier = s.text("frontier");
+    if let Err(e) = silk_bus::subject::check_namespace(&namespace) {
+        eprintln!("error: namespace: {e}");
         return Ok(ExitCode::from(2));
     }
-    if let Err(e) = args.control.check(args.listen) {
+    if let Err(e) = check_listen(&s, listen) {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
     }
-    let listener = bind(args.listen).await?;
-    let bus = match connect(&args.bus, &args.namespace).await {
+    if let Some(url) = &frontier
+        && !(url.starts_with("redis://") || url.starts_with("rediss://"))
+    {
+        eprintln!(
+            "error: frontier: expected redis://HOST:PORT[/DB] or rediss://…, not `{}`",
+            redact(url)
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let listener = bind(listen).await?;
+    let bus = match connect(&bus_url, s.bus_config(&namespace)).await {
         Ok(bus) => bus,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(ExitCode::from(2));
         }
     };
-    let router = match args.control.router().await {
+    let router = match load_router(&s).await {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
-    let mut config = HubConfig::new(&args.data_dir);
-    config.public_url = Some(args.control.public_url(listener.local_addr()?));
-    config.phi.dead_after_ms = args.dead_after.as_millis() as u64;
-    config.phi.threshold = args.phi_threshold;
-    config.hub_id = args.id.clone();
-    config.ownership_ttl_ms = args.ownership_ttl.as_millis() as u64;
-    if let Some(url) = &args.frontier {
-        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-            eprintln!(
-                "error: --frontier: expected redis://HOST:PORT[/DB] or rediss://…, not `{}`",
-                redact(url)
-            );
-            return Ok(ExitCode::from(2));
-        }
+    let data_dir = s.path("data_dir").unwrap_or_default();
+    let mut config = hub_config(&s, data_dir, router.as_ref());
+    config.public_url = Some(public_url(&s, listener.local_addr()?));
+    config.hub_id = s.text("id");
+    config.ownership_ttl_ms = s.ms("ownership_ttl");
+    if let Some(url) = &frontier {
         config.frontier_url = Some(url.clone());
-        config.frontier_prefix = args.namespace.clone();
+        config.frontier_prefix = namespace.clone();
     }
-    args.control.apply(&mut config, router.as_ref());
     let hub = match Hub::start(config, Arc::new(bus), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
         Err(e) => {
@@ -488,21 +411,21 @@ pub async fn hub(args: HubArgs) -> anyhow::Result<ExitCode> {
         }
     };
     println!(
-        "silk hub: API on http://{}, bus {} (namespace {}), hub id `{}`, frontiers {}",
-        args.listen,
-        redact(&args.bus),
-        args.namespace,
+        "silk hub: API on http://{listen}, bus {} (namespace {namespace}), hub id `{}`, frontiers {}",
+        redact(&bus_url),
         hub.hub_id(),
-        args.frontier
+        frontier
             .as_deref()
             .map_or_else(|| "in the data dir".to_owned(), redact)
     );
-    print_access(&hub, args.listen, args.control.no_auth).await?;
+    let no_auth = s.switch("no_auth");
+    print_access(&hub, listen, no_auth).await?;
+    s.check_all_read();
     let router = match start_router(router, &hub).await {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
-    serve(hub, listener, Vec::new(), router, args.control.no_auth).await
+    serve(hub, listener, Vec::new(), router, no_auth).await
 }
 
 async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {

@@ -100,10 +100,14 @@ fn agent_refuses_a_bus_that_is_not_nats() {
 fn agent_refuses_bad_settings() {
     let dir = tempfile::tempdir().unwrap();
     for (flag, value, says) in [
-        ("--id", "a.b", "--id"),
-        ("--namespace", "Bad NS", "namespace"),
-        ("--labels", "=x", "--labels"),
-        ("--capacity", "0", "--capacity"),
+        ("--id", "a.b", "error: id: invalid agent id"),
+        ("--namespace", "Bad NS", "error: namespace:"),
+        ("--labels", "=x", "error: labels: `=x` has no key"),
+        (
+            "--capacity",
+            "0",
+            "error: --capacity: capacity: 0 is below the least allowed, 1",
+        ),
     ] {
         let (out, stderr) = output(
             silk()
