@@ -10,7 +10,7 @@
 use crate::ErrorCode;
 use crate::agents::AgentView;
 use crate::jobs::{Job, JobSpec, TriggerRequest};
-use crate::logs::{EventParams, LogPage, LogParams};
+use crate::logs::{EventParams, LogPage, LogParams, LogSearchParams};
 use crate::projects::{
     BuildLog, BuildLogParams, BuildRequest, NewProject, ProjectRequest, ProjectView, VersionView,
 };
@@ -451,6 +451,13 @@ impl Client {
     /// `GET /api/v1/runs/{id}/logs`.
     pub async fn logs(&self, id: &str, params: &LogParams) -> Result<LogPage, ClientError> {
         self.get_with(&["api", "v1", "runs", id, "logs"], &params.pairs())
+            .await?
+            .parse("a page of log lines")
+    }
+
+    /// `GET /api/v1/logs`: log lines of every run, newest first.
+    pub async fn search_logs(&self, params: &LogSearchParams) -> Result<LogPage, ClientError> {
+        self.get_with(&["api", "v1", "logs"], &params.pairs())
             .await?
             .parse("a page of log lines")
     }

@@ -75,6 +75,10 @@ pub struct JobSpec {
     /// Whether the schedule fires (manual triggers always work); default true.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// Log lines of its runs older than this are deleted, ms (the hub's `log_retention`
+    /// applies to every run; this can only keep a job's lines for less).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_retention_ms: Option<u64>,
 }
 
 fn yes() -> bool {

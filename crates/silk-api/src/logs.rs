@@ -123,6 +123,44 @@ impl LogParams {
     }
 }
 
+/// A search of log lines across runs (`GET /api/v1/logs`), newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogSearchParams {
+    /// Only lines of this job's runs (its name or id).
+    pub job: Option<String>,
+    /// Only this run's lines.
+    pub run: Option<String>,
+    /// Lowest level: trace, debug, info, warn, error.
+    pub level: Option<String>,
+    /// Text the message contains (case-insensitive).
+    pub q: Option<String>,
+    /// Not before, ms since the epoch.
+    pub since_ms: Option<u64>,
+    /// Before this, ms since the epoch.
+    pub until_ms: Option<u64>,
+    /// Lines older than this id (the next page: the page's `next`).
+    pub before: Option<i64>,
+    /// At most this many (default 100, at most 1000).
+    pub limit: Option<u32>,
+}
+
+impl LogSearchParams {
+    /// The query string's pairs (absent fields left out).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        crate::push_param(&mut p, "job", self.job.as_ref());
+        crate::push_param(&mut p, "run", self.run.as_ref());
+        crate::push_param(&mut p, "level", self.level.as_ref());
+        crate::push_param(&mut p, "q", self.q.as_ref());
+        crate::push_param(&mut p, "since_ms", self.since_ms.as_ref());
+        crate::push_param(&mut p, "until_ms", self.until_ms.as_ref());
+        crate::push_param(&mut p, "before", self.before.as_ref());
+        crate::push_param(&mut p, "limit", self.limit.as_ref());
+        p
+    }
+}
+
 /// What the event stream carries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]

@@ -20,6 +20,7 @@
 //! | `POST /api/v1/runs/{id}/pause`, `/resume`, `/cancel` | `RunView`; `409 wrong_state` when it does not apply |
 //! | `POST /api/v1/runs/{id}/restart` | `{"keep_frontier": bool}` → `201 RunView` of the new run |
 //! | `GET /api/v1/runs/{id}/logs` | `{lines, next}`: `?level=&q=&since_ms=&until_ms=&after=&before=&limit=&order=` |
+//! | `GET /api/v1/logs` | `{lines, next}` of every run, newest first: `?job=&run=&level=&q=&since_ms=&until_ms=&before=&limit=` |
 //! | `GET /api/v1/runs/{id}/events` | server-sent events: `run` (RunView), `log` (LogLine), `end` |
 //! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
 //! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | admin only |
@@ -52,7 +53,7 @@ use axum::routing::get;
 use silk_api::ErrorCode;
 use silk_api::agents::AgentView;
 use silk_api::jobs::{Job, JobSpec, TriggerRequest};
-use silk_api::logs::{EventParams, LogLineView, LogPage, LogParams};
+use silk_api::logs::{EventParams, LogLineView, LogPage, LogParams, LogSearchParams};
 use silk_api::programs::{
     AckBatch, Acked, EnqueueBatch, Enqueued, FetchAsk, Fetched, ItemsAdded, ItemsBatch, LeaseAsk,
     Leases,
@@ -186,6 +187,7 @@ fn api_routes() -> (
         .routes(routes!(cancel_run))
         .routes(routes!(restart_run))
         .routes(routes!(run_logs))
+        .routes(routes!(search_logs))
         .routes(routes!(run_events))
         .routes(routes!(run_items, push_run_items))
         .routes(routes!(enqueue_run_requests))
@@ -768,6 +770,47 @@ async fn run_logs(
     let lines: Vec<LogLineView> = hub
         .store()
         .query_logs(&query)
+        .await
+        .map_err(HubError::from)?
+        .into_iter()
+        .map(log_line_view)
+        .collect();
+    let next = if lines.len() as u32 == limit {
+        lines.last().map(|l| l.id)
+    } else {
+        None
+    };
+    Ok(Json(LogPage { lines, next }))
+}
+
+/// Log lines of every run (and build), newest first: by job, run, level, text and time;
+/// the next page is `?before=` the page's `next`. On PostgreSQL the text match uses a
+/// trigram index (when the server has `pg_trgm`); on SQLite it scans the lines in the time
+/// range, so give `since_ms` on a large log.
+#[utoipa::path(get, path = "/api/v1/logs", params(LogSearchParams),
+    responses((status = 200, body = LogPage), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
+async fn search_logs(
+    State(hub): State<HubHandle>,
+    Query(params): Query<LogSearchParams>,
+) -> ApiResult<Json<LogPage>> {
+    let limit = params.limit.unwrap_or(100).clamp(1, 1000);
+    let job_id = match params.job.as_deref().filter(|j| !j.is_empty()) {
+        Some(job) => Some(hub.job(job).await?.id),
+        None => None,
+    };
+    let search = silk_store::LogSearch {
+        run_id: params.run.filter(|r| !r.is_empty()),
+        job_id,
+        min_level: parse_level(params.level.as_deref())?,
+        text: params.q.filter(|q| !q.is_empty()),
+        since_ms: params.since_ms,
+        until_ms: params.until_ms,
+        before_id: params.before,
+        limit,
+    };
+    let lines: Vec<LogLineView> = hub
+        .store()
+        .search_logs(&search)
         .await
         .map_err(HubError::from)?
         .into_iter()

@@ -105,6 +105,11 @@ pub fn validate_spec(spec: &JobSpec) -> Result<(String, Option<CronSchedule>), H
     if spec.timeout_ms == Some(0) {
         return Err(HubError::BadJob("timeout_ms must be at least 1".into()));
     }
+    if spec.log_retention_ms == Some(0) {
+        return Err(HubError::BadJob(
+            "log_retention_ms must be at least 1".into(),
+        ));
+    }
     let request = run_request(spec, &BTreeMap::new())?;
     let spider = check_request(&request)?;
     Ok((spider.spec.name, schedule))

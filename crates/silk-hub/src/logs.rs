@@ -198,7 +198,8 @@ async fn store_batch(logs: &RunLogs, store: &Arc<dyn MetaStore>, batch: &[NewLog
     }
 }
 
-/// Deletes lines older than `retention_ms` now and then every hour, until `stop`.
+/// Deletes lines older than `retention_ms` (and lines of a job's runs older than the job's
+/// `log_retention_ms`) now and then every hour, until `stop`.
 pub(crate) async fn retention(
     store: Arc<dyn MetaStore>,
     clock: Arc<dyn Clock>,
@@ -211,11 +212,45 @@ pub(crate) async fn retention(
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
-        let before = clock.now_ms().saturating_sub(retention_ms);
-        match store.delete_logs_before(before).await {
+        retention_pass(&*store, clock.now_ms(), retention_ms).await;
+    }
+}
+
+/// One pass of [`retention`] at `now_ms`.
+pub(crate) async fn retention_pass(store: &dyn MetaStore, now_ms: u64, retention_ms: u64) {
+    match store
+        .delete_logs_before(now_ms.saturating_sub(retention_ms))
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(lines = n, "old run log lines deleted (retention)"),
+        Err(e) => tracing::warn!(error = %e, "log retention failed; retrying in an hour"),
+    }
+    let jobs = match store.list_jobs().await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            return tracing::warn!(error = %e, "job log retention failed; retrying in an hour");
+        }
+    };
+    for row in jobs {
+        let name = row.name.clone();
+        let Ok(job) = crate::jobs::job_from_row(row) else {
+            continue;
+        };
+        let Some(keep) = job.spec.log_retention_ms.filter(|k| *k < retention_ms) else {
+            continue;
+        };
+        match store
+            .delete_job_logs_before(&job.id, now_ms.saturating_sub(keep))
+            .await
+        {
             Ok(0) => {}
-            Ok(n) => tracing::info!(lines = n, "old run log lines deleted (retention)"),
-            Err(e) => tracing::warn!(error = %e, "log retention failed; retrying in an hour"),
+            Ok(n) => {
+                tracing::info!(job = %name, lines = n, "old log lines of the job's runs deleted (its retention)")
+            }
+            Err(e) => {
+                tracing::warn!(job = %name, error = %e, "job log retention failed; retrying in an hour")
+            }
         }
     }
 }
@@ -223,6 +258,84 @@ pub(crate) async fn retention(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A retention pass: the hub's retention for every line, a job's shorter one for its
+    /// runs' lines; a job's longer one changes nothing.
+    #[tokio::test]
+    async fn a_jobs_retention_deletes_its_runs_old_lines_sooner() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("s.db").display());
+        let store = silk_store::open(&url).await.unwrap();
+        let job = |id: &str, keep: Option<u64>| {
+            let mut doc = serde_json::json!({
+                "id": id, "name": id, "spider": "name: s\nstart_urls: ['http://127.0.0.1:1/']\n",
+                "spider_name": "s", "created_ms": 0, "updated_ms": 0, "next_fire_ms": null,
+                "last_fire_ms": null, "schedule_from_ms": 0, "last_run": null, "queued": 0,
+                "retry_pending": null,
+            });
+            if let Some(keep) = keep {
+                doc["log_retention_ms"] = keep.into();
+            }
+            let job: silk_api::jobs::Job = serde_json::from_value(doc).unwrap();
+            crate::jobs::job_row(&job).unwrap()
+        };
+        for row in [
+            job("short", Some(1_000)),
+            job("long", Some(1_000_000)),
+            job("plain", None),
+        ] {
+            store.create_job(&row).await.unwrap();
+        }
+        for (run, job_id) in [
+            ("r-short", "short"),
+            ("r-long", "long"),
+            ("r-plain", "plain"),
+        ] {
+            let row = silk_store::RunRow {
+                id: run.into(),
+                job_id: Some(job_id.into()),
+                state: "succeeded".into(),
+                created_ms: 0,
+                finished_ms: None,
+                record: serde_json::json!({}),
+            };
+            store.put_run(&row).await.unwrap();
+        }
+        let now = 100_000;
+        let lines: Vec<NewLogLine> = ["r-short", "r-long", "r-plain"]
+            .iter()
+            .flat_map(|run| {
+                [(now - 50_000, "old"), (now - 500, "new")].map(|(ts_ms, what)| NewLogLine {
+                    run_id: (*run).into(),
+                    ts_ms,
+                    level: Level::Info,
+                    source: "hub".into(),
+                    message: format!("{run} {what}"),
+                })
+            })
+            .collect();
+        store.append_logs(&lines).await.unwrap();
+        retention_pass(&*store, now, 60_000).await;
+        let left = store
+            .search_logs(&silk_store::LogSearch {
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut texts: Vec<String> = left.into_iter().map(|l| l.message).collect();
+        texts.sort();
+        assert_eq!(
+            texts,
+            [
+                "r-long new",
+                "r-long old",
+                "r-plain new",
+                "r-plain old",
+                "r-short new"
+            ]
+        );
+    }
 
     #[test]
     fn long_messages_are_cut_at_a_char_boundary_and_marked() {

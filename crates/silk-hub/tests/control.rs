@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use silk_api::ErrorCode;
 use silk_api::client::Client;
 use silk_api::jobs::{JobSpec, TriggerRequest};
-use silk_api::logs::{EventParams, LogParams};
+use silk_api::logs::{EventParams, LogParams, LogSearchParams};
 use silk_api::runs::{ItemsParams, RestartRequest, RunState, RunView, RunsParams};
 use silk_api::tokens::TokenRequest;
 use silk_core::{Clock, ManualClock, SystemClock};
@@ -357,6 +357,54 @@ async fn a_triggered_run_streams_its_events_and_pages_its_logs_and_items_then_re
     .await
     .unwrap_err();
     assert_eq!(bad.status(), Some(400), "{bad}");
+
+    // Across runs (`GET /api/v1/logs`): the job's runs' lines by its name, newest first; an
+    // unknown job is not found.
+    let search = |params: LogSearchParams| {
+        let client = &api.client;
+        async move { client.search_logs(&params).await }
+    };
+    let found = search(LogSearchParams {
+        job: Some("shop".into()),
+        q: Some("RUN SUCCEEDED".into()),
+        ..LogSearchParams::default()
+    })
+    .await
+    .unwrap();
+    assert!(
+        !found.lines.is_empty()
+            && found
+                .lines
+                .iter()
+                .all(|l| l.run_id == run_id && l.message.contains("run succeeded")),
+        "{found:?}"
+    );
+    let newest = search(LogSearchParams {
+        limit: Some(3),
+        ..LogSearchParams::default()
+    })
+    .await
+    .unwrap();
+    let ids: Vec<i64> = newest.lines.iter().map(|l| l.id).collect();
+    assert!(
+        ids.len() == 3 && ids.windows(2).all(|w| w[0] > w[1]),
+        "{ids:?}"
+    );
+    let older = search(LogSearchParams {
+        limit: Some(3),
+        before: newest.next,
+        ..LogSearchParams::default()
+    })
+    .await
+    .unwrap();
+    assert!(older.lines.iter().all(|l| l.id < ids[2]), "{older:?}");
+    let unknown = search(LogSearchParams {
+        job: Some("no-such-job".into()),
+        ..LogSearchParams::default()
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(unknown.status(), Some(404), "{unknown}");
 
     // Items: paged through, every item once, as many as the run counted.
     let mut params = ItemsParams {

@@ -209,6 +209,7 @@
  * @property {Record<string, any>|null} [downloader] Downloader settings of its runs.
  * @property {boolean} [enabled] Whether the schedule fires (manual triggers always work); default true.
  * @property {null|FailIf} [fail_if]
+ * @property {number|null} [log_retention_ms] Log lines of its runs older than this are deleted, ms (the hub's `log_retention`
  * @property {number|null} [max_pending] Back-pressure of its runs.
  * @property {string} name Unique name: letters, digits, `.`, `_`, `-`; at most 100 characters.
  * @property {null|OnAgentLost} [on_agent_lost]

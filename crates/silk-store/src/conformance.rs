@@ -16,8 +16,8 @@
 
 use crate::error::StoreError;
 use crate::model::{
-    AgentRow, AllocationRow, JobRow, LeaseRow, Level, LogLine, LogQuery, MAX_PAGE, NewLogLine,
-    RunFilter, RunRow, TokenRow, run_lease_name,
+    AgentRow, AllocationRow, JobRow, LeaseRow, Level, LogLine, LogQuery, LogSearch, MAX_PAGE,
+    NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
 };
 use crate::projects::{ARTIFACT_CHUNK, ProjectRow, VersionRow, build_log_key};
 use crate::store::MetaStore;
@@ -51,6 +51,7 @@ macro_rules! store_conformance_tests {
             allocations_replace_atomically, logs_append_in_order, logs_level_filter,
             logs_text_filter, logs_time_range, logs_cursor_paging, logs_limit_cap,
             logs_retention, logs_concurrent_appends_and_follow, logs_bad_batch_is_atomic,
+            logs_searched_across_runs, logs_retention_of_one_job,
             tokens_lifecycle, items_idempotent, items_paging, items_concurrent_inserts,
             leases_acquire_renew_release, leases_expire_and_are_taken_over,
             leases_concurrent_acquire, leases_prefix_listing, runs_written_under_a_lease,
@@ -651,6 +652,129 @@ pub async fn logs_text_filter(f: &dyn StoreFactory) {
         ..LogQuery::new("r1")
     };
     assert_eq!(messages(&logs(&*s, combined).await), ["progress 50 of 100"]);
+}
+
+/// Logs across runs: by job (its runs' lines only), run, level, text and time, newest first,
+/// paged by `before_id`.
+pub async fn logs_searched_across_runs(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    for row in [
+        run("a1", Some("jobA"), "failed", T0),
+        run("a2", Some("jobA"), "succeeded", T0 + 1),
+        run("b1", Some("jobB"), "failed", T0 + 2),
+        run("adhoc", None, "succeeded", T0 + 3),
+    ] {
+        s.put_run(&row).await.expect("run");
+    }
+    let lines = [
+        ("a1", 0, Level::Error, "fetch failed: Connection REFUSED"),
+        ("a1", 10, Level::Info, "progress"),
+        ("b1", 20, Level::Error, "connection refused by peer"),
+        ("a2", 30, Level::Warn, "slow: connection refused once"),
+        ("adhoc", 40, Level::Error, "connection refused"),
+        ("a2", 50, Level::Info, "done"),
+    ];
+    let new: Vec<NewLogLine> = lines
+        .iter()
+        .map(|(r, dt, level, text)| line(r, T0 + dt, *level, text))
+        .collect();
+    s.append_logs(&new).await.expect("append");
+    let search = |f: &dyn Fn(&mut LogSearch)| {
+        let mut q = LogSearch {
+            limit: 100,
+            ..LogSearch::default()
+        };
+        f(&mut q);
+        q
+    };
+    let found = async |q: LogSearch| -> Vec<(String, String)> {
+        s.search_logs(&q)
+            .await
+            .expect("search_logs")
+            .into_iter()
+            .map(|l| (l.run_id, l.message))
+            .collect()
+    };
+    let pairs = |items: &[(&str, &str)]| -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|(r, m)| ((*r).to_owned(), (*m).to_owned()))
+            .collect()
+    };
+    // Every run, newest first.
+    let all = found(search(&|_| {})).await;
+    assert_eq!(all.len(), 6);
+    assert_eq!(all[0], ("a2".to_owned(), "done".to_owned()));
+    // "Which runs of job A logged `connection refused`": text ignores case.
+    let q = search(&|q| {
+        q.job_id = Some("jobA".into());
+        q.text = Some("connection refused".into());
+    });
+    assert_eq!(
+        found(q).await,
+        pairs(&[
+            ("a2", "slow: connection refused once"),
+            ("a1", "fetch failed: Connection REFUSED"),
+        ])
+    );
+    // Errors of every run since T0 + 15, before T0 + 45.
+    let q = search(&|q| {
+        q.min_level = Some(Level::Error);
+        q.since_ms = Some(T0 + 15);
+        q.until_ms = Some(T0 + 45);
+    });
+    assert_eq!(
+        found(q).await,
+        pairs(&[
+            ("adhoc", "connection refused"),
+            ("b1", "connection refused by peer"),
+        ])
+    );
+    // One run; a job with no runs finds nothing.
+    let q = search(&|q| q.run_id = Some("a1".into()));
+    assert_eq!(found(q).await.len(), 2);
+    let q = search(&|q| q.job_id = Some("nojob".into()));
+    assert!(found(q).await.is_empty());
+    // Paging: two at a time, each page before the oldest id of the one before.
+    let mut paged = Vec::new();
+    let mut q = search(&|q| q.limit = 2);
+    loop {
+        let page = s.search_logs(&q).await.expect("page");
+        let Some(last) = page.last() else { break };
+        q.before_id = Some(last.id);
+        paged.extend(page.into_iter().map(|l| (l.run_id, l.message)));
+    }
+    assert_eq!(paged, all);
+    assert!(found(search(&|q| q.limit = 0)).await.is_empty());
+}
+
+/// Logs: a job's retention removes its runs' old lines and nothing else.
+pub async fn logs_retention_of_one_job(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    for row in [
+        run("a1", Some("jobA"), "failed", T0),
+        run("b1", Some("jobB"), "failed", T0),
+    ] {
+        s.put_run(&row).await.expect("run");
+    }
+    let new = [
+        line("a1", T0, Level::Info, "old a"),
+        line("a1", T0 + 100, Level::Info, "new a"),
+        line("b1", T0, Level::Info, "old b"),
+        line("other", T0, Level::Info, "old other"),
+    ];
+    s.append_logs(&new).await.expect("append");
+    assert_eq!(s.delete_job_logs_before("jobA", T0 + 50).await.unwrap(), 1);
+    let left = s
+        .search_logs(&LogSearch {
+            limit: 100,
+            ..LogSearch::default()
+        })
+        .await
+        .unwrap();
+    let mut texts: Vec<&str> = left.iter().map(|l| l.message.as_str()).collect();
+    texts.sort_unstable();
+    assert_eq!(texts, ["new a", "old b", "old other"]);
 }
 
 /// Logs: `since_ms` is inclusive, `until_ms` exclusive.

@@ -83,8 +83,8 @@ pub mod testing;
 
 pub use error::StoreError;
 pub use model::{
-    AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery, MAX_PAGE,
-    NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
+    AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery, LogSearch,
+    MAX_PAGE, NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
 };
 pub use projects::{ARTIFACT_CHUNK, ProjectRow, ProjectStore, VersionRow, build_log_key};
 pub use redact::redact_url;

@@ -256,6 +256,28 @@ impl LogQuery {
     }
 }
 
+/// A search of log lines across runs (`GET /api/v1/logs`), newest first. Lines of build
+/// logs (`build:…`) are runs too.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSearch {
+    /// Only this run's lines.
+    pub run_id: Option<String>,
+    /// Only lines of this job's runs (its id).
+    pub job_id: Option<String>,
+    /// Only lines at this level or above.
+    pub min_level: Option<Level>,
+    /// Only lines whose message contains this text, ignoring case (as [`LogQuery::text`]).
+    pub text: Option<String>,
+    /// Only lines with `ts_ms >= since_ms`.
+    pub since_ms: Option<u64>,
+    /// Only lines with `ts_ms < until_ms`.
+    pub until_ms: Option<u64>,
+    /// Only lines with `id < before_id` (the next page: the oldest id seen).
+    pub before_id: Option<i64>,
+    /// At most this many lines, capped at [`MAX_PAGE`]; 0 returns none.
+    pub limit: u32,
+}
+
 /// An API token. The store keeps only the hash of its secret, which the caller computes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenRow {

@@ -59,7 +59,40 @@ impl PgStore {
             },
             other => other,
         })?;
+        store.ensure_search_index().await;
         Ok(store)
+    }
+
+    /// The log search across runs (`search_logs`) matches text with `LOWER(message) LIKE`;
+    /// a trigram index on that makes it an index scan instead of a scan of every line. Best
+    /// effort, outside the migrations: `pg_trgm` is a trusted extension (PostgreSQL 13+: a
+    /// database owner may create it), but a server without the contrib modules or a role
+    /// without the right leaves the search a scan, which is said once in the log.
+    async fn ensure_search_index(&self) {
+        if let Err(e) = self.search_index().await {
+            tracing::warn!(store = %self.location, error = %e, "no trigram index for the log search (it scans instead)");
+        }
+    }
+
+    async fn search_index(&self) -> Result<(), sqlx::Error> {
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+            .execute(&self.pool)
+            .await?;
+        // The extension lives in one schema of the database, maybe not on this store's
+        // search path: its operator class is named with that schema.
+        let schema: String = sqlx::query_scalar(
+            "SELECT n.nspname FROM pg_extension e \
+             JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let sql = format!(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS log_lines_message_trgm \
+             ON log_lines USING gin (LOWER(message) \"{}\".gin_trgm_ops)",
+            schema.replace('"', "\"\"")
+        );
+        sqlx::query(&sql).execute(&self.pool).await?;
+        Ok(())
     }
 
     /// Begins a write transaction.

@@ -176,7 +176,7 @@ macro_rules! impl_meta_store {
     ) => {
         use $crate::error::StoreError;
         use $crate::model::{
-            AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery,
+            AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery, LogSearch,
             MAX_PAGE, NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
         };
         use $crate::sql::{
@@ -1016,6 +1016,63 @@ macro_rules! impl_meta_store {
                 });
                 qb.push(" LIMIT ").push_bind(i64::from(limit));
                 fetch_list(&self.pool, qb.build(), "query_logs", log_from_row).await
+            }
+
+            async fn search_logs(&self, search: &LogSearch) -> Result<Vec<LogLine>, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                let limit = search.limit.min(MAX_PAGE);
+                if limit == 0 {
+                    return Ok(Vec::new());
+                }
+                let w = |what: &str| format!("log search: {what}");
+                let since = opt_to_db(search.since_ms, || w("since_ms"))?;
+                let until = opt_to_db(search.until_ms, || w("until_ms"))?;
+                let mut qb = QueryBuilder::<$db>::new(
+                    "SELECT id, run_id, ts_ms, level, source, message FROM log_lines WHERE 1 = 1",
+                );
+                if let Some(run) = &search.run_id {
+                    qb.push(" AND run_id = ").push_bind(run.as_str());
+                }
+                if let Some(job) = &search.job_id {
+                    qb.push(" AND run_id IN (SELECT id FROM runs WHERE job_id = ")
+                        .push_bind(job.as_str())
+                        .push(")");
+                }
+                if let Some(level) = search.min_level {
+                    qb.push(" AND level >= ").push_bind(level.rank());
+                }
+                if let Some(text) = &search.text {
+                    qb.push(" AND LOWER(message) LIKE LOWER(")
+                        .push_bind(contains_pattern(text))
+                        .push(") ESCAPE '!'");
+                }
+                if let Some(since) = since {
+                    qb.push(" AND ts_ms >= ").push_bind(since);
+                }
+                if let Some(until) = until {
+                    qb.push(" AND ts_ms < ").push_bind(until);
+                }
+                if let Some(before) = search.before_id {
+                    qb.push(" AND id < ").push_bind(before);
+                }
+                qb.push(" ORDER BY id DESC LIMIT ").push_bind(i64::from(limit));
+                fetch_list(&self.pool, qb.build(), "search_logs", log_from_row).await
+            }
+
+            async fn delete_job_logs_before(
+                &self,
+                job_id: &str,
+                ts_ms: u64,
+            ) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                let ts_ms = to_db(ts_ms, || format!("log retention cutoff of job {job_id:?}"))?;
+                let query = sqlx::query(
+                    "DELETE FROM log_lines WHERE ts_ms < $1 \
+                     AND run_id IN (SELECT id FROM runs WHERE job_id = $2)",
+                )
+                .bind(ts_ms)
+                .bind(job_id);
+                execute(&self.pool, query, "delete_job_logs_before").await
             }
 
             async fn delete_logs_before(&self, ts_ms: u64) -> Result<u64, StoreError> {

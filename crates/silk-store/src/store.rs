@@ -3,8 +3,8 @@
 
 use crate::error::StoreError;
 use crate::model::{
-    AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, LogLine, LogQuery, NewLogLine, RunFilter,
-    RunRow, TokenRow,
+    AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, LogLine, LogQuery, LogSearch, NewLogLine,
+    RunFilter, RunRow, TokenRow,
 };
 use async_trait::async_trait;
 
@@ -118,8 +118,15 @@ pub trait MetaStore: crate::projects::ProjectStore + Send + Sync + std::fmt::Deb
     /// The lines of one run matching `query` (see [`LogQuery`]).
     async fn query_logs(&self, query: &LogQuery) -> Result<Vec<LogLine>, StoreError>;
 
+    /// The lines of every run matching `search`, newest first (see [`LogSearch`]).
+    async fn search_logs(&self, search: &LogSearch) -> Result<Vec<LogLine>, StoreError>;
+
     /// Retention: removes every line (of every run) with `ts_ms < ts_ms`; how many went.
     async fn delete_logs_before(&self, ts_ms: u64) -> Result<u64, StoreError>;
+
+    /// Retention of one job: removes the lines of its runs with `ts_ms < ts_ms`; how many
+    /// went.
+    async fn delete_job_logs_before(&self, job_id: &str, ts_ms: u64) -> Result<u64, StoreError>;
 
     /// Removes every line of `run_id`; how many went.
     async fn delete_run_logs(&self, run_id: &str) -> Result<u64, StoreError>;

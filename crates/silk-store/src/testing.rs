@@ -58,8 +58,12 @@ impl PgTestSchema {
         conn.close().await.map_err(fail)
     }
 
-    /// Creates the schema.
+    /// Creates the schema. The log search's `pg_trgm` goes into `public` first (best
+    /// effort), where no test's schema drop takes it (and the other tests' indexes) away.
     pub async fn create(&self) -> Result<(), StoreError> {
+        let _ = self
+            .admin("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+            .await;
         self.admin(&format!("CREATE SCHEMA {}", self.schema)).await
     }
 

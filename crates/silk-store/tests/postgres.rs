@@ -86,6 +86,20 @@ async fn tables_live_in_the_search_path_schema() {
             "versions"
         ]
     );
+    // The log search's trigram index (the server here has pg_trgm), with the schema's
+    // tables.
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = $1 \
+         AND indexname = 'log_lines_message_trgm'",
+    )
+    .bind(&pg.schema.schema)
+    .fetch_all(&mut conn)
+    .await
+    .expect("list indexes");
+    assert!(
+        indexes.len() == 1 && indexes[0].contains("gin_trgm_ops"),
+        "{indexes:?}"
+    );
     store.close().await;
     pg.cleanup().await;
 }

@@ -683,10 +683,11 @@ pub struct Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.key.is_empty() {
-            write!(f, "{}: {}", self.source, self.message)
-        } else {
-            write!(f, "{}: {}: {}", self.source, self.key, self.message)
+        match (&self.source, self.key.is_empty()) {
+            // A setting missing from every source.
+            (Source::Default, _) => write!(f, "{}: {}", self.key, self.message),
+            (source, true) => write!(f, "{source}: {}", self.message),
+            (source, false) => write!(f, "{source}: {}: {}", self.key, self.message),
         }
     }
 }

@@ -208,6 +208,26 @@ fn a_triggered_job_run_is_listed_and_its_logs_and_items_are_read() {
     );
     let since = p.ok(&["logs", run, "--level", "trace", "--since", "1h"]);
     assert_eq!(lines(&since)[..all_lines.len()], all_lines[..]);
+    // Across runs: the job's lines with the text, each naming its run; none before a time
+    // long past.
+    let across = p.ok(&[
+        "logs",
+        "--job",
+        "shop",
+        "--since",
+        "1d",
+        "--grep",
+        "run succeeded",
+    ]);
+    assert!(!lines(&across).is_empty(), "{across}");
+    assert!(
+        lines(&across)
+            .iter()
+            .all(|l| l.contains(run) && l.contains("run succeeded")),
+        "{across}"
+    );
+    let long_ago = p.ok(&["logs", "--job", "shop", "--until", "2000-01-01T00:00:00Z"]);
+    assert!(lines(&long_ago).is_empty(), "{long_ago}");
 
     // Items: JSON Lines, as many as the run counted.
     let items = p.ok(&["items", run, "--all"]);

@@ -698,6 +698,39 @@ async fn a_run_is_followed_paused_resumed_and_finished_in_the_browser() {
     b.click("[data-testid=nav-jobs]").await;
     b.until_text(&format!("{row} .badge"), "succeeded").await;
     b.shot("jobs").await;
+
+    // The Logs page: the run's end found by text across runs; each line links to its run.
+    b.click("[data-testid=nav-logs]").await;
+    b.until("the logs form", async || {
+        b.find("[data-testid=logs-form]").await
+    })
+    .await;
+    b.type_into("[data-testid=logs-q]", "RUN SUCCEEDED").await;
+    b.click("[data-testid=logs-search]").await;
+    let link = format!("tr[data-testid=logs-row] a[href='#/runs/{run_id}']");
+    b.until("the run's end in the logs", async || b.find(&link).await)
+        .await;
+    assert!(
+        b.hash().await.starts_with("/logs?q=RUN+SUCCEEDED"),
+        "the search is in the address"
+    );
+    let rows = b.count("tr[data-testid=logs-row]").await;
+    let texts = b
+        .client
+        .find_all(Locator::Css("tr[data-testid=logs-row] td.log-msg"))
+        .await
+        .unwrap();
+    for td in &texts {
+        let text = td.text().await.unwrap();
+        assert!(text.to_lowercase().contains("run succeeded"), "{text}");
+    }
+    assert_eq!(texts.len(), rows);
+    b.shot("logs").await;
+    b.click(&link).await;
+    b.until("the run's page", async || {
+        (b.hash().await == format!("/runs/{run_id}")).then_some(())
+    })
+    .await;
     let _ = b.client.clone().close().await;
 }
 

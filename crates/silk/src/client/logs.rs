@@ -1,6 +1,9 @@
 //! `silk logs RUN`: a run's log lines (`GET /api/v1/runs/{id}/logs`, paged), filtered by
 //! level, text and time; `-f` follows the log over the run's event stream
-//! (`/api/v1/runs/{id}/events?logs=true`) until the run ends.
+//! (`/api/v1/runs/{id}/events?logs=true`) until the run ends. Without RUN (or with `--job`),
+//! the lines of every run, or of one job's runs (`GET /api/v1/logs`): "which runs logged this
+//! error yesterday" is `silk logs --job shop --since 1d --grep refused`; each line then
+//! names its run.
 //!
 //! Lines read `2026-11-21T10:00:00.123Z WARN  agent:local-1  message`; with `--json`, each
 //! line is the API's JSON object, one per line (JSON Lines).
@@ -29,11 +32,14 @@ const SILENCE: Duration = Duration::from_secs(60);
 /// Options of `silk logs`.
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// The run id.
+    /// The run id; without it, the lines of every run (newest `--limit`, default 1000).
     #[arg(value_name = "RUN")]
-    pub run: String,
+    pub run: Option<String>,
+    /// Only lines of this job's runs (its name or id): a search across its runs.
+    #[arg(long, value_name = "JOB", conflicts_with = "follow")]
+    pub job: Option<String>,
     /// Follow the log until the run ends (Ctrl-C stops following).
-    #[arg(short = 'f', long)]
+    #[arg(short = 'f', long, requires = "run")]
     pub follow: bool,
     /// Only lines of this level or more severe.
     #[arg(long, value_name = "LEVEL")]
@@ -44,6 +50,9 @@ pub struct LogsArgs {
     /// Only lines from this long ago (`10m`, `2h`) or this time on (`2026-11-21T10:00:00Z`).
     #[arg(long, value_name = "WHEN", value_parser = parse_since)]
     pub since: Option<Since>,
+    /// Only lines before this long ago (`1h`) or this time (`2026-11-21T12:00:00Z`).
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    pub until: Option<Since>,
     /// Only the last N lines (with -f: the last N before following).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: Option<u32>,
@@ -153,7 +162,11 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         since_ms: args.since.map(Since::ms),
     };
     let json = args.conn.json;
-    let run = args.run.clone();
+    let until_ms = args.until.map(Since::ms);
+    let run = match (&args.run, &args.job, until_ms) {
+        (Some(run), None, None) => run.clone(),
+        _ => return search(&client, &args, &filter, until_ms, json).await,
+    };
     if !args.follow {
         history(&client, &run, &filter, args.limit, json).await?;
         return Ok(ExitCode::SUCCESS);
@@ -162,6 +175,76 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         result = follow(&client, &run, &filter, args.limit, args.since.is_some(), json) => result,
         _ = crate::wait_for_stop_signal() => Ok(ExitCode::from(130)),
     }
+}
+
+/// Lines most shown by a search across runs without `--limit`.
+const SEARCH_LIMIT: usize = 1000;
+
+/// `silk logs [--job JOB] [RUN]` across runs: the newest matching lines (at most `--limit`),
+/// printed oldest first, each with its run.
+async fn search(
+    client: &Client,
+    args: &LogsArgs,
+    filter: &Filter,
+    until_ms: Option<u64>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let limit = args.limit.map_or(SEARCH_LIMIT, |n| n as usize);
+    let mut lines = Vec::new();
+    let mut before: Option<String> = None;
+    let mut more = false;
+    loop {
+        let mut query = filter.query();
+        query.push(("limit", (limit - lines.len()).min(PAGE).to_string()));
+        let scope = [("job", args.job.clone()), ("run", args.run.clone())];
+        query.extend(scope.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+        if let Some(until) = until_ms {
+            query.push(("until_ms", until.to_string()));
+        }
+        if let Some(b) = &before {
+            query.push(("before", b.clone()));
+        }
+        let answer = client.get_with(&["api", "v1", "logs"], &query).await?;
+        let page: LogPage = serde_json::from_str(&answer.text)
+            .context("unexpected answer from the hub: not a page of log lines")?;
+        let got = page.lines.len();
+        for raw in page.lines {
+            let line: LogLine = serde_json::from_str(raw.get())
+                .context("unexpected answer from the hub: not a log line")?;
+            lines.push((line, raw.get().to_owned()));
+        }
+        let next = page.next.as_ref().and_then(cursor_text);
+        if lines.len() >= limit {
+            more = next.is_some();
+            break;
+        }
+        if got == 0 || next.is_none() || next == before {
+            break;
+        }
+        before = next;
+    }
+    lines.reverse();
+    for (line, raw) in &lines {
+        let shown = if json {
+            out(&format!("{}\n", raw.trim()))
+        } else {
+            out(&format!(
+                "{} {:<5} {}  {}  {}\n",
+                timestamp(line.ts_ms),
+                line.level.as_str().to_ascii_uppercase(),
+                line.run_id,
+                line.source,
+                line.message
+            ))
+        };
+        if !shown {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+    if more {
+        eprintln!("(the newest {limit} lines; --limit N or --since/--until for others)");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the lines the logs endpoint has (the last `limit` ones, or all); returns the id of
