@@ -767,20 +767,8 @@ async fn run_logs(
     query.before_id = params.before;
     query.limit = limit;
     query.newest_first = newest_first;
-    let lines: Vec<LogLineView> = hub
-        .store()
-        .query_logs(&query)
-        .await
-        .map_err(HubError::from)?
-        .into_iter()
-        .map(log_line_view)
-        .collect();
-    let next = if lines.len() as u32 == limit {
-        lines.last().map(|l| l.id)
-    } else {
-        None
-    };
-    Ok(Json(LogPage { lines, next }))
+    let lines = hub.store().query_logs(&query).await;
+    log_page(lines, limit)
 }
 
 /// Log lines of every run (and build), newest first: by job, run, level, text and time;
@@ -808,10 +796,16 @@ async fn search_logs(
         before_id: params.before,
         limit,
     };
-    let lines: Vec<LogLineView> = hub
-        .store()
-        .search_logs(&search)
-        .await
+    let lines = hub.store().search_logs(&search).await;
+    log_page(lines, limit)
+}
+
+/// A page of log lines; `next` (the last id) when the page is full.
+fn log_page(
+    lines: Result<Vec<silk_store::LogLine>, silk_store::StoreError>,
+    limit: u32,
+) -> ApiResult<Json<LogPage>> {
+    let lines: Vec<LogLineView> = lines
         .map_err(HubError::from)?
         .into_iter()
         .map(log_line_view)

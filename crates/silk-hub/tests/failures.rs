@@ -349,6 +349,14 @@ fn content_pages(site: &DemoSite) -> BTreeSet<String> {
         .collect()
 }
 
+/// A hub, its fake agent, the downloads sent to it and its tasks.
+type FakeWorld = (
+    HubHandle,
+    Arc<FakeAgent>,
+    mpsc::UnboundedReceiver<Download>,
+    Tasks,
+);
+
 /// A hub and a fake agent `f1` that it sees live.
 /// A clock for a test on paused time (`#[tokio::test(start_paused = true)]`) and the test bus
 /// on it.
@@ -363,12 +371,7 @@ async fn hub_with_fake(
     bus: &InProcessBus,
     clock: Arc<dyn Clock>,
     backend: bool,
-) -> (
-    HubHandle,
-    Arc<FakeAgent>,
-    mpsc::UnboundedReceiver<Download>,
-    Tasks,
-) {
+) -> FakeWorld {
     hub_with_fake_as(hub_config(dir), dir, bus, clock, backend).await
 }
 
@@ -379,12 +382,7 @@ async fn hub_with_fake_as(
     bus: &InProcessBus,
     clock: Arc<dyn Clock>,
     backend: bool,
-) -> (
-    HubHandle,
-    Arc<FakeAgent>,
-    mpsc::UnboundedReceiver<Download>,
-    Tasks,
-) {
+) -> FakeWorld {
     let hub = Hub::start(config, Arc::new(bus.clone()), clock.clone())
         .await
         .expect("hub starts");

@@ -211,6 +211,31 @@ macro_rules! impl_meta_store {
             Ok(done.rows_affected())
         }
 
+        /// Adds the filters log queries share to a `WHERE`: level at least, text contained
+        /// (ignoring case), `since` ≤ `ts_ms` < `until`.
+        fn push_log_filters(
+            qb: &mut QueryBuilder<'_, $db>,
+            min_level: Option<Level>,
+            text: Option<&str>,
+            since: Option<i64>,
+            until: Option<i64>,
+        ) {
+            if let Some(level) = min_level {
+                qb.push(" AND level >= ").push_bind(level.rank());
+            }
+            if let Some(text) = text {
+                qb.push(" AND LOWER(message) LIKE LOWER(")
+                    .push_bind(contains_pattern(text))
+                    .push(") ESCAPE '!'");
+            }
+            if let Some(since) = since {
+                qb.push(" AND ts_ms >= ").push_bind(since);
+            }
+            if let Some(until) = until {
+                qb.push(" AND ts_ms < ").push_bind(until);
+            }
+        }
+
         /// Runs the multi-row `INSERT` built in `qb` inside a write transaction and returns
         /// the rows it inserted. Its text depends on the batch size, so it is not cached.
         async fn execute_batch(
@@ -989,20 +1014,7 @@ macro_rules! impl_meta_store {
                      WHERE run_id = ",
                 );
                 qb.push_bind(query.run_id.as_str());
-                if let Some(level) = query.min_level {
-                    qb.push(" AND level >= ").push_bind(level.rank());
-                }
-                if let Some(text) = &query.text {
-                    qb.push(" AND LOWER(message) LIKE LOWER(")
-                        .push_bind(contains_pattern(text))
-                        .push(") ESCAPE '!'");
-                }
-                if let Some(since) = since {
-                    qb.push(" AND ts_ms >= ").push_bind(since);
-                }
-                if let Some(until) = until {
-                    qb.push(" AND ts_ms < ").push_bind(until);
-                }
+                push_log_filters(&mut qb, query.min_level, query.text.as_deref(), since, until);
                 if let Some(after) = query.after_id {
                     qb.push(" AND id > ").push_bind(after);
                 }
@@ -1038,20 +1050,7 @@ macro_rules! impl_meta_store {
                         .push_bind(job.as_str())
                         .push(")");
                 }
-                if let Some(level) = search.min_level {
-                    qb.push(" AND level >= ").push_bind(level.rank());
-                }
-                if let Some(text) = &search.text {
-                    qb.push(" AND LOWER(message) LIKE LOWER(")
-                        .push_bind(contains_pattern(text))
-                        .push(") ESCAPE '!'");
-                }
-                if let Some(since) = since {
-                    qb.push(" AND ts_ms >= ").push_bind(since);
-                }
-                if let Some(until) = until {
-                    qb.push(" AND ts_ms < ").push_bind(until);
-                }
+                push_log_filters(&mut qb, search.min_level, search.text.as_deref(), since, until);
                 if let Some(before) = search.before_id {
                     qb.push(" AND id < ").push_bind(before);
                 }

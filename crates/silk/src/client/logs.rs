@@ -177,6 +177,23 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Reads a page of log lines into `lines` (each with its JSON as sent); how many it had, and
+/// the cursor of the next page.
+fn read_page(
+    text: &str,
+    lines: &mut Vec<(LogLine, String)>,
+) -> anyhow::Result<(usize, Option<String>)> {
+    let page: LogPage = serde_json::from_str(text)
+        .context("unexpected answer from the hub: not a page of log lines")?;
+    let got = page.lines.len();
+    for raw in page.lines {
+        let line: LogLine = serde_json::from_str(raw.get())
+            .context("unexpected answer from the hub: not a log line")?;
+        lines.push((line, raw.get().to_owned()));
+    }
+    Ok((got, page.next.as_ref().and_then(cursor_text)))
+}
+
 /// Lines most shown by a search across runs without `--limit`.
 const SEARCH_LIMIT: usize = 1000;
 
@@ -205,15 +222,7 @@ async fn search(
             query.push(("before", b.clone()));
         }
         let answer = client.get_with(&["api", "v1", "logs"], &query).await?;
-        let page: LogPage = serde_json::from_str(&answer.text)
-            .context("unexpected answer from the hub: not a page of log lines")?;
-        let got = page.lines.len();
-        for raw in page.lines {
-            let line: LogLine = serde_json::from_str(raw.get())
-                .context("unexpected answer from the hub: not a log line")?;
-            lines.push((line, raw.get().to_owned()));
-        }
-        let next = page.next.as_ref().and_then(cursor_text);
+        let (got, next) = read_page(&answer.text, &mut lines)?;
         if lines.len() >= limit {
             more = next.is_some();
             break;
@@ -292,15 +301,7 @@ async fn fetch(
         let answer = client
             .get_with(&["api", "v1", "runs", run, "logs"], &query)
             .await?;
-        let page: LogPage = serde_json::from_str(&answer.text)
-            .context("unexpected answer from the hub: not a page of log lines")?;
-        let got = page.lines.len();
-        for raw in page.lines {
-            let line: LogLine = serde_json::from_str(raw.get())
-                .context("unexpected answer from the hub: not a log line")?;
-            lines.push((line, raw.get().to_owned()));
-        }
-        let next = page.next.as_ref().and_then(cursor_text);
+        let (got, next) = read_page(&answer.text, &mut lines)?;
         let full = limit.is_some_and(|n| lines.len() >= n);
         if got == 0 || full || next.is_none() || next == cursor {
             break;
