@@ -761,8 +761,8 @@ async fn run_logs(
     let mut query = LogQuery::new(id.as_str());
     query.min_level = parse_level(params.level.as_deref())?;
     query.text = params.q.filter(|q| !q.is_empty());
-    query.since_ms = params.since_ms;
-    query.until_ms = params.until_ms;
+    query.since_ms = stored_time(params.since_ms);
+    query.until_ms = stored_time(params.until_ms);
     query.after_id = params.after;
     query.before_id = params.before;
     query.limit = limit;
@@ -791,13 +791,19 @@ async fn search_logs(
         job_id,
         min_level: parse_level(params.level.as_deref())?,
         text: params.q.filter(|q| !q.is_empty()),
-        since_ms: params.since_ms,
-        until_ms: params.until_ms,
+        since_ms: stored_time(params.since_ms),
+        until_ms: stored_time(params.until_ms),
         before_id: params.before,
         limit,
     };
     let lines = hub.store().search_logs(&search).await;
     log_page(lines, limit)
+}
+
+/// A time bound of a query as the store keeps times (a signed 64-bit count of ms): later
+/// ones mean "no bound on that side" as well.
+fn stored_time(ms: Option<u64>) -> Option<u64> {
+    ms.map(|ms| ms.min(i64::MAX as u64))
 }
 
 /// A page of log lines; `next` (the last id) when the page is full.
