@@ -9,6 +9,7 @@
 
 use crate::ErrorCode;
 use crate::agents::AgentView;
+use crate::alerts::{AlertRuleRequest, AlertRuleView, DeliveriesParams, DeliveryView};
 use crate::jobs::{Job, JobSpec, TriggerRequest};
 use crate::logs::{EventParams, LogPage, LogParams, LogSearchParams};
 use crate::projects::{
@@ -275,9 +276,26 @@ impl Client {
 
     /// `PATCH` a JSON body → the JSON answer.
     pub async fn patch(&self, segments: &[&str], body: &Value) -> Result<Answer, ClientError> {
+        self.send_json(reqwest::Method::PATCH, segments, body).await
+    }
+
+    /// `PUT` a JSON body → the JSON answer.
+    pub async fn put(&self, segments: &[&str], body: &Value) -> Result<Answer, ClientError> {
+        self.send_json(reqwest::Method::PUT, segments, body).await
+    }
+
+    async fn send_json(
+        &self,
+        method: reqwest::Method,
+        segments: &[&str],
+        body: &Value,
+    ) -> Result<Answer, ClientError> {
         let url = self.url(segments, &[]);
-        self.send(with_json(self.http.patch(url.clone()), body), &url)
-            .await
+        self.send(
+            with_json(self.http.request(method, url.clone()), body),
+            &url,
+        )
+        .await
     }
 
     /// `DELETE` → the JSON answer (`Null` for 204).
@@ -514,6 +532,69 @@ impl Client {
     /// `DELETE /api/v1/tokens/{id}` (admin).
     pub async fn delete_token(&self, id: &str) -> Result<(), ClientError> {
         self.delete(&["api", "v1", "tokens", id]).await.map(drop)
+    }
+
+    /// `GET /api/v1/alerts/rules`.
+    pub async fn alert_rules(&self) -> Result<Vec<AlertRuleView>, ClientError> {
+        self.get(&["api", "v1", "alerts", "rules"])
+            .await?
+            .parse("a list of alert rules")
+    }
+
+    /// `GET /api/v1/alerts/rules/{name}`.
+    pub async fn alert_rule(&self, name: &str) -> Result<AlertRuleView, ClientError> {
+        self.get(&["api", "v1", "alerts", "rules", name])
+            .await?
+            .parse("an alert rule")
+    }
+
+    /// `POST /api/v1/alerts/rules` (admin).
+    pub async fn create_alert_rule(
+        &self,
+        request: &AlertRuleRequest,
+    ) -> Result<AlertRuleView, ClientError> {
+        self.post(&["api", "v1", "alerts", "rules"], &to_json(request)?)
+            .await?
+            .parse("an alert rule")
+    }
+
+    /// `PUT /api/v1/alerts/rules/{name}` (admin): replaces the rule (secrets left out are
+    /// kept).
+    pub async fn put_alert_rule(
+        &self,
+        request: &AlertRuleRequest,
+    ) -> Result<AlertRuleView, ClientError> {
+        let name = request.name.clone();
+        self.put(&["api", "v1", "alerts", "rules", &name], &to_json(request)?)
+            .await?
+            .parse("an alert rule")
+    }
+
+    /// `DELETE /api/v1/alerts/rules/{name}` (admin).
+    pub async fn delete_alert_rule(&self, name: &str) -> Result<(), ClientError> {
+        self.delete(&["api", "v1", "alerts", "rules", name])
+            .await
+            .map(drop)
+    }
+
+    /// `POST /api/v1/alerts/rules/{name}/test` (admin): queues a `test` delivery.
+    pub async fn test_alert_rule(&self, name: &str) -> Result<DeliveryView, ClientError> {
+        self.post(
+            &["api", "v1", "alerts", "rules", name, "test"],
+            &Value::Null,
+        )
+        .await?
+        .parse("a delivery")
+    }
+
+    /// `GET /api/v1/alerts/deliveries`, newest first.
+    pub async fn alert_deliveries(
+        &self,
+        params: &DeliveriesParams,
+    ) -> Result<Vec<DeliveryView>, ClientError> {
+        self.get_with(&["api", "v1", "alerts", "deliveries"], &params.pairs())
+            .await?
+            .parse("a list of deliveries")
     }
 
     /// `GET /api/v1/projects`.

@@ -25,6 +25,7 @@
 //! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
 //! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | admin only |
 //! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `api::projects` |
+//! | `/api/v1/alerts/rules…`, `GET /api/v1/alerts/deliveries` | alert rules and their deliveries: see `api::alerts` |
 //!
 //! Errors are `{"code": "...", "message": "..."}`: `400 bad_request`, `401 unauthorized`,
 //! `403 forbidden`, `404 not_found`, `409 conflict` / `wrong_state` / `allocation_failed`,
@@ -36,6 +37,7 @@
 //! TOKEN` unless the API is built with [`ApiOptions::auth`] false (`--no-auth`, loopback
 //! only). The web UI, `/healthz`, `/readyz` and `/metrics` are public.
 
+mod alerts;
 mod projects;
 
 use crate::auth::Principal;
@@ -197,6 +199,7 @@ fn api_routes() -> (
         .routes(routes!(list_tokens, create_token))
         .routes(routes!(delete_token))
         .merge(projects::routes())
+        .merge(alerts::routes())
         .split_for_parts();
     let (public, public_doc) = projects::public_routes().split_for_parts();
     doc.merge(public_doc);

@@ -107,6 +107,9 @@ async fn recover(shared: &Arc<HubCore>) -> Result<(), crate::error::HubError> {
             &doc,
         );
         store.put_version(&fixed).await?;
+        if state == VersionState::Failed {
+            alert_failed(shared, &row, &doc).await;
+        }
         log(shared, &row.build_id, Level::Warn, &reason);
         tracing::warn!(project = %row.project, version = %row.version, %reason, "build recovered");
         shared.builds.changed.send_modify(|n| *n += 1);
@@ -115,6 +118,18 @@ async fn recover(shared: &Arc<HubCore>) -> Result<(), crate::error::HubError> {
         }
     }
     Ok(())
+}
+
+/// Tells the alerts that a version failed to build for good.
+async fn alert_failed(shared: &HubCore, row: &VersionRow, doc: &VersionDoc) {
+    let h = crate::alert::build_failed(
+        &row.project,
+        &row.version,
+        &row.build_id,
+        doc.reason.as_deref().unwrap_or("?"),
+        doc.finished_ms.unwrap_or_else(|| shared.clock.now_ms()),
+    );
+    crate::alerts::emit(shared, h).await;
 }
 
 /// Starts builds of queued versions while this hub has room.
@@ -289,6 +304,9 @@ async fn run_build(shared: Arc<HubCore>, row: VersionRow, mut doc: VersionDoc) {
     match shared.store.put_version_held(&done, &lease, me).await {
         Ok(true) => {
             tracing::info!(project = %row.project, version = %row.version, state = state.as_str(), took_ms = took as u64, "build ended");
+            if state == VersionState::Failed {
+                alert_failed(&shared, &row, &doc).await;
+            }
         }
         Ok(false) => {
             tracing::warn!(project = %row.project, version = %row.version, "build lease lost: the result is not recorded");

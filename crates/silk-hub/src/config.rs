@@ -63,6 +63,8 @@ pub struct HubConfig {
     /// How projects' versions are built on this hub (container engine, parallel builds,
     /// versions kept).
     pub builds: BuildSettings,
+    /// How alerts are delivered.
+    pub alerts: AlertSettings,
     /// The hub's API as the programs of program runs reach it (`SILK_API_URL`, and where
     /// agents fetch versions): `silk hub` sets it from `--public-url`, else from `--listen`.
     /// `None`: program runs fail at start, saying so.
@@ -120,8 +122,41 @@ impl HubConfig {
             poison_after_losses: 3,
             secret_key: None,
             builds: BuildSettings::default(),
+            alerts: AlertSettings::default(),
             public_url: None,
             run_defaults: RunDefaults::default(),
+        }
+    }
+}
+
+/// How alerts are delivered (by the hub that holds the store lease `alerts`).
+#[derive(Debug, Clone)]
+pub struct AlertSettings {
+    /// The wait before the first retry of a delivery that failed, ms; it doubles with each
+    /// attempt (default 10 s).
+    pub retry_delay_ms: u64,
+    /// The longest wait between attempts, ms (default 15 minutes).
+    pub retry_max_delay_ms: u64,
+    /// Attempts before a delivery is `failed` (default 12).
+    pub max_attempts: u32,
+    /// Deliveries that are over are kept this long, ms (default 30 days).
+    pub retention_ms: u64,
+    /// How often ended runs and due deliveries are looked at besides when this hub knows
+    /// of one (other hubs' runs), ms (default 5 s).
+    pub poll_ms: u64,
+    /// A send (an HTTP request, an SMTP session) gives up after this long, ms (default 30 s).
+    pub send_timeout_ms: u64,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        Self {
+            retry_delay_ms: 10_000,
+            retry_max_delay_ms: 15 * 60 * 1000,
+            max_attempts: 12,
+            retention_ms: 30 * 24 * 3600 * 1000,
+            poll_ms: 5_000,
+            send_timeout_ms: 30_000,
         }
     }
 }

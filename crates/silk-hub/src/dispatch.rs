@@ -84,6 +84,10 @@ fn wait(ms: u64) -> Step {
     }
 }
 
+/// How the reason of a run failed by its stall timeout begins (the alerts tell stalls apart
+/// by it).
+pub(crate) const STALLED: &str = "stalled: ";
+
 /// The step of one turn, before any lease.
 pub(crate) fn decide(t: &Turn) -> Step {
     if t.stopping {
@@ -128,7 +132,7 @@ pub(crate) fn decide(t: &Turn) -> Step {
     if t.live_agents == 0 {
         if t.stalled_for_ms > t.stall_ms {
             return Step::Fail(format!(
-                "stalled: no live agent for {} s (stall_timeout)",
+                "{STALLED}no live agent for {} s (stall_timeout)",
                 t.stall_ms / 1000
             ));
         }
@@ -136,7 +140,7 @@ pub(crate) fn decide(t: &Turn) -> Step {
     }
     if t.out > 0 && t.stalled_for_ms > t.stall_ms {
         return Step::Fail(format!(
-            "stalled: {} requests out and no result for {} s (stall_timeout)",
+            "{STALLED}{} requests out and no result for {} s (stall_timeout)",
             t.out,
             t.stall_ms / 1000
         ));

@@ -123,6 +123,12 @@ pub enum HubError {
     /// No agent of the run answered a program's fetch (the message names them and the wait).
     #[error("{0}")]
     FetchUnanswered(String),
+    /// An alert rule that cannot be accepted (the message names the field).
+    #[error("invalid alert rule: {0}")]
+    BadAlertRule(String),
+    /// No alert rule with that name.
+    #[error("no alert rule `{0}`")]
+    NoSuchAlertRule(String),
 }
 
 impl HubError {
@@ -135,8 +141,10 @@ impl HubError {
             HubError::BadLabelFilter { .. }
             | HubError::BadRun(_)
             | HubError::BadJob(_)
-            | HubError::BadProject(_) => ErrorCode::BadRequest,
+            | HubError::BadProject(_)
+            | HubError::BadAlertRule(_) => ErrorCode::BadRequest,
             HubError::NoSuchProject(_)
+            | HubError::NoSuchAlertRule(_)
             | HubError::NoSuchVersion { .. }
             | HubError::NoArtifact(_) => ErrorCode::NotFound,
             HubError::WebhookRefused(_) => ErrorCode::Unauthorized,

@@ -187,6 +187,7 @@ impl Hub {
             starting: Mutex::new(std::collections::HashSet::new()),
             undrivable: Mutex::new(std::collections::HashSet::new()),
             builds: crate::state::Builds::new(secrets, build_settings),
+            alerts_wake: tokio::sync::Notify::new(),
         });
         // Per-hub durables: every hub reads every registration, and the results of the
         // downloads it sent (`results.{hub id}`).
@@ -237,6 +238,7 @@ impl Hub {
         crate::sinks::resume_pending(&shared).await;
         tokio::spawn(crate::scheduler::scheduler(shared.clone(), ended_rx));
         tokio::spawn(crate::builds::build_loop(shared.clone()));
+        tokio::spawn(crate::alerts::alert_loop(shared.clone()));
         tracing::info!(hub = %shared.hub_id, data_dir = %shared.config.data_dir.display(), store = shared.store.backend(), frontier = if shared.config.frontier_url.is_some() { "redis" } else { "embedded" }, "hub started");
         Ok(HubHandle { shared })
     }

@@ -49,6 +49,8 @@
 //! result is applied to the frontier only if its lease is still out (late and duplicate
 //! results are ignored), and its items are written before its ack.
 
+mod alert;
+mod alerts;
 pub mod allocation;
 pub mod api;
 pub mod auth;
@@ -59,6 +61,7 @@ pub mod error;
 mod feeds;
 mod files;
 pub mod hub;
+mod hub_alerts;
 mod hub_projects;
 mod items;
 pub mod jobs;
@@ -88,7 +91,7 @@ mod ui;
 pub use allocation::{Allocation, AllocationError, Route, allocate};
 pub use api::{ApiOptions, openapi};
 pub use auth::ADMIN_TOKEN_FILE;
-pub use config::BuildSettings;
+pub use config::{AlertSettings, BuildSettings};
 pub use config::{HubConfig, RunDefaults};
 pub use error::HubError;
 pub use files::KnownAgent;

@@ -209,6 +209,12 @@ pub(crate) async fn tick_loop(shared: Arc<HubCore>) {
                 }
             }
             if t.to == AgentState::Dead {
+                // An agent known dead since before this hub started is no news.
+                if t.from.is_some_and(|from| from != AgentState::Dead) {
+                    let h = crate::alert::agent_dead(t.agent.as_str(), t.at_ms, t.phi);
+                    let shared = shared.clone();
+                    tokio::spawn(async move { crate::alerts::emit(&shared, h).await });
+                }
                 let runs: Vec<Arc<Run>> = shared.runs.lock().values().cloned().collect();
                 for run in runs {
                     run.on_agent_dead(&shared.runs_cx, &t.agent).await;

@@ -69,6 +69,8 @@ pub(crate) struct HubCore {
     pub(crate) undrivable: Mutex<std::collections::HashSet<RunId>>,
     /// The build queue of projects' versions, and the secret key.
     pub(crate) builds: Builds,
+    /// Woken when a run ended here or a delivery was queued (the alerts service looks).
+    pub(crate) alerts_wake: tokio::sync::Notify,
 }
 
 impl HubCore {
@@ -78,6 +80,7 @@ impl HubCore {
         if record.state.is_terminal() {
             self.runs.lock().remove(&run.id);
             let _ = self.ended.send(record);
+            self.alerts_wake.notify_one();
         } else if run.is_disowned() {
             // Another hub drives it now.
             self.runs.lock().remove(&run.id);
@@ -135,6 +138,7 @@ impl HubCore {
             .hub(&record.id, Level::Error, format!("run failed: {reason}"));
         self.repo.release(&record.id).await;
         let _ = self.ended.send(record.clone());
+        self.alerts_wake.notify_one();
         record
     }
 

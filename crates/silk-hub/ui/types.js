@@ -58,6 +58,41 @@
  */
 
 /**
+ * What happened.
+ * @typedef {"run_failed"|"run_recovered"|"run_stalled"|"run_empty"|"agent_dead"|"build_failed"|"test"} AlertEvent
+ */
+
+/**
+ * A rule to create or to put in place of one (`POST /api/v1/alerts/rules`, `PUT
+ * @typedef {object} AlertRuleRequest
+ * @property {string|null} [body] The body template; default: the event's facts, one per line.
+ * @property {ChannelSpec} channel Where to.
+ * @property {boolean|null} [enabled] Default true; a disabled rule matches nothing.
+ * @property {Array<AlertEvent>} events What it is sent for (at least one; not `test`).
+ * @property {string|null} [job] Only runs of this job (its name); none: every job's and ad-hoc runs. A rule with a
+ * @property {string} name A safe identifier: lowercase letters, digits, `-` and `_`, at most 63 characters.
+ * @property {string|null} [project] Only builds of this project; none: every project's. A rule with a project matches
+ * @property {null|RateLimit} [rate_limit]
+ * @property {string|null} [subject] The subject template (email subject; first line of a chat message). Jinja syntax
+ */
+
+/**
+ * A rule as the API shows it.
+ * @typedef {object} AlertRuleView
+ * @property {string|null} [body] The body template, if not the default.
+ * @property {ChannelView} channel Where to (no secrets).
+ * @property {number} created_ms Created, ms since the epoch.
+ * @property {boolean} enabled Whether it matches events.
+ * @property {Array<AlertEvent>} events What it is sent for.
+ * @property {string|null} [job] Only runs of this job.
+ * @property {string} name Its name.
+ * @property {string|null} [project] Only builds of this project.
+ * @property {RateLimit} rate_limit The rate limit.
+ * @property {string|null} [subject] The subject template, if not the default.
+ * @property {number} updated_ms Last changed.
+ */
+
+/**
  * The body of every error answer, `{"code": "...", "message": "..."}`, code first.
  * @typedef {object} ApiError
  * @property {string} code Machine-readable code (`bad_request`, `not_found`, `conflict`, …).
@@ -105,6 +140,48 @@
  * @property {Record<string, string>} [env] Environment variables of the build (beside a minimal `PATH`, `HOME`, `LANG`), or build
  * @property {BuildKind} kind `command` or `container`.
  * @property {number|null} [timeout_ms] The build is killed after this long, ms (default 30 minutes).
+ */
+
+/**
+ * Where a rule's alerts go: `{"webhook": {…}}` or `{"email": {…}}`.
+ * @typedef {{webhook: WebhookSpec}|{email: EmailSpec}} ChannelSpec
+ */
+
+/**
+ * A channel as the API shows it: no secrets.
+ * @typedef {{webhook: {format: WebhookFormat, headers: Array<string>, url: string}}|{email: {from: string, has_password: boolean, host: string, port: number, security: SmtpSecurity, to: Array<string>, username?: string|null}}} ChannelView
+ */
+
+/**
+ * Where a delivery is.
+ * @typedef {"pending"|"sent"|"failed"|"suppressed"|"dropped"} DeliveryState
+ */
+
+/**
+ * One delivery of one event by one rule.
+ * @typedef {object} DeliveryView
+ * @property {number} attempts Attempts made.
+ * @property {number} created_ms When the event was noticed, ms since the epoch.
+ * @property {number} due_ms Pending: when the next attempt is due; otherwise when it got its state.
+ * @property {string|null} [error] Why the last attempt failed.
+ * @property {AlertEvent} event What happened.
+ * @property {Record<string, any>} facts The event's facts (job, run, state, reason, items, agent, project, version, …).
+ * @property {string} id Unique (`{rule}/{event key}`); sent as `X-Silk-Alert-Id` and in the Message-ID, so a
+ * @property {string} rule The rule.
+ * @property {DeliveryState} state Where it is.
+ * @property {string} subject The rendered subject.
+ */
+
+/**
+ * An email channel: SMTP.
+ * @typedef {object} EmailSpec
+ * @property {string} from The sender, `name@host` or `Name <name@host>`.
+ * @property {string} host The SMTP server's host name or address.
+ * @property {string|null} [password] Its password (stored sealed, never shown; a replacement that leaves it out keeps it).
+ * @property {number|null} [port] Its port (default: 587 for `starttls`, 465 for `tls`, 25 for `none`).
+ * @property {SmtpSecurity} [security] `starttls` (default), `tls` or `none`.
+ * @property {Array<string>} to The recipients (at least one).
+ * @property {string|null} [username] The SMTP user, if the server wants a login.
  */
 
 /**
@@ -373,6 +450,13 @@
  */
 
 /**
+ * At most `max` deliveries per `per_ms`; the others are `suppressed` (listed, not sent), and
+ * @typedef {object} RateLimit
+ * @property {number} max Deliveries per window (at least 1).
+ * @property {number} per_ms The window, ms (at least 1000).
+ */
+
+/**
  * How to restart a run (the optional body of `POST /api/v1/runs/{id}/restart`).
  * @typedef {object} RestartRequest
  * @property {boolean} [keep_frontier] The new run takes over the old run's frontier (what was fetched is not fetched
@@ -469,6 +553,11 @@
  */
 
 /**
+ * How an SMTP connection is secured.
+ * @typedef {"starttls"|"tls"|"none"} SmtpSecurity
+ */
+
+/**
  * `random`, `fixed:N` or `chained:N`
  * @typedef {string} Strategy
  */
@@ -514,6 +603,11 @@
  */
 
 /**
+ * The body of a webhook.
+ * @typedef {"json"|"slack"} WebhookFormat
+ */
+
+/**
  * A webhook delivery that queued nothing (`200`): a branch push, a tag that does not match,
  * @typedef {object} WebhookIgnored
  * @property {string} ignored Why.
@@ -525,6 +619,14 @@
  * @property {number|null} [batch] Items per POST; default 100.
  * @property {Record<string, string>} [headers] Extra request headers (e.g. `Authorization`); their values are secrets: never shown
  * @property {string} url Where to POST (http or https).
+ */
+
+/**
+ * A webhook channel (`POST` of the body; a 2xx answer is delivered).
+ * @typedef {object} WebhookSpec
+ * @property {WebhookFormat} [format] `json` (default) or `slack`.
+ * @property {Record<string, string>|null} [headers] Extra request headers (e.g. `Authorization`); values stored sealed. A replacement
+ * @property {string|null} [url] `http://…` or `https://…`. Stored sealed (a Slack URL is its token); required at
  */
 
 /**

@@ -14,6 +14,7 @@
 //! use it without a feature flag. It must not be called outside tests: it panics on the first
 //! violation, with a message saying which check and what differed.
 
+use crate::alerts::{ALERT_PENDING, AlertFilter, AlertRow, AlertRuleRow};
 use crate::error::StoreError;
 use crate::model::{
     AgentRow, AllocationRow, JobRow, LeaseRow, Level, LogLine, LogQuery, LogSearch, MAX_PAGE,
@@ -57,7 +58,8 @@ macro_rules! store_conformance_tests {
             leases_concurrent_acquire, leases_prefix_listing, runs_written_under_a_lease,
             reopen_keeps_data, concurrent_open, projects_crud, versions_queue_and_lease,
             project_delete_takes_its_versions_logs_and_deliveries, artifacts_in_chunks,
-            settings_first_value_wins);
+            settings_first_value_wins, alert_rules_crud, alerts_outbox,
+            ended_runs_noticed_once);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -1978,4 +1980,167 @@ pub async fn settings_first_value_wins(f: &dyn StoreFactory) {
             .expect("put"),
         winner
     );
+}
+
+/// Alert rules: create (a second with the name conflicts), get, update (a missing one is
+/// not found), list by name, delete.
+pub async fn alert_rules_crud(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let rule = |name: &str, n: u64| AlertRuleRow {
+        name: name.to_owned(),
+        doc: json!({"events": ["run_failed"], "n": n}),
+        created_ms: T0,
+        updated_ms: T0 + n,
+    };
+    s.create_alert_rule(&rule("b", 1)).await.expect("create b");
+    s.create_alert_rule(&rule("a", 1)).await.expect("create a");
+    let again = s.create_alert_rule(&rule("a", 2)).await.unwrap_err();
+    assert!(matches!(again, StoreError::Conflict { .. }), "{again:?}");
+    s.update_alert_rule(&rule("a", 3)).await.expect("update");
+    assert_eq!(s.get_alert_rule("a").await.unwrap(), Some(rule("a", 3)));
+    let missing = s.update_alert_rule(&rule("zz", 1)).await.unwrap_err();
+    assert!(
+        matches!(missing, StoreError::NotFound { .. }),
+        "{missing:?}"
+    );
+    let names: Vec<String> = s
+        .list_alert_rules()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert!(s.delete_alert_rule("a").await.unwrap());
+    assert!(!s.delete_alert_rule("a").await.unwrap());
+    assert_eq!(s.get_alert_rule("a").await.unwrap(), None);
+}
+
+/// The alert outbox: an id is inserted once; due alerts soonest first; the next due time;
+/// a final state leaves the queue; filters, counts and newest-first lists; retention of
+/// final alerts only.
+pub async fn alerts_outbox(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let alert = |id: &str, rule: &str, due_ms: u64| AlertRow {
+        id: id.to_owned(),
+        rule: rule.to_owned(),
+        state: ALERT_PENDING.to_owned(),
+        created_ms: due_ms,
+        due_ms,
+        doc: json!({"event": id}),
+    };
+    assert_eq!(s.next_alert_due().await.unwrap(), None);
+    let batch = [
+        alert("r1|e2", "r1", T0 + 20),
+        alert("r1|e1", "r1", T0 + 10),
+        alert("r2|e1", "r2", T0 + 30),
+    ];
+    assert_eq!(s.insert_alerts(&batch).await.unwrap(), 3);
+    // Noticed again (another hub, a restart): nothing new, nothing changed.
+    let mut again = alert("r1|e1", "r1", T0 + 99);
+    again.doc = json!({"changed": true});
+    assert_eq!(
+        s.insert_alerts(&[again, alert("r1|e3", "r1", T0 + 40)])
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.get_alert("r1|e1").await.unwrap(),
+        Some(alert("r1|e1", "r1", T0 + 10))
+    );
+    assert_eq!(s.next_alert_due().await.unwrap(), Some(T0 + 10));
+    let due: Vec<String> = s
+        .due_alerts(T0 + 30, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    assert_eq!(due, ["r1|e1", "r1|e2", "r2|e1"]);
+    assert_eq!(s.due_alerts(T0 + 30, 1).await.unwrap().len(), 1);
+    let mut sent = alert("r1|e1", "r1", T0 + 50);
+    sent.created_ms = T0 + 10;
+    sent.state = "sent".into();
+    sent.doc = json!({"attempts": 1});
+    s.put_alert(&sent).await.expect("put");
+    assert_eq!(s.get_alert("r1|e1").await.unwrap(), Some(sent.clone()));
+    assert_eq!(s.next_alert_due().await.unwrap(), Some(T0 + 20));
+    let missing = s.put_alert(&alert("nope", "r1", T0)).await.unwrap_err();
+    assert!(
+        matches!(missing, StoreError::NotFound { .. }),
+        "{missing:?}"
+    );
+    let count = |rule: Option<&str>, state: Option<&str>, since_ms: Option<u64>| AlertFilter {
+        rule: rule.map(str::to_owned),
+        state: state.map(str::to_owned),
+        since_ms,
+        limit: None,
+    };
+    assert_eq!(
+        s.count_alerts(&count(Some("r1"), None, None))
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        s.count_alerts(&count(Some("r1"), Some("sent"), None))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.count_alerts(&count(Some("r1"), Some("sent"), Some(T0 + 51)))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        s.count_alerts(&count(None, Some(ALERT_PENDING), Some(T0 + 30)))
+            .await
+            .unwrap(),
+        2
+    );
+    let listed: Vec<String> = s
+        .list_alerts(&AlertFilter {
+            limit: Some(3),
+            ..AlertFilter::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    assert_eq!(listed, ["r1|e3", "r2|e1", "r1|e2"]);
+    // Retention takes final alerts older than the bound, never pending ones.
+    assert_eq!(s.delete_alerts_before(T0 + 1_000).await.unwrap(), 1);
+    assert_eq!(s.get_alert("r1|e1").await.unwrap(), None);
+    assert_eq!(s.count_alerts(&AlertFilter::default()).await.unwrap(), 3);
+}
+
+/// Ended runs are listed for the alerts until marked noticed, in the order they ended; a
+/// run stored again keeps its mark; runs that have not ended are not listed.
+pub async fn ended_runs_noticed_once(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let ended = |id: &str, finished_ms: u64| RunRow {
+        finished_ms: Some(finished_ms),
+        ..run(id, Some("job"), "failed", T0)
+    };
+    s.put_run(&run("open", Some("job"), "running", T0))
+        .await
+        .unwrap();
+    s.put_run(&ended("late", T0 + 20)).await.unwrap();
+    s.put_run(&ended("early", T0 + 10)).await.unwrap();
+    let ids = |rows: Vec<RunRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(s.unnoticed_runs(10).await.unwrap()), ["early", "late"]);
+    assert_eq!(ids(s.unnoticed_runs(1).await.unwrap()), ["early"]);
+    assert!(s.mark_run_noticed("early").await.unwrap());
+    assert!(!s.mark_run_noticed("early").await.unwrap());
+    assert!(!s.mark_run_noticed("nope").await.unwrap());
+    s.put_run(&ended("early", T0 + 30)).await.unwrap();
+    assert_eq!(ids(s.unnoticed_runs(10).await.unwrap()), ["late"]);
+    let mut finished = run("open", Some("job"), "succeeded", T0);
+    finished.finished_ms = Some(T0 + 40);
+    s.put_run(&finished).await.unwrap();
+    assert_eq!(ids(s.unnoticed_runs(10).await.unwrap()), ["late", "open"]);
 }

@@ -68,6 +68,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alerts;
 pub mod conformance;
 pub mod error;
 mod held;
@@ -76,17 +77,19 @@ mod postgres;
 pub mod projects;
 mod redact;
 mod sql;
+mod sql_alerts;
 mod sql_projects;
 mod sqlite;
 pub mod store;
 pub mod testing;
 
+pub use alerts::{ALERT_PENDING, AlertFilter, AlertRow, AlertRuleRow, AlertStore};
 pub use error::StoreError;
 pub use model::{
     AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery, LogSearch,
     MAX_PAGE, NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
 };
-pub use projects::{ARTIFACT_CHUNK, ProjectRow, ProjectStore, VersionRow, build_log_key};
+pub use projects::{ARTIFACT_CHUNK, DocRow, ProjectRow, ProjectStore, VersionRow, build_log_key};
 pub use redact::redact_url;
 pub use store::MetaStore;
 

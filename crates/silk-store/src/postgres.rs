@@ -114,3 +114,4 @@ crate::sql_projects::impl_project_store!(
     db = sqlx::Postgres,
     c = " COLLATE \"C\""
 );
+crate::sql_alerts::impl_alert_store!(store = PgStore, db = sqlx::Postgres, c = " COLLATE \"C\"");

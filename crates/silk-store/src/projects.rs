@@ -19,18 +19,21 @@ pub fn build_log_key(build_id: &str) -> String {
     format!("build:{build_id}")
 }
 
-/// A project: its name and the hub's document.
+/// A named document of the hub's (a project, an alert rule): its name and the document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProjectRow {
-    /// The project's name (primary key).
+pub struct DocRow {
+    /// Its name (primary key).
     pub name: String,
-    /// The hub's project document.
+    /// The hub's document.
     pub doc: serde_json::Value,
     /// Created.
     pub created_ms: u64,
     /// Last changed.
     pub updated_ms: u64,
 }
+
+/// A project: its name and the hub's project document.
+pub type ProjectRow = DocRow;
 
 /// A version of a project.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

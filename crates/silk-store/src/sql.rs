@@ -49,6 +49,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0003_projects",
         sql: include_str!("../migrations/0003_projects.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_alerts",
+        sql: include_str!("../migrations/0004_alerts.sql"),
+    },
 ];
 
 /// The table that records applied migrations (created at open if missing).

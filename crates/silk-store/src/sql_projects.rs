@@ -8,18 +8,89 @@
 /// collation suffix of text `ORDER BY`s.
 macro_rules! impl_project_store {
     (store = $store:ty, db = $db:ty, c = $c:literal) => {
-        const PROJECT_COLS: &str = "name, doc, created_ms, updated_ms";
+        const DOC_COLS: &str = "name, doc, created_ms, updated_ms";
         const VERSION_COLS: &str = "project, version, build_id, state, created_ms, artifact, doc";
 
-        fn project_from_row(row: &DbRow) -> Result<$crate::projects::ProjectRow, StoreError> {
-            let name: String = Cols::new(row, "project", "?").get("name")?;
-            let c = Cols::new(row, "project", &name);
-            Ok($crate::projects::ProjectRow {
+        /// A table of named documents ([`$crate::projects::DocRow`]): `projects`,
+        /// `alert_rules`.
+        #[derive(Clone, Copy)]
+        struct DocTable {
+            /// Its SQL name.
+            table: &'static str,
+            /// What one of its rows is called in errors.
+            what: &'static str,
+        }
+
+        const PROJECTS: DocTable = DocTable {
+            table: "projects",
+            what: "project",
+        };
+
+        fn doc_from_row(row: &DbRow, t: DocTable) -> Result<$crate::projects::DocRow, StoreError> {
+            let name: String = Cols::new(row, t.what, "?").get("name")?;
+            let c = Cols::new(row, t.what, &name);
+            Ok($crate::projects::DocRow {
                 doc: c.json("doc")?,
                 created_ms: c.u64("created_ms")?,
                 updated_ms: c.u64("updated_ms")?,
                 name,
             })
+        }
+
+        fn project_from_row(row: &DbRow) -> Result<$crate::projects::DocRow, StoreError> {
+            doc_from_row(row, PROJECTS)
+        }
+
+        /// Adds a named document; [`StoreError::Conflict`] if `t` has one with its name.
+        async fn create_doc(
+            pool: &sqlx::Pool<$db>,
+            t: DocTable,
+            d: &$crate::projects::DocRow,
+            op: &'static str,
+        ) -> Result<(), StoreError> {
+            let w = |col: &str| format!("{} {:?} {col}", t.what, d.name);
+            let doc = $crate::sql::json_text(&d.doc, || w("doc"))?;
+            let sql = format!("INSERT INTO {} ({DOC_COLS}) VALUES ($1, $2, $3, $4)", t.table);
+            let res = sqlx::query(&sql)
+                .bind(&d.name)
+                .bind(&doc)
+                .bind($crate::sql::to_db(d.created_ms, || w("created_ms"))?)
+                .bind($crate::sql::to_db(d.updated_ms, || w("updated_ms"))?)
+                .execute(pool)
+                .await;
+            match res {
+                Ok(_) => Ok(()),
+                Err(e) if $crate::sql::is_unique_violation(&e) => Err(StoreError::Conflict {
+                    what: format!("{} {:?}", t.what, d.name),
+                }),
+                Err(e) => Err(StoreError::query(op, e)),
+            }
+        }
+
+        /// Replaces a named document; [`StoreError::NotFound`] if `t` has none with its name.
+        async fn update_doc(
+            pool: &sqlx::Pool<$db>,
+            t: DocTable,
+            d: &$crate::projects::DocRow,
+            op: &'static str,
+        ) -> Result<(), StoreError> {
+            let w = |col: &str| format!("{} {:?} {col}", t.what, d.name);
+            let doc = $crate::sql::json_text(&d.doc, || w("doc"))?;
+            let sql = format!(
+                "UPDATE {} SET doc = $2, created_ms = $3, updated_ms = $4 WHERE name = $1",
+                t.table
+            );
+            let query = sqlx::query(&sql)
+                .bind(&d.name)
+                .bind(&doc)
+                .bind($crate::sql::to_db(d.created_ms, || w("created_ms"))?)
+                .bind($crate::sql::to_db(d.updated_ms, || w("updated_ms"))?);
+            if execute(pool, query, op).await? == 0 {
+                return Err(StoreError::NotFound {
+                    what: format!("{} {:?}", t.what, d.name),
+                });
+            }
+            Ok(())
         }
 
         fn version_from_row(row: &DbRow) -> Result<$crate::projects::VersionRow, StoreError> {
@@ -109,23 +180,7 @@ macro_rules! impl_project_store {
                 p: &$crate::projects::ProjectRow,
             ) -> Result<(), StoreError> {
                 let _clock = $crate::held::hold_clock();
-                let w = |col: &str| format!("project {:?} {col}", p.name);
-                let doc = $crate::sql::json_text(&p.doc, || w("doc"))?;
-                let sql = format!("INSERT INTO projects ({PROJECT_COLS}) VALUES ($1, $2, $3, $4)");
-                let res = sqlx::query(&sql)
-                    .bind(&p.name)
-                    .bind(&doc)
-                    .bind($crate::sql::to_db(p.created_ms, || w("created_ms"))?)
-                    .bind($crate::sql::to_db(p.updated_ms, || w("updated_ms"))?)
-                    .execute(&self.pool)
-                    .await;
-                match res {
-                    Ok(_) => Ok(()),
-                    Err(e) if $crate::sql::is_unique_violation(&e) => Err(StoreError::Conflict {
-                        what: format!("project {:?}", p.name),
-                    }),
-                    Err(e) => Err(StoreError::query("create_project", e)),
-                }
+                create_doc(&self.pool, PROJECTS, p, "create_project").await
             }
 
             async fn update_project(
@@ -133,21 +188,7 @@ macro_rules! impl_project_store {
                 p: &$crate::projects::ProjectRow,
             ) -> Result<(), StoreError> {
                 let _clock = $crate::held::hold_clock();
-                let w = |col: &str| format!("project {:?} {col}", p.name);
-                let doc = $crate::sql::json_text(&p.doc, || w("doc"))?;
-                let query = sqlx::query(
-                    "UPDATE projects SET doc = $2, created_ms = $3, updated_ms = $4 WHERE name = $1",
-                )
-                .bind(&p.name)
-                .bind(&doc)
-                .bind($crate::sql::to_db(p.created_ms, || w("created_ms"))?)
-                .bind($crate::sql::to_db(p.updated_ms, || w("updated_ms"))?);
-                if execute(&self.pool, query, "update_project").await? == 0 {
-                    return Err(StoreError::NotFound {
-                        what: format!("project {:?}", p.name),
-                    });
-                }
-                Ok(())
+                update_doc(&self.pool, PROJECTS, p, "update_project").await
             }
 
             async fn get_project(
@@ -155,7 +196,7 @@ macro_rules! impl_project_store {
                 name: &str,
             ) -> Result<Option<$crate::projects::ProjectRow>, StoreError> {
                 let _clock = $crate::held::hold_clock();
-                let sql = format!("SELECT {PROJECT_COLS} FROM projects WHERE name = $1");
+                let sql = format!("SELECT {DOC_COLS} FROM projects WHERE name = $1");
                 fetch_opt(&self.pool, sqlx::query(&sql).bind(name), "get_project", project_from_row)
                     .await
             }
@@ -164,7 +205,7 @@ macro_rules! impl_project_store {
                 &self,
             ) -> Result<Vec<$crate::projects::ProjectRow>, StoreError> {
                 let _clock = $crate::held::hold_clock();
-                let sql = format!("SELECT {PROJECT_COLS} FROM projects ORDER BY name{}", $c);
+                let sql = format!("SELECT {DOC_COLS} FROM projects ORDER BY name{}", $c);
                 fetch_list(&self.pool, sqlx::query(&sql), "list_projects", project_from_row).await
             }
 

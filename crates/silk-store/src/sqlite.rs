@@ -90,6 +90,7 @@ crate::sql::impl_meta_store!(
     now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 );
 crate::sql_projects::impl_project_store!(store = SqliteStore, db = sqlx::Sqlite, c = "");
+crate::sql_alerts::impl_alert_store!(store = SqliteStore, db = sqlx::Sqlite, c = "");
 
 /// Whether `e` is SQLite's "database is locked" (SQLITE_BUSY, code 5, or one of its
 /// extended codes).

@@ -11,9 +11,12 @@ use async_trait::async_trait;
 /// The control plane's metadata store. Every call is one transaction: it happened entirely or
 /// not at all. Lists are ordered as documented per method (text ordering is by bytes on every
 /// backend). Projects, versions, artifacts and settings are its
-/// [`crate::projects::ProjectStore`] half.
+/// [`crate::projects::ProjectStore`] half; alert rules and alerts its
+/// [`crate::alerts::AlertStore`] part.
 #[async_trait]
-pub trait MetaStore: crate::projects::ProjectStore + Send + Sync + std::fmt::Debug {
+pub trait MetaStore:
+    crate::projects::ProjectStore + crate::alerts::AlertStore + Send + Sync + std::fmt::Debug
+{
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
 

@@ -70,6 +70,8 @@ async fn tables_live_in_the_search_path_schema() {
         tables,
         [
             "agents",
+            "alert_rules",
+            "alerts",
             "allocations",
             "artifact_chunks",
             "deliveries",

@@ -9,6 +9,7 @@
 //!   redirects, huge or slow bodies, bad encodings, hangs, arbitrary status codes).
 //! - [`git`]: a real git server (git's `http-backend` behind basic auth) and a working
 //!   repository to commit, tag and push to it.
+//! - [`receiver`]: a webhook receiver that records what it gets and answers as told.
 //! - [`containers`]: podman set up for these sandboxes, with a base image made on the spot.
 //! - [`eventually`]: the one polling helper, for what no event announces.
 //!
@@ -23,6 +24,7 @@ mod eventually;
 pub mod git;
 pub mod hostile;
 pub mod mutate;
+pub mod receiver;
 mod rng;
 mod server;
 
@@ -31,6 +33,7 @@ pub use error::TestkitError;
 pub use eventually::{POLL_EVERY, eventually, eventually_blocking};
 pub use git::{GitServer, WorkRepo};
 pub use hostile::{HostileKind, HostileServer};
+pub use receiver::{Received, Receiver};
 
 /// A TCP port that was free on `127.0.0.1` a moment ago (the kernel's pick for port 0).
 ///

@@ -15,6 +15,7 @@
 //! line, `error: MESSAGE (CODE, HTTP STATUS)`.
 
 mod agents;
+mod alerts;
 mod items;
 mod jobfile;
 mod jobs;
@@ -26,6 +27,7 @@ mod sse;
 mod tokens;
 
 pub use agents::{AgentsArgs, agents};
+pub use alerts::{AlertsArgs, alerts};
 pub use items::{ItemsArgs, items};
 pub use jobs::{JobsArgs, jobs};
 pub use logs::{LogsArgs, logs};

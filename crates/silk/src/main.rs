@@ -107,6 +107,9 @@ enum Command {
     Agents(client::AgentsArgs),
     /// The hub's API tokens: list, create NAME (printed once), delete ID.
     Tokens(client::TokensArgs),
+    /// Alert rules (webhook, Slack, email on run failures, stalls, empty runs, dead agents,
+    /// failed builds) and their deliveries.
+    Alerts(client::AlertsArgs),
     /// Projects from git: create, list, show, delete, build a ref by hand.
     Projects(client::ProjectsArgs),
     /// A project's versions, one version, its build log (`--log [-f]`).
@@ -203,6 +206,7 @@ fn main() -> ExitCode {
             Command::Items(args) => client::items(args).await,
             Command::Agents(args) => client::agents(args).await,
             Command::Tokens(args) => client::tokens(args).await,
+            Command::Alerts(args) => client::alerts(args).await,
             Command::Projects(args) => client::projects(args).await,
             Command::Versions(args) => client::versions(args).await,
             Command::Config(args) => config::run(args),

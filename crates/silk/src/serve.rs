@@ -98,6 +98,13 @@ fn hub_config(s: &Settings, data_dir: PathBuf, router: Option<&RouterSetup>) -> 
         keep_versions: usize::try_from(s.count("builds.keep_versions")).unwrap_or(usize::MAX),
         ..silk_hub::BuildSettings::default()
     };
+    config.alerts = silk_hub::AlertSettings {
+        retry_delay_ms: s.ms("alerts.retry_delay"),
+        retry_max_delay_ms: s.ms("alerts.retry_max_delay"),
+        max_attempts: u32::try_from(s.count("alerts.max_attempts")).unwrap_or(u32::MAX),
+        retention_ms: s.ms("alerts.retention"),
+        ..silk_hub::AlertSettings::default()
+    };
     config.record_outcomes =
         router.is_some_and(|r| silk_hub::HubClasses::wants_outcomes(&r.config));
     let heartbeat_ms = s.ms("heartbeat_interval");

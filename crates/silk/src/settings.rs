@@ -253,7 +253,7 @@ pub const KNOBS: &[Knob] = &[
         Kind::Secret,
         None,
         Some("secret-key"),
-        "The key sealing projects' git passwords and webhook secrets in the store: 32 bytes as base64 or hex. Default `DATA_DIR/secret.key`, made at first start. Hubs sharing a store must share it.",
+        "The key sealing projects' git passwords and webhook secrets, and alert channels' secrets, in the store: 32 bytes as base64 or hex. Default `DATA_DIR/secret.key`, made at first start. Hubs sharing a store must share it.",
     ),
     knob(
         "log_retention",
@@ -575,6 +575,39 @@ pub const KNOBS: &[Knob] = &[
         Some("10"),
         Some("keep-versions"),
         "Finished versions kept per project (older ones go with their artifacts and images).",
+    ),
+    // --- alerts ---
+    knob(
+        "alerts.retry_delay",
+        SERVERS,
+        Kind::Duration,
+        Some("10s"),
+        None,
+        "Wait before retrying an alert delivery that failed (doubled after each attempt).",
+    ),
+    knob(
+        "alerts.retry_max_delay",
+        SERVERS,
+        Kind::Duration,
+        Some("15m"),
+        None,
+        "Longest wait between attempts of an alert delivery.",
+    ),
+    knob(
+        "alerts.max_attempts",
+        SERVERS,
+        Kind::Count { min: 1, max: 1000 },
+        Some("12"),
+        None,
+        "Attempts of an alert delivery before it is `failed`.",
+    ),
+    knob(
+        "alerts.retention",
+        SERVERS,
+        Kind::Duration,
+        Some("30d"),
+        None,
+        "Alert deliveries that are over (sent, failed, suppressed, dropped) are kept this long.",
     ),
     // --- the task router ---
     knob(

@@ -111,6 +111,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
     (
         "model",
         &[
+            "alert",
             "allocation",
             "allocation_tests",
             "config",
@@ -135,6 +136,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
     (
         "services",
         &[
+            "alerts",
             "builds",
             "feeds",
             "launch",
@@ -146,7 +148,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "sinks",
         ],
     ),
-    ("facade", &["hub", "hub_projects"]),
+    ("facade", &["hub", "hub_alerts", "hub_projects"]),
     ("edge", &["api", "auth", "sdk", "taskhub", "ui"]),
 ];
 
