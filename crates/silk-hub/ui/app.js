@@ -6,6 +6,7 @@
 //   #/runs/ID     one run: live state, progress, pages/s chart, controls, log tail, items
 //   #/agents      the fleet
 //   #/logs        log lines of every run, searched (?job=&run=&level=&q=&since=)
+//   #/alerts      alert rules and their deliveries
 //   #/projects    projects from git; #/projects/new the form; #/projects/NAME its versions,
 //                 settings and (?v=VERSION) a version's build log, live while it builds
 //
@@ -20,6 +21,7 @@
 import { clearError, onUnauthorized, setLive, setToken, token } from './api.js';
 import { $, h } from './dom.js';
 import { viewAgents } from './views/agents.js';
+import { viewAlerts } from './views/alerts.js';
 import { viewDashboard } from './views/dashboard.js';
 import { viewJobForm, viewJobs } from './views/jobs.js';
 import { viewLogs } from './views/logs.js';
@@ -67,6 +69,7 @@ function route() {
   else if (section === 'runs' && parts.length === 2) cleanup = viewRun(view, parts[1]);
   else if (section === 'agents' && parts.length === 1) cleanup = viewAgents(view);
   else if (section === 'logs' && parts.length === 1) cleanup = viewLogs(view, params);
+  else if (section === 'alerts' && parts.length === 1) cleanup = viewAlerts(view);
   else if (section === 'projects' && parts.length === 1) cleanup = viewProjects(view);
   else if (section === 'projects' && parts.length === 2 && parts[1] === 'new') cleanup = viewProjectForm(view);
   else if (section === 'projects' && parts.length === 2) cleanup = viewProject(view, parts[1], params);

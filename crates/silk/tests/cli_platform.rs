@@ -1,7 +1,7 @@
 //! The control plane's CLI against a real platform: `silk up` (hub + two local agents) and the
 //! demo site as processes on loopback, driven by the `silk` binary the way a user drives it:
 //! jobs from files, triggers, runs and their controls, logs (also followed), items, tokens and
-//! where the token comes from.
+//! where the token comes from, alert rules from files.
 
 mod cli_support;
 
@@ -444,6 +444,94 @@ fn tokens_and_where_the_token_comes_from() {
     );
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("refused the token"), "{stderr}");
+}
+
+#[test]
+fn alert_rules_from_files_are_created_tested_replaced_and_deleted() {
+    let p = Platform::start(10);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let receiver = rt.block_on(silk_testkit::Receiver::start()).unwrap();
+    let file = p.path("rule.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "# failures of job shop, as JSON\nname: shop-hook\nevents: [run_failed, run_stalled]\n\
+             job: shop\nchannel:\n  webhook:\n    url: {}\n    headers: {{X-Token: tok-5d1e}}\n",
+            receiver.url("/hook/path-secret")
+        ),
+    )
+    .unwrap();
+    let created = p.ok(&["alerts", "create", "-f", "rule.yaml"]);
+    assert!(
+        created.contains("shop-hook") && created.contains("job shop"),
+        "{created}"
+    );
+    let table = p.ok(&["alerts", "rules"]);
+    assert!(table.contains("run_failed,run_stalled"), "{table}");
+    let listed = p.json(&["alerts", "rules"]).to_string();
+    for secret in ["path-secret", "tok-5d1e"] {
+        assert!(
+            !table.contains(secret) && !listed.contains(secret),
+            "{listed}"
+        );
+    }
+
+    // A test goes through the channel; the deliveries say so.
+    p.ok(&["alerts", "test", "shop-hook"]);
+    p.until(
+        "the test delivery sent",
+        &["alerts", "deliveries", "--rule", "shop-hook"],
+        |v| v[0]["state"] == "sent" && v[0]["event"] == "test",
+    );
+    let got = receiver.received();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].path, "/hook/path-secret");
+    assert_eq!(got[0].headers["x-token"], "tok-5d1e");
+    assert_eq!(got[0].json()["facts"]["rule"], "shop-hook");
+
+    // Replaced by a file without the secrets: they are kept; the form is Slack's now.
+    std::fs::write(
+        &file,
+        "name: shop-hook\nevents: [run_failed]\njob: shop\nchannel: {webhook: {format: slack}}\n",
+    )
+    .unwrap();
+    p.ok(&["alerts", "replace", "-f", "rule.yaml"]);
+    p.ok(&["alerts", "test", "shop-hook"]);
+    p.until(
+        "the second test sent",
+        &[
+            "alerts",
+            "deliveries",
+            "--rule",
+            "shop-hook",
+            "--state",
+            "sent",
+        ],
+        |v| v.as_array().is_some_and(|a| a.len() == 2),
+    );
+    let got = receiver.received();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[1].path, "/hook/path-secret");
+    assert_eq!(got[1].headers["x-token"], "tok-5d1e");
+    assert!(
+        got[1].json()["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("[silk] Test alert of rule shop-hook")),
+        "{got:?}"
+    );
+
+    // A bad file is refused naming the key, before the hub.
+    std::fs::write(&file, "name: x\nevnts: [run_failed]\n").unwrap();
+    let (out, stderr) = output(p.cli().args(["alerts", "create", "-f", "rule.yaml"]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rule.yaml") && stderr.contains("evnts"),
+        "{stderr}"
+    );
+
+    p.ok(&["alerts", "delete", "shop-hook"]);
+    let listed = p.json(&["alerts", "rules"]);
+    assert_eq!(listed, serde_json::json!([]));
 }
 
 #[test]

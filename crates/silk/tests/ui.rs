@@ -731,6 +731,42 @@ async fn a_run_is_followed_paused_resumed_and_finished_in_the_browser() {
         (b.hash().await == format!("/runs/{run_id}")).then_some(())
     })
     .await;
+
+    // The Alerts page: a rule made over the API (its webhook's path, the secret, never on the
+    // page) and its test sent from the page, delivered to a local receiver.
+    let receiver = silk_testkit::Receiver::start().await.unwrap();
+    let rule: silk_api::alerts::AlertRuleRequest = serde_json::from_value(json!({
+        "name": "ui-hook",
+        "events": ["run_failed", "agent_dead"],
+        "channel": {"webhook": {"url": receiver.url("/hook/s3cret-path"), "format": "slack"}}
+    }))
+    .unwrap();
+    api.client.create_alert_rule(&rule).await.unwrap();
+    b.click("[data-testid=nav-alerts]").await;
+    let rule_row = "tr[data-testid=alert-rule-row][data-name='ui-hook']";
+    let shown = b
+        .until("the rule on the Alerts page", async || {
+            b.text(rule_row).await
+        })
+        .await;
+    assert!(
+        shown.contains("run_failed") && shown.contains(receiver.base_url()),
+        "{shown}"
+    );
+    assert!(!shown.contains("s3cret"), "{shown}");
+    b.click(&format!("{rule_row} [data-testid=alert-test]"))
+        .await;
+    b.until_text("tr[data-testid=alert-delivery-row] .badge", "sent")
+        .await;
+    let got = receiver.received();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].json()["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Test alert of rule ui-hook")),
+        "{got:?}"
+    );
+    b.shot("alerts").await;
     let _ = b.client.clone().close().await;
 }
 

@@ -68,11 +68,17 @@ fn parse_state(s: &str) -> Result<DeliveryState, String> {
         .ok_or_else(|| format!("{s:?}: one of pending, sent, failed, suppressed, dropped"))
 }
 
-/// A rule file: YAML (JSON is YAML too); unknown keys are errors that name them.
+/// A rule file: YAML (JSON is YAML too), read as the API's JSON body (so the channel is a
+/// map, `webhook: {…}`, not a YAML tag); unknown keys are errors that name them.
 fn read_rule(path: &Path) -> anyhow::Result<AlertRuleRequest> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_yaml_ng::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let value: serde_json::Value =
+        serde_yaml_ng::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let at = e.path().to_string();
+        anyhow::anyhow!("{}: {at}: {}", path.display(), e.into_inner())
+    })
 }
 
 /// Runs `silk alerts`.
