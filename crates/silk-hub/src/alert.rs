@@ -891,6 +891,78 @@ mod tests {
         assert!(text.contains("body template failed"), "{text}");
     }
 
+    fn ended(state: &str, reason: Option<&str>, items: u64, job: Option<&str>) -> RunRecord {
+        serde_json::from_value(json!({
+            "id": "r1", "spider": "name: s\n", "spider_name": "s", "strategy": "random",
+            "on_agent_lost": "fail", "max_pending": 10, "stall_timeout_ms": 30000,
+            "state": state, "reason": reason, "created_ms": 1, "started_ms": 1000,
+            "finished_ms": 61_000, "final_stats": {"items": items, "success": 3},
+            "job_id": job.map(|_| "j1"), "job_name": job,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_runs_end_is_every_event_it_is_most_specific_first() {
+        let stalled = format!(
+            "{}no live agent for 30 s (stall_timeout)",
+            crate::dispatch::STALLED
+        );
+        let cases: Vec<(RunRecord, bool, Vec<AlertEvent>)> = vec![
+            (
+                ended("failed", Some(&stalled), 0, Some("shop")),
+                false,
+                vec![
+                    AlertEvent::RunStalled,
+                    AlertEvent::RunFailed,
+                    AlertEvent::RunEmpty,
+                ],
+            ),
+            (
+                ended("failed", Some("every request failed"), 2, None),
+                false,
+                vec![AlertEvent::RunFailed],
+            ),
+            (
+                ended("succeeded", None, 2, Some("shop")),
+                true,
+                vec![AlertEvent::RunRecovered],
+            ),
+            (
+                ended("succeeded", None, 0, Some("shop")),
+                true,
+                vec![AlertEvent::RunRecovered, AlertEvent::RunEmpty],
+            ),
+            // An ad-hoc run has no job to recover.
+            (ended("succeeded", None, 2, None), true, vec![]),
+            (ended("succeeded", None, 2, Some("shop")), false, vec![]),
+            (
+                ended("cancelled", Some("cancelled by a user"), 0, Some("shop")),
+                true,
+                vec![],
+            ),
+        ];
+        for (record, previous_failed, want) in cases {
+            let got = run_happening(&record, previous_failed, Some("http://hub:7700"))
+                .map(|h| h.events)
+                .unwrap_or_default();
+            assert_eq!(got, want, "{:?} {:?}", record.state, record.reason);
+        }
+        let h = run_happening(
+            &ended("failed", Some("x"), 1, Some("shop")),
+            false,
+            Some("http://hub:7700"),
+        )
+        .unwrap();
+        assert_eq!(h.key, "run/r1");
+        assert_eq!(h.facts["url"], "http://hub:7700/ui/#/runs/r1");
+        assert_eq!(h.facts["duration_s"], 60);
+        assert_eq!(
+            title(AlertEvent::RunFailed, &h.facts, "ops"),
+            "Run r1 of job shop failed: x"
+        );
+    }
+
     #[test]
     fn a_rule_matches_its_job_and_the_most_specific_event_heads() {
         let secrets = SecretBox::new([7; 32], "test");

@@ -356,6 +356,14 @@ async fn a_signed_tag_webhook_builds_a_ready_version_and_nothing_else_does() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_fails_the_build_naming_the_project_and_never_the_password() {
     let w = world().await;
+    // A rule on the project's failed builds, to a local receiver.
+    let receiver = silk_testkit::Receiver::start().await.unwrap();
+    let rule: silk_api::alerts::AlertRuleRequest = serde_json::from_value(serde_json::json!({
+        "name": "builds", "events": ["build_failed"], "project": "shop",
+        "channel": {"webhook": {"url": receiver.url("/hook")}}
+    }))
+    .unwrap();
+    w.admin.create_alert_rule(&rule).await.unwrap();
     let wrong = "wrong-pw-c0ffee";
     w.admin
         .create_project(&request(&w, "shop", wrong, "true"))
@@ -389,6 +397,23 @@ async fn a_wrong_password_fails_the_build_naming_the_project_and_never_the_passw
     assert!(w.git.refused() > 0);
     let log = final_log(&w.admin, "shop", "2.0").await;
     assert!(!log.iter().any(|l| l.contains(wrong)), "{log:?}");
+    // The failed build alerted, once, naming the project and version, never the password.
+    let alert = within("the build_failed alert", 30, async {
+        loop {
+            if let Some(got) = receiver.received().first() {
+                return got.json();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(alert["event"], "build_failed", "{alert}");
+    assert_eq!(
+        (&alert["facts"]["project"], &alert["facts"]["version"]),
+        (&serde_json::json!("shop"), &serde_json::json!("2.0")),
+        "{alert}"
+    );
+    assert!(!alert.to_string().contains(wrong), "{alert}");
 
     // Fixing the password (PATCH) and building again makes it ready; the password is
     // still never shown.
