@@ -146,7 +146,7 @@ impl Knob {
 
 use Process::{Agent, Hub, Up};
 
-const ALL: &[Process] = &[Hub, Agent, Up];
+const ALL: &[Process] = &Process::ALL;
 const SERVERS: &[Process] = &[Hub, Up];
 const AGENTS: &[Process] = &[Agent, Up];
 const NATS: &[Process] = &[Hub, Agent];

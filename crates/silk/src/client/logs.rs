@@ -194,6 +194,37 @@ fn read_page(
     Ok((got, page.next.as_ref().and_then(cursor_text)))
 }
 
+/// Reads the pages of log lines at `path` (`query` + `limit` + the cursor `cursor_key`) until
+/// `limit` lines, the last page, or a page that does not move; the lines in the order the
+/// pages give them, and whether lines were left past `limit`.
+async fn read_pages(
+    client: &Client,
+    path: &[&str],
+    query: Vec<(&'static str, String)>,
+    cursor_key: &'static str,
+    limit: Option<usize>,
+) -> anyhow::Result<(Vec<(LogLine, String)>, bool)> {
+    let mut lines = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut page_query = query.clone();
+        let want = limit.map_or(PAGE, |n| (n - lines.len()).min(PAGE));
+        page_query.push(("limit", want.to_string()));
+        if let Some(c) = &cursor {
+            page_query.push((cursor_key, c.clone()));
+        }
+        let answer = client.get_with(path, &page_query).await?;
+        let (got, next) = read_page(&answer.text, &mut lines)?;
+        if limit.is_some_and(|n| lines.len() >= n) {
+            return Ok((lines, next.is_some()));
+        }
+        if got == 0 || next.is_none() || next == cursor {
+            return Ok((lines, false));
+        }
+        cursor = next;
+    }
+}
+
 /// Lines most shown by a search across runs without `--limit`.
 const SEARCH_LIMIT: usize = 1000;
 
@@ -207,31 +238,14 @@ async fn search(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let limit = args.limit.map_or(SEARCH_LIMIT, |n| n as usize);
-    let mut lines = Vec::new();
-    let mut before: Option<String> = None;
-    let mut more = false;
-    loop {
-        let mut query = filter.query();
-        query.push(("limit", (limit - lines.len()).min(PAGE).to_string()));
-        let scope = [("job", args.job.clone()), ("run", args.run.clone())];
-        query.extend(scope.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
-        if let Some(until) = until_ms {
-            query.push(("until_ms", until.to_string()));
-        }
-        if let Some(b) = &before {
-            query.push(("before", b.clone()));
-        }
-        let answer = client.get_with(&["api", "v1", "logs"], &query).await?;
-        let (got, next) = read_page(&answer.text, &mut lines)?;
-        if lines.len() >= limit {
-            more = next.is_some();
-            break;
-        }
-        if got == 0 || next.is_none() || next == before {
-            break;
-        }
-        before = next;
+    let mut query = filter.query();
+    let scope = [("job", args.job.clone()), ("run", args.run.clone())];
+    query.extend(scope.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
+    if let Some(until) = until_ms {
+        query.push(("until_ms", until.to_string()));
     }
+    let (mut lines, more) =
+        read_pages(client, &["api", "v1", "logs"], query, "before", Some(limit)).await?;
     lines.reverse();
     for (line, raw) in &lines {
         let shown = if json {
@@ -288,26 +302,11 @@ async fn fetch(
 ) -> anyhow::Result<Vec<(LogLine, String)>> {
     // The last N: newest first, then turned around.
     let newest_first = limit.is_some();
-    let mut lines = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let want = limit.map_or(PAGE, |n| (n - lines.len()).min(PAGE));
-        let mut query = filter.query();
-        query.push(("limit", want.to_string()));
-        query.push(("order", if newest_first { "desc" } else { "asc" }.into()));
-        if let Some(c) = &cursor {
-            query.push((if newest_first { "before" } else { "after" }, c.clone()));
-        }
-        let answer = client
-            .get_with(&["api", "v1", "runs", run, "logs"], &query)
-            .await?;
-        let (got, next) = read_page(&answer.text, &mut lines)?;
-        let full = limit.is_some_and(|n| lines.len() >= n);
-        if got == 0 || full || next.is_none() || next == cursor {
-            break;
-        }
-        cursor = next;
-    }
+    let mut query = filter.query();
+    query.push(("order", if newest_first { "desc" } else { "asc" }.into()));
+    let cursor = if newest_first { "before" } else { "after" };
+    let path = ["api", "v1", "runs", run, "logs"];
+    let (mut lines, _) = read_pages(client, &path, query, cursor, limit).await?;
     if newest_first {
         lines.reverse();
     }
