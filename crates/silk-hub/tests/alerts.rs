@@ -23,7 +23,6 @@ use silk_testkit::Receiver;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 use tempfile::TempDir;
 
 const SMTP_USER: &str = "silk-alerts";
@@ -136,22 +135,6 @@ fn config(dir: &Path) -> silk_hub::HubConfig {
     }
 }
 
-async fn serve(hub: &HubHandle) -> (String, Client) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let router = hub.router();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    let token = match hub.ensure_admin_token().await.unwrap() {
-        Some(token) => token,
-        None => std::fs::read_to_string(hub.data_dir().join(silk_hub::ADMIN_TOKEN_FILE))
-            .unwrap()
-            .trim()
-            .to_owned(),
-    };
-    let client = Client::new(reqwest::Url::parse(&base).unwrap(), Some(token)).unwrap();
-    (base, client)
-}
-
 async fn start(dir: &Path, bus: &silk_bus::InProcessBus) -> (HubHandle, String, Client) {
     let hub = Hub::start(config(dir), Arc::new(bus.clone()), Arc::new(SystemClock))
         .await
@@ -227,23 +210,16 @@ async fn run_job(admin: &Client, job: &str) -> (String, RunState) {
         .len();
     // With no agent the trigger is refused (allocation failed) and the run stored failed.
     let _ = admin.trigger_job(job, &TriggerRequest::default()).await;
-    within("the run's end", 60, async {
-        loop {
-            let runs = admin
-                .runs(&RunsParams {
-                    job: Some(job.into()),
-                    ..RunsParams::default()
-                })
-                .await
-                .unwrap();
-            if runs.len() > before
-                && let Some(run) = runs.iter().max_by_key(|r| r.created_ms)
-                && run.state.is_terminal()
-            {
-                return (run.id.to_string(), run.state);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    until("the run's end", async || {
+        let runs = admin
+            .runs(&RunsParams {
+                job: Some(job.into()),
+                ..RunsParams::default()
+            })
+            .await
+            .unwrap();
+        let run = runs.iter().max_by_key(|r| r.created_ms)?;
+        (runs.len() > before && run.state.is_terminal()).then(|| (run.id.to_string(), run.state))
     })
     .await
 }
@@ -255,14 +231,9 @@ async fn deliveries_until(
     what: &str,
     done: impl Fn(&[DeliveryView]) -> bool,
 ) -> Vec<DeliveryView> {
-    within(what, 30, async {
-        loop {
-            let list = admin.alert_deliveries(&params).await.unwrap();
-            if done(&list) {
-                return list;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    until(what, async || {
+        let list = admin.alert_deliveries(&params).await.unwrap();
+        done(&list).then_some(list)
     })
     .await
 }
@@ -585,14 +556,12 @@ async fn recovered_empty_runs_dead_agents_and_the_rate_limit() {
         Arc::new(SystemClock),
         ghost.clone(),
     ));
-    within("the ghost live", 10, async {
-        loop {
-            let agents = w.admin.agents().await.unwrap();
-            if agents.iter().any(|a| a.id == ghost && a.state.is_live()) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    until("the ghost live", async || {
+        let agents = w.admin.agents().await.unwrap();
+        agents
+            .iter()
+            .any(|a| a.id == ghost && a.state.is_live())
+            .then_some(())
     })
     .await;
     presence.abort();

@@ -18,7 +18,6 @@ use silk_hub::{Hub, HubHandle};
 use silk_testkit::demo::DemoSite;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 use tempfile::TempDir;
 
 /// A spider of the demo site whose start URL and hosts are job args.
@@ -123,13 +122,6 @@ impl Api {
         }
         out
     }
-}
-
-/// Polls `check` until it holds (60 s at most).
-async fn until<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
-    silk_testkit::eventually(Duration::from_secs(60), silk_testkit::POLL_EVERY, check)
-        .await
-        .unwrap_or_else(|| panic!("timed out waiting for {what}"))
 }
 
 /// A hub with one live agent (`a1`), its API over HTTP on loopback, and a demo site of

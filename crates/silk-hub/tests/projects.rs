@@ -31,24 +31,6 @@ struct World {
     admin: Client,
 }
 
-async fn serve(hub: &HubHandle) -> (String, Client) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let router = hub.router();
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    let token = match hub.ensure_admin_token().await.unwrap() {
-        Some(token) => token,
-        // A restarted hub: its admin token is in its data dir.
-        None => std::fs::read_to_string(hub.data_dir().join(silk_hub::ADMIN_TOKEN_FILE))
-            .unwrap()
-            .trim()
-            .to_owned(),
-    };
-    let token = Some(token);
-    let client = Client::new(reqwest::Url::parse(&base).unwrap(), token).unwrap();
-    (base, client)
-}
-
 async fn world() -> World {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("git");
@@ -398,13 +380,8 @@ async fn a_wrong_password_fails_the_build_naming_the_project_and_never_the_passw
     let log = final_log(&w.admin, "shop", "2.0").await;
     assert!(!log.iter().any(|l| l.contains(wrong)), "{log:?}");
     // The failed build alerted, once, naming the project and version, never the password.
-    let alert = within("the build_failed alert", 30, async {
-        loop {
-            if let Some(got) = receiver.received().first() {
-                return got.json();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    let alert = until("the build_failed alert", async || {
+        receiver.received().first().map(|r| r.json())
     })
     .await;
     assert_eq!(alert["event"], "build_failed", "{alert}");

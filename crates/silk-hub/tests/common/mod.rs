@@ -138,6 +138,32 @@ pub async fn start_agent_with(config: AgentConfig, bus: &InProcessBus) -> AgentH
         .expect("agent starts")
 }
 
+/// Polls `check` until it gives a value (60 s at most); fails naming `what` if it never does.
+pub async fn until<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    silk_testkit::eventually(Duration::from_secs(60), silk_testkit::POLL_EVERY, check)
+        .await
+        .unwrap_or_else(|| panic!("timed out waiting for {what}"))
+}
+
+/// Serves the hub's API on a free loopback port: its base URL and a client with the admin
+/// token (a restarted hub's is read from its data dir).
+pub async fn serve(hub: &HubHandle) -> (String, silk_api::client::Client) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let router = hub.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let token = match hub.ensure_admin_token().await.unwrap() {
+        Some(token) => token,
+        None => std::fs::read_to_string(hub.data_dir().join(silk_hub::ADMIN_TOKEN_FILE))
+            .unwrap()
+            .trim()
+            .to_owned(),
+    };
+    let url = reqwest::Url::parse(&base).unwrap();
+    let client = silk_api::client::Client::new(url, Some(token)).unwrap();
+    (base, client)
+}
+
 pub async fn within<T>(what: &str, secs: u64, f: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(Duration::from_secs(secs), f).await {
         Ok(v) => v,
