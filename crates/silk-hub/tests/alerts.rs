@@ -16,7 +16,6 @@ use silk_api::alerts::{
 use silk_api::client::Client;
 use silk_api::jobs::{JobSpec, TriggerRequest};
 use silk_api::runs::{RunState, RunsParams};
-use silk_api::tokens::TokenRequest;
 use silk_core::{AgentId, SystemClock};
 use silk_hub::{AlertSettings, Hub, HubHandle};
 use silk_testkit::Receiver;
@@ -368,15 +367,7 @@ async fn a_failed_run_sends_one_email_and_one_webhook_and_no_secret_shows() {
     assert!(shown.contains(r#""has_password":true"#), "{shown}");
 
     // Only admins change rules; anyone with a token reads them.
-    let member = w
-        .admin
-        .create_token(&TokenRequest {
-            name: "member".into(),
-            admin: false,
-        })
-        .await
-        .unwrap();
-    let member = Client::new(reqwest::Url::parse(&w.base).unwrap(), Some(member.token)).unwrap();
+    let member = member(&w.admin, &w.base).await;
     let refused = member
         .create_alert_rule(&webhook_rule(
             "x",

@@ -14,7 +14,6 @@ use silk_api::logs::LogParams;
 use silk_api::programs::{ProgramSpec, Runtime, WorkerState};
 use silk_api::projects::{BuildKind, BuildRequest, BuildSpec, ProjectRequest, VersionState};
 use silk_api::runs::{RunRequest, RunState, RunView, Strategy};
-use silk_api::tokens::TokenRequest;
 use silk_hub::{Hub, HubHandle};
 use silk_testkit::WorkRepo;
 use std::collections::BTreeMap;
@@ -255,15 +254,7 @@ async fn log_text(client: &Client, id: &str) -> String {
 async fn a_program_runs_its_workers_on_the_agents_and_pushes_items_with_its_run_token() {
     let w = world().await;
     // Only an admin runs a program: its command runs on the agents.
-    let member = w
-        .admin
-        .create_token(&TokenRequest {
-            name: "member".into(),
-            admin: false,
-        })
-        .await
-        .unwrap();
-    let member = Client::new(reqwest::Url::parse(&w.base).unwrap(), Some(member.token)).unwrap();
+    let member = member(&w.admin, &w.base).await;
     let request = program(&["sh", "run.sh"], 3, &[("REGION", "eu".into())]);
     let refused = member.start_run(&request).await.unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::Forbidden), "{refused}");

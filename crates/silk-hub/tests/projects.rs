@@ -12,7 +12,6 @@ use silk_api::projects::{
     Artifact, BuildKind, BuildLogParams, BuildRequest, BuildSpec, ProjectRequest, VersionState,
     VersionView,
 };
-use silk_api::tokens::TokenRequest;
 use silk_hub::{Hub, HubHandle};
 use silk_testkit::{GitServer, WorkRepo};
 use std::collections::BTreeMap;
@@ -140,15 +139,7 @@ async fn until_final(client: &Client, project: &str, version: &str) -> VersionVi
 async fn a_signed_tag_webhook_builds_a_ready_version_and_nothing_else_does() {
     let w = world().await;
     // Only an admin may create a project (its command runs on the hub).
-    let member = w
-        .admin
-        .create_token(&TokenRequest {
-            name: "member".into(),
-            admin: false,
-        })
-        .await
-        .unwrap();
-    let member = Client::new(reqwest::Url::parse(&w.base).unwrap(), Some(member.token)).unwrap();
+    let member = member(&w.admin, &w.base).await;
     let req = request(
         &w,
         "shop",

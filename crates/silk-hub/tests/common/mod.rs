@@ -164,6 +164,18 @@ pub async fn serve(hub: &HubHandle) -> (String, silk_api::client::Client) {
     (base, client)
 }
 
+/// A client of the hub at `base` with a new token that is not an admin's, made by `admin`.
+pub async fn member(admin: &silk_api::client::Client, base: &str) -> silk_api::client::Client {
+    let made = admin
+        .create_token(&silk_api::tokens::TokenRequest {
+            name: "member".into(),
+            admin: false,
+        })
+        .await
+        .unwrap();
+    silk_api::client::Client::new(reqwest::Url::parse(base).unwrap(), Some(made.token)).unwrap()
+}
+
 pub async fn within<T>(what: &str, secs: u64, f: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(Duration::from_secs(secs), f).await {
         Ok(v) => v,
