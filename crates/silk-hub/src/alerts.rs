@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// The store lease of the hub that notices and sends.
-const ALERTS_LEASE: &str = "alerts";
+pub(crate) const ALERTS_LEASE: &str = "alerts";
 
 /// Ended runs looked at per store call.
 const NOTICE_BATCH: u32 = 100;

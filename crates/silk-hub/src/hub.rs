@@ -761,17 +761,20 @@ impl HubHandle {
         for b in self.shared.builds.take_tasks() {
             let _ = b.await;
         }
-        // The runs' leases went back as their loops ended; the scheduler's goes now.
-        if let Err(e) = self
-            .shared
-            .store
-            .release_lease(
-                crate::ownership::SCHEDULER_LEASE,
-                self.shared.hub_id.as_str(),
-            )
-            .await
-        {
-            tracing::debug!(error = %e, "scheduler lease not released (it expires)");
+        // The runs' leases went back as their loops ended; the scheduler's and the alerts'
+        // go now (another hub takes them at once).
+        for lease in [
+            crate::ownership::SCHEDULER_LEASE,
+            crate::alerts::ALERTS_LEASE,
+        ] {
+            if let Err(e) = self
+                .shared
+                .store
+                .release_lease(lease, self.shared.hub_id.as_str())
+                .await
+            {
+                tracing::debug!(lease, error = %e, "lease not released (it expires)");
+            }
         }
         self.shared.logs.close();
         let writer = self.shared.log_writer.lock().take();
