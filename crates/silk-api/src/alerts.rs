@@ -100,8 +100,9 @@ pub enum WebhookFormat {
     Slack,
 }
 
-/// A webhook channel (`POST` of the body; a 2xx answer is delivered).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+/// A webhook channel (`POST` of the body; a 2xx answer is delivered). Its `Debug` shows no
+/// secret.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookSpec {
     /// `http://…` or `https://…`. Stored sealed (a Slack URL is its token); required at
@@ -130,8 +131,8 @@ pub enum SmtpSecurity {
     None,
 }
 
-/// An email channel: SMTP.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+/// An email channel: SMTP. Its `Debug` shows no password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EmailSpec {
     /// The SMTP server's host name or address.
@@ -154,6 +155,33 @@ pub struct EmailSpec {
     pub to: Vec<String>,
 }
 
+impl std::fmt::Debug for WebhookSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSpec")
+            .field("url", &self.url.as_ref().map(|_| "***"))
+            .field("format", &self.format)
+            .field(
+                "headers",
+                &self.headers.as_ref().map(|h| h.keys().collect::<Vec<_>>()),
+            )
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for EmailSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmailSpec")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("security", &self.security)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("from", &self.from)
+            .field("to", &self.to)
+            .finish()
+    }
+}
+
 /// Where a rule's alerts go: `{"webhook": {…}}` or `{"email": {…}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -164,8 +192,9 @@ pub enum ChannelSpec {
     Email(EmailSpec),
 }
 
-/// At most `max` deliveries per `per_ms`; the others are `suppressed` (listed, not sent), and
-/// the next one sent says how many were.
+/// At most `max` deliveries are made per `per_ms` (counted when the event happens; tests do
+/// not count); the others are `suppressed` (listed, not sent), and the next one sent says how
+/// many were in the window (with the default body).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {

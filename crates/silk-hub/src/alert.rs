@@ -69,8 +69,8 @@ pub(crate) enum ChannelDoc {
     },
 }
 
-/// A channel with its secrets opened, for sending.
-#[derive(Debug, Clone)]
+/// A channel with its secrets opened, for sending (its `Debug` shows no secret).
+#[derive(Clone)]
 pub(crate) enum Channel {
     Webhook {
         url: String,
@@ -86,6 +86,46 @@ pub(crate) enum Channel {
         to: Vec<String>,
     },
 }
+
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Channel::Webhook {
+                format, headers, ..
+            } => f
+                .debug_struct("Webhook")
+                .field("url", &"***")
+                .field("format", format)
+                .field("headers", &headers.keys().collect::<Vec<_>>())
+                .finish(),
+            Channel::Email {
+                host,
+                port,
+                security,
+                login,
+                from,
+                to,
+            } => f
+                .debug_struct("Email")
+                .field("host", host)
+                .field("port", port)
+                .field("security", security)
+                .field("user", &login.as_ref().map(|(u, _)| u))
+                .field("from", from)
+                .field("to", to)
+                .finish(),
+        }
+    }
+}
+
+/// Headers a webhook rule may not set: the request's own.
+const RESERVED_HEADERS: [&str; 5] = [
+    "content-type",
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "x-silk-alert-id",
+];
 
 fn bad(msg: impl Into<String>) -> HubError {
     HubError::BadAlertRule(msg.into())
@@ -150,6 +190,11 @@ fn check_webhook(w: &WebhookSpec) -> Result<(), HubError> {
         origin(url)?;
     }
     for (name, value) in w.headers.iter().flatten() {
+        if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+            return Err(bad(format!(
+                "channel.webhook.headers: {name:?} is set by the hub itself"
+            )));
+        }
         let ok_name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok();
         let ok_value = reqwest::header::HeaderValue::from_str(value).is_ok();
         if !ok_name || !ok_value {
@@ -179,11 +224,18 @@ fn origin(url: &str) -> Result<String, HubError> {
 }
 
 fn check_email(e: &EmailSpec) -> Result<(), HubError> {
-    if e.host.trim().is_empty() || e.host.contains(['/', ' ', '@']) {
+    let host = e.host.trim();
+    let ipv6 = host.parse::<std::net::Ipv6Addr>().is_ok();
+    if host.is_empty() || host.contains(['/', ' ', '@']) || (host.contains(':') && !ipv6) {
         return Err(bad(format!(
-            "channel.email.host: {:?} is not a host name",
+            "channel.email.host: {:?} is not a host name (the port is `port`)",
             e.host
         )));
+    }
+    if e.security == SmtpSecurity::None && e.password.is_some() && !is_loopback(host) {
+        return Err(bad(
+            "channel.email.password: not sent in clear (security: none) to another machine; use starttls or tls",
+        ));
     }
     if e.port == Some(0) {
         return Err(bad("channel.email.port: 0 is not a port"));
@@ -202,6 +254,14 @@ fn check_email(e: &EmailSpec) -> Result<(), HubError> {
         return Err(bad("channel.email.password: given without username"));
     }
     Ok(())
+}
+
+/// Whether `host` is this machine (a password may go to it in clear).
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The stored document of a checked request; secrets sealed. A secret the request leaves
@@ -229,7 +289,14 @@ pub(crate) fn seal_rule(
                 (None, Some((url, origin))) => (url.clone(), origin.clone()),
                 (None, None) => return Err(bad("channel.webhook.url: required")),
             };
+            // Kept headers go only where they went: a new host must be given them again.
+            let moved = old_origin.is_some_and(|o| *o != origin);
             let headers = match (&w.headers, old_headers) {
+                (None, Some(old)) if moved && !old.is_empty() => {
+                    return Err(bad(
+                        "channel.webhook.headers: give them again: the URL's host changed",
+                    ));
+                }
                 (Some(h), _) => h
                     .iter()
                     .map(|(k, v)| {
@@ -248,8 +315,24 @@ pub(crate) fn seal_rule(
             }
         }
         (ChannelSpec::Email(e), old) => {
+            let host = e.host.trim().to_owned();
+            let port = e.port.unwrap_or(match e.security {
+                SmtpSecurity::Starttls => 587,
+                SmtpSecurity::Tls => 465,
+                SmtpSecurity::None => 25,
+            });
+            // A kept password goes only where it went: same server, user and security.
             let old_password = match old {
-                Some(ChannelDoc::Email { password, .. }) => password.clone(),
+                Some(ChannelDoc::Email {
+                    host: h,
+                    port: p,
+                    security: s,
+                    username: u,
+                    password,
+                    ..
+                }) if *h == host && *p == port && *s == e.security && *u == e.username => {
+                    password.clone()
+                }
                 _ => None,
             };
             let password = match &e.password {
@@ -257,13 +340,14 @@ pub(crate) fn seal_rule(
                 None if e.username.is_some() => old_password,
                 None => None,
             };
+            if e.username.is_some() && password.is_none() {
+                return Err(bad(
+                    "channel.email.password: required with username (a kept one is kept only for the same server, port, security and user)",
+                ));
+            }
             ChannelDoc::Email {
-                host: e.host.trim().to_owned(),
-                port: e.port.unwrap_or(match e.security {
-                    SmtpSecurity::Starttls => 587,
-                    SmtpSecurity::Tls => 465,
-                    SmtpSecurity::None => 25,
-                }),
+                host,
+                port,
                 security: e.security,
                 username: e.username.clone(),
                 password,
@@ -326,7 +410,6 @@ pub(crate) fn open_channel(
             security: *security,
             login: match (username, password) {
                 (Some(u), Some(p)) => Some((u.clone(), open("password", p)?)),
-                (Some(u), None) => Some((u.clone(), String::new())),
                 _ => None,
             },
             from: from.clone(),
@@ -466,17 +549,19 @@ pub(crate) fn run_happening(
     })
 }
 
-/// An agent that was live is dead (`at_ms`: when the hub saw it).
-pub(crate) fn agent_dead(agent: &str, at_ms: u64, phi: f64) -> Happening {
+/// An agent that was live is dead: its last heartbeat was sent at `last_heartbeat_ms` (its
+/// clock); the hub saw it dead at `at_ms`.
+pub(crate) fn agent_dead(agent: &str, last_heartbeat_ms: u64, at_ms: u64, phi: f64) -> Happening {
     let mut facts = BTreeMap::new();
     facts.insert("agent".into(), json!(agent));
     facts.insert("at_ms".into(), json!(at_ms));
+    facts.insert("last_heartbeat_ms".into(), json!(last_heartbeat_ms));
     if phi.is_finite() {
         facts.insert("phi".into(), json!((phi * 10.0).round() / 10.0));
     }
     Happening {
         events: vec![AlertEvent::AgentDead],
-        key: format!("agent/{agent}/{at_ms}"),
+        key: format!("agent/{agent}/{last_heartbeat_ms}"),
         job: None,
         project: None,
         facts,
@@ -572,13 +657,15 @@ pub(crate) struct AlertDoc {
     pub(crate) error: Option<String>,
 }
 
-/// The outbox row of rule `rule`'s delivery of `h`, headed by `event`.
+/// The outbox row of rule `rule`'s delivery of `h`, headed by `event`; `counted`: whether it
+/// counts against the rule's rate limit (not a test).
 pub(crate) fn alert_row(
     rule: &str,
     doc: &RuleDoc,
     event: AlertEvent,
     h: &Happening,
     now_ms: u64,
+    counted: bool,
 ) -> silk_store::AlertRow {
     let title = title(event, &h.facts, rule);
     let mut alert = AlertDoc {
@@ -596,8 +683,34 @@ pub(crate) fn alert_row(
         state: DeliveryState::Pending.as_str().to_owned(),
         created_ms: now_ms,
         due_ms: now_ms,
+        counted,
         doc: serde_json::to_value(&alert).unwrap_or(Value::Null),
     }
+}
+
+/// Makes a new delivery `suppressed` by its rule's rate limit (not sent, not counted).
+pub(crate) fn suppress(row: &mut silk_store::AlertRow, limit: &RateLimit) {
+    row.state = DeliveryState::Suppressed.as_str().to_owned();
+    row.counted = false;
+    if let Some(doc) = row.doc.as_object_mut() {
+        doc.insert(
+            "error".into(),
+            json!(format!(
+                "over the rule's rate limit ({} per {} s)",
+                limit.max,
+                limit.per_ms / 1000
+            )),
+        );
+    }
+}
+
+/// The text of a `slack` webhook: `&`, `<` and `>` escaped as Slack wants (so no text from
+/// a run makes a mention or a link), subject first.
+pub(crate) fn slack_text(subject: &str, text: &str) -> String {
+    format!("{subject}\n{text}")
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The stored alert document of a row; a row that does not read is an error naming it.
@@ -660,8 +773,19 @@ pub(crate) fn render(
     ctx.insert("suppressed".into(), json!(suppressed));
     let env = env();
     let run = |template: &str| -> Result<String, String> {
-        env.render_str(template, &ctx)
-            .map_err(|e| template_error(&e))
+        let template = env
+            .template_from_str(template)
+            .map_err(|e| template_error(&e))?;
+        let mut out = Bounded(Vec::new());
+        template
+            .render_captured_to(&ctx, &mut out)
+            .map_err(|e| match e.kind() {
+                minijinja::ErrorKind::WriteFailure => {
+                    format!("its output is over {MAX_RENDERED} bytes")
+                }
+                _ => template_error(&e),
+            })?;
+        Ok(String::from_utf8_lossy(&out.0).into_owned())
     };
     let mut notes = Vec::new();
     let subject = match doc.subject.as_deref().map(run) {
@@ -682,7 +806,8 @@ pub(crate) fn render(
     };
     if suppressed > 0 && doc.body.is_none() {
         text.push_str(&format!(
-            "\n({suppressed} earlier alert(s) of rule {rule} were suppressed by its rate limit)\n"
+            "\n({suppressed} other alert(s) of rule {rule} were suppressed by its rate limit in the last {} s)\n",
+            doc.rate_limit.per_ms / 1000
         ));
     }
     for note in notes {
@@ -694,6 +819,24 @@ pub(crate) fn render(
         silk_core::text::prefix(subject, MAX_RENDERED).to_owned(),
         silk_core::text::prefix(&text, MAX_RENDERED).to_owned(),
     )
+}
+
+/// A buffer that refuses to grow past [`MAX_RENDERED`] bytes (a template's output stops
+/// there, instead of taking the hub's memory).
+struct Bounded(Vec<u8>);
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_RENDERED {
+            return Err(std::io::Error::other("template output too long"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn default_subject(alert: &AlertDoc) -> String {
@@ -864,6 +1007,103 @@ mod tests {
     }
 
     #[test]
+    fn kept_secrets_go_only_where_they_went() {
+        let secrets = SecretBox::new([7; 32], "test");
+        let req = request(webhook("https://hooks.example/T/B/secret"));
+        let doc = seal_rule(&req, None, &secrets).unwrap();
+        // Another host without the headers again: refused (they would follow it there).
+        let moved = AlertRuleRequest {
+            channel: ChannelSpec::Webhook(WebhookSpec {
+                url: Some("https://elsewhere.example/x".into()),
+                format: WebhookFormat::Json,
+                headers: None,
+            }),
+            ..req.clone()
+        };
+        let err = seal_rule(&moved, Some(&doc), &secrets)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("channel.webhook.headers"), "{err}");
+        // An SMTP password is kept for the same server and user only.
+        let email = |host: &str, password: Option<&str>| {
+            request(ChannelSpec::Email(EmailSpec {
+                host: host.into(),
+                port: None,
+                security: SmtpSecurity::Starttls,
+                username: Some("u".into()),
+                password: password.map(str::to_owned),
+                from: "silk@example.com".into(),
+                to: vec!["ops@example.com".into()],
+            }))
+        };
+        let doc = seal_rule(&email("smtp.example", Some("pw")), None, &secrets).unwrap();
+        assert!(seal_rule(&email("smtp.example", None), Some(&doc), &secrets).is_ok());
+        let err = seal_rule(&email("smtp.evil", None), Some(&doc), &secrets)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("channel.email.password"), "{err}");
+        // No password in clear to another machine; a header of the hub's own is refused.
+        let mut clear = email("smtp.example", Some("pw"));
+        if let ChannelSpec::Email(e) = &mut clear.channel {
+            e.security = SmtpSecurity::None;
+        }
+        let err = check_rule(&clear).unwrap_err().to_string();
+        assert!(err.contains("in clear"), "{err}");
+        if let ChannelSpec::Email(e) = &mut clear.channel {
+            e.host = "127.0.0.1".into();
+        }
+        check_rule(&clear).unwrap();
+        let mut own = request(webhook("https://h/x"));
+        own.channel = ChannelSpec::Webhook(WebhookSpec {
+            url: Some("https://h/x".into()),
+            format: WebhookFormat::Json,
+            headers: Some(BTreeMap::from([(
+                "Content-Type".into(),
+                "text/plain".into(),
+            )])),
+        });
+        let err = check_rule(&own).unwrap_err().to_string();
+        assert!(err.contains("set by the hub"), "{err}");
+        // Nothing secret in a Debug print.
+        let debug = format!(
+            "{:?} {:?}",
+            req,
+            open_channel("ops", &seal_rule(&req, None, &secrets).unwrap(), &secrets).unwrap()
+        );
+        assert!(
+            !debug.contains("secret") && !debug.contains("t0k"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn slack_text_makes_no_mention_and_output_is_bounded() {
+        assert_eq!(
+            slack_text("a <!channel>", "x & y"),
+            "a &lt;!channel&gt;\nx &amp; y"
+        );
+        let secrets = SecretBox::new([7; 32], "test");
+        let mut req = request(webhook("https://h/x"));
+        req.body = Some("{% for i in range(9000) %}{{ \"x\" * 1000 }}{% endfor %}".into());
+        let doc = seal_rule(&req, None, &secrets).unwrap();
+        let alert = AlertDoc {
+            event: AlertEvent::RunFailed,
+            title: "t".into(),
+            facts: BTreeMap::new(),
+            subject: String::new(),
+            attempts: 0,
+            error: None,
+        };
+        let (_, text) = render(&doc, &alert, "ops", 0);
+        assert!(text.len() < 2 * MAX_RENDERED, "{}", text.len());
+        assert!(
+            text.contains("over 65536 bytes"),
+            "{}",
+            &text[..200.min(text.len())]
+        );
+    }
+
+    #[test]
     fn templates_render_the_facts_and_fall_back_when_they_fail() {
         let secrets = SecretBox::new([7; 32], "test");
         let mut req = request(webhook("https://h/x"));
@@ -881,7 +1121,7 @@ mod tests {
             facts,
         };
         assert_eq!(matches(&doc, &h), Some(AlertEvent::RunFailed));
-        let row = alert_row("ops", &doc, AlertEvent::RunFailed, &h, 5);
+        let row = alert_row("ops", &doc, AlertEvent::RunFailed, &h, 5, true);
         assert_eq!(row.id, "ops/run/r1");
         let alert = alert_doc(&row).unwrap();
         let (subject, text) = render(&doc, &alert, "ops", 0);
@@ -990,7 +1230,7 @@ mod tests {
         assert_eq!(matches(&doc, &h), None);
         h.job = None;
         assert_eq!(matches(&doc, &h), None);
-        let dead = agent_dead("a1", 9, 12.34);
+        let dead = agent_dead("a1", 8, 9, 12.34);
         assert_eq!(matches(&doc, &dead), None);
     }
 }

@@ -5,36 +5,53 @@
 //!   (`AlertStore::unnoticed_runs`) is matched against the rules, its deliveries inserted,
 //!   then it is marked looked at. A run that ended just before its hub died is noticed by the
 //!   next hub; one noticed twice inserts nothing twice (a delivery's id is the rule and the
-//!   run).
+//!   run). The hub that holds the store lease `alerts` does this.
 //! - An agent's death (`presence`) and a failed build (`builds`) are matched where they
-//!   happen ([`emit`]).
-//! - One hub at a time notices and sends: the holder of the store lease `alerts` (renewed
-//!   each pass). A delivery is sent, then marked `sent`: a hub that dies between the two
-//!   sends it again (at least once; the receiver gets the same `X-Silk-Alert-Id` /
-//!   Message-ID). A failed attempt is retried after `retry_delay_ms`, doubling up to
-//!   `retry_max_delay_ms`, until `max_attempts`; then the delivery is `failed`.
-//! - A rule's rate limit is checked before the first attempt: over it, the delivery is
-//!   `suppressed`, and the next one sent says how many were.
+//!   happen ([`emit`]), right after the state change is stored (a failed insert is retried).
+//! - A rule's rate limit is applied when a delivery is made (admission): over it, the
+//!   delivery is stored `suppressed` and not sent; the next one sent says how many were
+//!   suppressed in the window. Test deliveries do not count.
+//! - Deliveries are sent by the lease holder, a few at once. Each is *claimed* first (its due
+//!   time moved past the send), sent within `send_timeout_ms`, and settled only while the
+//!   claim holds: no two hubs send one delivery at once, and a sender that dies mid-send
+//!   leaves it to be sent again when the claim runs out (at least once; receivers get the
+//!   same `X-Silk-Alert-Id` / Message-ID). A failed attempt is retried after
+//!   `retry_delay_ms`, doubling up to `retry_max_delay_ms`, until `max_attempts`; an answer
+//!   that says retrying is useless (an HTTP 4xx other than 408/425/429, a permanent SMTP
+//!   error) fails the delivery at once.
 
 use crate::alert::{self, AlertDoc, Channel, Happening, RuleDoc};
 use crate::error::HubError;
 use crate::state::HubCore;
-use silk_api::alerts::{DeliveryState, SmtpSecurity, WebhookFormat};
+use futures::StreamExt as _;
+use silk_api::alerts::{AlertEvent, DeliveryState, SmtpSecurity, WebhookFormat};
 use silk_store::{AlertFilter, AlertRow, RunFilter};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The store lease of the hub that notices and sends.
+/// The store lease of the hub that notices ended runs and sends.
 pub(crate) const ALERTS_LEASE: &str = "alerts";
 
 /// Ended runs looked at per store call.
 const NOTICE_BATCH: u32 = 100;
 
 /// Due deliveries taken per store call.
-const DELIVERY_BATCH: u32 = 50;
+const DELIVERY_BATCH: u32 = 32;
+
+/// Deliveries sent at once.
+const SENDS_AT_ONCE: usize = 8;
+
+/// A claim lasts the send timeout and this much more, ms.
+const CLAIM_MARGIN_MS: u64 = 10_000;
 
 /// How often retention runs, ms.
 const RETENTION_EVERY_MS: u64 = 3_600_000;
+
+/// Attempts at storing the deliveries of something that happened here.
+const EMIT_ATTEMPTS: u32 = 5;
+
+/// The most of an error answer's body quoted in a delivery's error, bytes.
+const ANSWER_QUOTE: usize = 200;
 
 /// Notices and sends until the hub stops.
 pub(crate) async fn alert_loop(shared: Arc<HubCore>) {
@@ -48,13 +65,13 @@ pub(crate) async fn alert_loop(shared: Arc<HubCore>) {
     {
         Ok(http) => http,
         Err(e) => {
-            tracing::error!(error = %e, "alerts: no HTTP client; webhooks cannot be sent");
+            tracing::error!(error = %e, "alerts: no HTTP client; alerts are not sent");
             return;
         }
     };
     let mut last_retention = 0;
     loop {
-        let wait_ms = match pass(&shared, &http, &mut last_retention).await {
+        let wait_ms = match pass(&shared, &http, &stop, &mut last_retention).await {
             Ok(ms) => ms,
             Err(e) => {
                 tracing::warn!(error = %e, "alerts: pass failed; retrying");
@@ -69,26 +86,37 @@ pub(crate) async fn alert_loop(shared: Arc<HubCore>) {
     }
 }
 
-/// One pass: notice ended runs, send what is due, retention. How long to wait, ms.
+/// One pass: notice ended runs, send what is due (noticing again between batches),
+/// retention. How long to wait, ms.
 async fn pass(
     shared: &HubCore,
     http: &reqwest::Client,
+    stop: &tokio::sync::watch::Receiver<bool>,
     last_retention: &mut u64,
 ) -> Result<u64, HubError> {
     let poll_ms = shared.config.alerts.poll_ms;
-    if !hold(shared).await? {
-        return Ok(poll_ms);
-    }
-    notice_runs(shared).await?;
-    let now = shared.clock.now_ms();
     loop {
-        let due = shared.store.due_alerts(now, DELIVERY_BATCH).await?;
+        if *stop.borrow() || !hold(shared).await? {
+            return Ok(poll_ms);
+        }
+        if let Err(e) = notice_runs(shared).await {
+            tracing::warn!(error = %e, "alerts: ended runs not looked at; sending what is due");
+        }
+        let due = shared
+            .store
+            .due_alerts(shared.clock.now_ms(), DELIVERY_BATCH)
+            .await?;
         let full = due.len() == DELIVERY_BATCH as usize;
-        for row in due {
-            if !hold(shared).await? {
-                return Ok(poll_ms);
+        let mut sends = futures::stream::iter(due)
+            .map(|row| {
+                let id = row.id.clone();
+                async move { (id, deliver(shared, http, row).await) }
+            })
+            .buffer_unordered(SENDS_AT_ONCE);
+        while let Some((id, done)) = sends.next().await {
+            if let Err(e) = done {
+                tracing::warn!(alert = %id, error = %e, "alerts: delivery not settled (it is sent again later)");
             }
-            deliver(shared, http, row).await?;
         }
         if !full {
             break;
@@ -120,51 +148,86 @@ async fn hold(shared: &HubCore) -> Result<bool, HubError> {
         .await?)
 }
 
-/// The rules, by name, with their documents; an unreadable one is left out (and logged).
+/// A rule as stored: its document, or why it does not read.
+type StoredRule = Result<RuleDoc, String>;
+
+/// The rules, by name. An unreadable one matches nothing (and is logged).
 async fn rules(shared: &HubCore) -> Result<Vec<(String, RuleDoc)>, HubError> {
     let mut out = Vec::new();
     for row in shared.store.list_alert_rules().await? {
-        match serde_json::from_value::<RuleDoc>(row.doc) {
+        match read_rule(&row.name, row.doc) {
             Ok(doc) => out.push((row.name, doc)),
             Err(e) => {
-                tracing::warn!(rule = %row.name, error = %e, "alerts: rule unreadable; skipped")
+                tracing::warn!(rule = %row.name, error = %e, "alerts: rule unreadable; it matches nothing")
             }
         }
     }
     Ok(out)
 }
 
-/// Inserts the deliveries of `h` for the rules that match it; how many were new.
+fn read_rule(name: &str, doc: serde_json::Value) -> StoredRule {
+    serde_json::from_value(doc).map_err(|e| format!("alert rule {name:?} is unreadable: {e}"))
+}
+
+/// Inserts the deliveries of `h` for the rules that match it, each admitted or suppressed
+/// by its rule's rate limit; how many were new.
 async fn enqueue(
     shared: &HubCore,
     rules: &[(String, RuleDoc)],
     h: &Happening,
 ) -> Result<u64, HubError> {
     let now = shared.clock.now_ms();
-    let rows: Vec<AlertRow> = rules
-        .iter()
-        .filter_map(|(name, doc)| {
-            alert::matches(doc, h).map(|event| alert::alert_row(name, doc, event, h, now))
-        })
-        .collect();
+    let mut rows = Vec::new();
+    for (name, doc) in rules {
+        let Some(event) = alert::matches(doc, h) else {
+            continue;
+        };
+        let admitted = shared
+            .store
+            .count_alerts(&AlertFilter {
+                rule: Some(name.clone()),
+                counted: Some(true),
+                since_ms: Some(now.saturating_sub(doc.rate_limit.per_ms)),
+                ..AlertFilter::default()
+            })
+            .await?;
+        let mut row = alert::alert_row(name, doc, event, h, now, true);
+        if admitted >= u64::from(doc.rate_limit.max) {
+            alert::suppress(&mut row, &doc.rate_limit);
+            tracing::info!(alert = %row.id, "alerts: suppressed by its rule's rate limit");
+        }
+        rows.push(row);
+    }
     Ok(shared.store.insert_alerts(&rows).await?)
 }
 
 /// Matches something that happened here (an agent's death, a failed build) against the
-/// rules and stores its deliveries; the sender is woken. Errors are logged: an alert never
-/// fails what it reports on.
+/// rules and stores its deliveries (retried a few times if the store fails); the sender is
+/// woken. It never fails what it reports on: a last failure is logged.
 pub(crate) async fn emit(shared: &HubCore, h: Happening) {
-    let done = async {
-        let rules = rules(shared).await?;
-        enqueue(shared, &rules, &h).await
-    };
-    match done.await {
-        Ok(0) => {}
-        Ok(n) => {
-            tracing::debug!(key = %h.key, deliveries = n, "alerts: queued");
-            shared.alerts_wake.notify_one();
+    let mut wait = Duration::from_millis(200);
+    for attempt in 1..=EMIT_ATTEMPTS {
+        let done = async {
+            let rules = rules(shared).await?;
+            enqueue(shared, &rules, &h).await
+        };
+        match done.await {
+            Ok(n) => {
+                if n > 0 {
+                    tracing::debug!(key = %h.key, deliveries = n, "alerts: queued");
+                    shared.alerts_wake.notify_one();
+                }
+                return;
+            }
+            Err(e) if attempt < EMIT_ATTEMPTS => {
+                tracing::warn!(key = %h.key, error = %e, "alerts: not queued; retrying");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
+            Err(e) => {
+                tracing::error!(key = %h.key, error = %e, "alerts: not queued; this event is not alerted")
+            }
         }
-        Err(e) => tracing::warn!(key = %h.key, error = %e, "alerts: not queued"),
     }
 }
 
@@ -184,11 +247,8 @@ async fn notice_runs(shared: &HubCore) -> Result<(), HubError> {
             let id = row.id.clone();
             match crate::repo::record_of(row) {
                 Ok(record) => {
-                    let previous_failed = if record.state == crate::run::RunState::Succeeded {
-                        previous_failed(shared, &record).await?
-                    } else {
-                        false
-                    };
+                    let previous_failed = record.state == crate::run::RunState::Succeeded
+                        && previous_failed(shared, &record).await?;
                     let ui = shared.config.public_url.as_deref();
                     if let Some(h) = alert::run_happening(&record, previous_failed, ui) {
                         enqueue(shared, rules, &h).await?;
@@ -200,6 +260,7 @@ async fn notice_runs(shared: &HubCore) -> Result<(), HubError> {
             }
             shared.store.mark_run_noticed(&id).await?;
         }
+        shared.alerts_wake.notify_one();
     }
 }
 
@@ -214,23 +275,51 @@ async fn previous_failed(
     let filter = RunFilter {
         job_id: Some(job_id.clone()),
         states: vec!["succeeded".into(), "failed".into()],
-        limit: Some(20),
+        limit: Some(50),
         newest_first: true,
     };
     let runs = shared.store.list_runs(&filter).await?;
-    let before = runs.iter().find(|r| {
-        r.id != record.id.as_str()
-            && (r.created_ms, r.id.as_str()) < (record.created_ms, record.id.as_str())
-    });
+    let before = runs
+        .iter()
+        .find(|r| (r.created_ms, r.id.as_str()) < (record.created_ms, record.id.as_str()));
     Ok(before.is_some_and(|r| r.state == "failed"))
 }
 
-/// Sends one due delivery, or suppresses, drops or fails it; stores what became of it.
+/// Why a send failed, and whether trying again can help.
+struct SendError {
+    message: String,
+    permanent: bool,
+}
+
+impl SendError {
+    fn retry(message: String) -> Self {
+        Self {
+            message,
+            permanent: false,
+        }
+    }
+}
+
+/// Claims one due delivery and sends it, or drops or fails it; stores what became of it
+/// while the claim holds.
 async fn deliver(
     shared: &HubCore,
     http: &reqwest::Client,
     mut row: AlertRow,
 ) -> Result<(), HubError> {
+    let settings = &shared.config.alerts;
+    let claimed = shared
+        .clock
+        .now_ms()
+        .saturating_add(settings.send_timeout_ms)
+        .saturating_add(CLAIM_MARGIN_MS);
+    if !shared
+        .store
+        .claim_alert(&row.id, row.due_ms, claimed)
+        .await?
+    {
+        return Ok(()); // Another hub took it, or it is settled.
+    }
     let now = shared.clock.now_ms();
     let mut doc = match alert::alert_doc(&row) {
         Ok(doc) => doc,
@@ -238,139 +327,146 @@ async fn deliver(
             tracing::warn!(alert = %row.id, error = %e, "alerts: delivery unreadable; failed");
             row.state = DeliveryState::Failed.as_str().into();
             row.due_ms = now;
-            return Ok(shared.store.put_alert(&row).await?);
+            shared.store.settle_alert(&row, claimed).await?;
+            return Ok(());
         }
     };
     let rule = match shared.store.get_alert_rule(&row.rule).await? {
-        Some(rule) => serde_json::from_value::<RuleDoc>(rule.doc).ok(),
+        Some(stored) => Some(read_rule(&row.rule, stored.doc)),
         None => None,
     };
-    let Some(rule) = rule.filter(|r| r.enabled || doc.event == silk_api::alerts::AlertEvent::Test)
-    else {
-        doc.error = Some("its rule was deleted or disabled before it was sent".into());
-        return finish(shared, row, doc, DeliveryState::Dropped, now).await;
+    let is_test = doc.event == AlertEvent::Test;
+    let rule = match rule {
+        Some(Ok(rule)) if rule.enabled || is_test => rule,
+        Some(Err(e)) => {
+            tracing::warn!(alert = %row.id, error = %e, "alerts: its rule is unreadable; retrying");
+            doc.attempts += 1;
+            return retry_or_fail(shared, row, doc, SendError::retry(e), claimed).await;
+        }
+        _ => {
+            doc.error = Some("its rule was deleted or disabled before it was sent".into());
+            return settle(shared, row, doc, DeliveryState::Dropped, now, claimed).await;
+        }
     };
-    if doc.attempts == 0 && doc.event != silk_api::alerts::AlertEvent::Test {
-        let sent = shared
+    let suppressed = if is_test {
+        0
+    } else {
+        shared
             .store
             .count_alerts(&AlertFilter {
                 rule: Some(row.rule.clone()),
-                state: Some(DeliveryState::Sent.as_str().into()),
+                state: Some(DeliveryState::Suppressed.as_str().into()),
                 since_ms: Some(now.saturating_sub(rule.rate_limit.per_ms)),
-                limit: None,
+                ..AlertFilter::default()
             })
-            .await?;
-        if sent >= u64::from(rule.rate_limit.max) {
-            doc.error = Some(format!(
-                "over the rule's rate limit ({} per {} s)",
-                rule.rate_limit.max,
-                rule.rate_limit.per_ms / 1000
-            ));
-            tracing::info!(alert = %row.id, "alerts: suppressed by the rule's rate limit");
-            return finish(shared, row, doc, DeliveryState::Suppressed, now).await;
-        }
-    }
-    let suppressed = suppressed_since_last_sent(shared, &row.rule).await?;
+            .await?
+    };
     let (subject, text) = alert::render(&rule, &doc, &row.rule, suppressed);
+    let timeout = Duration::from_millis(settings.send_timeout_ms);
     let sent = match alert::open_channel(&row.rule, &rule, &shared.builds.secrets) {
         Ok(channel) => {
-            send(
-                http,
-                &shared.config.alerts,
-                &channel,
-                &row.id,
-                &row.rule,
-                &doc,
-                &subject,
-                &text,
-            )
-            .await
+            let outgoing = Outgoing {
+                id: &row.id,
+                rule: &row.rule,
+                doc: &doc,
+                subject: &subject,
+                text: &text,
+            };
+            match tokio::time::timeout(timeout, send(http, &channel, &outgoing)).await {
+                Ok(sent) => sent,
+                Err(_) => Err(SendError::retry(format!(
+                    "no answer within {} s",
+                    timeout.as_secs()
+                ))),
+            }
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(SendError::retry(e.to_string())),
     };
     doc.attempts += 1;
     doc.subject = subject;
-    let now = shared.clock.now_ms();
     match sent {
         Ok(()) => {
             doc.error = None;
             tracing::info!(alert = %row.id, event = %doc.event, attempts = doc.attempts, "alert sent");
-            finish(shared, row, doc, DeliveryState::Sent, now).await
+            let now = shared.clock.now_ms();
+            settle(shared, row, doc, DeliveryState::Sent, now, claimed).await
         }
-        Err(e) => {
-            let settings = &shared.config.alerts;
-            doc.error = Some(e.clone());
-            if doc.attempts >= settings.max_attempts {
-                tracing::warn!(alert = %row.id, attempts = doc.attempts, error = %e, "alert not sent: attempts used up");
-                return finish(shared, row, doc, DeliveryState::Failed, now).await;
-            }
-            let shift = doc.attempts.saturating_sub(1).min(20);
-            let delay = settings
-                .retry_delay_ms
-                .saturating_mul(1 << shift)
-                .min(settings.retry_max_delay_ms);
-            tracing::warn!(alert = %row.id, attempts = doc.attempts, retry_in_ms = delay, error = %e, "alert not sent; retrying");
-            finish(
-                shared,
-                row,
-                doc,
-                DeliveryState::Pending,
-                now.saturating_add(delay),
-            )
-            .await
-        }
+        Err(e) => retry_or_fail(shared, row, doc, e, claimed).await,
     }
 }
 
-/// How many of the rule's deliveries were suppressed since its last one sent.
-async fn suppressed_since_last_sent(shared: &HubCore, rule: &str) -> Result<u64, HubError> {
-    let last_sent = shared
-        .store
-        .list_alerts(&AlertFilter {
-            rule: Some(rule.to_owned()),
-            state: Some(DeliveryState::Sent.as_str().into()),
-            since_ms: None,
-            limit: Some(1),
-        })
-        .await?;
-    Ok(shared
-        .store
-        .count_alerts(&AlertFilter {
-            rule: Some(rule.to_owned()),
-            state: Some(DeliveryState::Suppressed.as_str().into()),
-            since_ms: last_sent.first().map(|a| a.due_ms),
-            limit: None,
-        })
-        .await?)
+/// Schedules the next attempt of a delivery whose attempt failed, or fails it (attempts
+/// used up, or retrying cannot help).
+async fn retry_or_fail(
+    shared: &HubCore,
+    row: AlertRow,
+    mut doc: AlertDoc,
+    e: SendError,
+    claimed: u64,
+) -> Result<(), HubError> {
+    let settings = &shared.config.alerts;
+    let now = shared.clock.now_ms();
+    doc.error = Some(e.message.clone());
+    if e.permanent || doc.attempts >= settings.max_attempts {
+        let why = if e.permanent {
+            "retrying cannot help"
+        } else {
+            "attempts used up"
+        };
+        tracing::warn!(alert = %row.id, attempts = doc.attempts, error = %e.message, "alert not sent: {why}");
+        return settle(shared, row, doc, DeliveryState::Failed, now, claimed).await;
+    }
+    let shift = doc.attempts.saturating_sub(1).min(20);
+    let delay = settings
+        .retry_delay_ms
+        .saturating_mul(1 << shift)
+        .min(settings.retry_max_delay_ms);
+    tracing::warn!(alert = %row.id, attempts = doc.attempts, retry_in_ms = delay, error = %e.message, "alert not sent; retrying");
+    settle(
+        shared,
+        row,
+        doc,
+        DeliveryState::Pending,
+        now.saturating_add(delay),
+        claimed,
+    )
+    .await
 }
 
-/// Stores a delivery's new state and document.
-async fn finish(
+/// Stores a claimed delivery's new state and document, if the claim still holds.
+async fn settle(
     shared: &HubCore,
     mut row: AlertRow,
     doc: AlertDoc,
     state: DeliveryState,
     due_ms: u64,
+    claimed: u64,
 ) -> Result<(), HubError> {
     row.state = state.as_str().into();
     row.due_ms = due_ms;
     row.doc = serde_json::to_value(&doc)
-        .map_err(|e| HubError::Store(format!("alert {:?}: {e}", row.id)))?;
-    Ok(shared.store.put_alert(&row).await?)
+        .map_err(|e| HubError::Store(format!("alert {:?} document: {e}", row.id)))?;
+    if !shared.store.settle_alert(&row, claimed).await? {
+        tracing::warn!(alert = %row.id, "alerts: the claim ran out before the outcome was stored; another attempt follows");
+    }
+    Ok(())
+}
+
+/// What one delivery sends.
+struct Outgoing<'a> {
+    id: &'a str,
+    rule: &'a str,
+    doc: &'a AlertDoc,
+    subject: &'a str,
+    text: &'a str,
 }
 
 /// Sends a delivery over its channel; the error says why, never a secret.
-#[allow(clippy::too_many_arguments)]
 async fn send(
     http: &reqwest::Client,
-    settings: &crate::config::AlertSettings,
     channel: &Channel,
-    id: &str,
-    rule: &str,
-    doc: &AlertDoc,
-    subject: &str,
-    text: &str,
-) -> Result<(), String> {
+    out: &Outgoing<'_>,
+) -> Result<(), SendError> {
     match channel {
         Channel::Webhook {
             url,
@@ -378,27 +474,37 @@ async fn send(
             headers,
         } => {
             let body = match format {
-                WebhookFormat::Json => alert::webhook_json(id, rule, doc, subject, text),
-                WebhookFormat::Slack => serde_json::json!({ "text": format!("{subject}\n{text}") }),
+                WebhookFormat::Json => {
+                    alert::webhook_json(out.id, out.rule, out.doc, out.subject, out.text)
+                }
+                WebhookFormat::Slack => {
+                    serde_json::json!({ "text": alert::slack_text(out.subject, out.text) })
+                }
             };
-            let mut request = http
-                .post(url)
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .header("X-Silk-Alert-Id", id)
-                .body(body.to_string());
+            let mut request = http.post(url);
             for (name, value) in headers {
                 request = request.header(name, value);
             }
             let answer = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header("X-Silk-Alert-Id", out.id)
+                .body(body.to_string())
                 .send()
                 .await
-                .map_err(|e| format!("webhook: {}", e.without_url()))?;
+                .map_err(|e| SendError::retry(format!("webhook: {}", describe(e))))?;
             let status = answer.status();
             if status.is_success() {
-                Ok(())
-            } else {
-                Err(format!("webhook: HTTP {status}"))
+                return Ok(());
             }
+            let quote = answer.text().await.unwrap_or_default();
+            let quote = silk_core::text::prefix(quote.trim(), ANSWER_QUOTE);
+            let message = if quote.is_empty() {
+                format!("webhook: HTTP {status}")
+            } else {
+                format!("webhook: HTTP {status}: {quote}")
+            };
+            let permanent = status.is_client_error() && !matches!(status.as_u16(), 408 | 425 | 429);
+            Err(SendError { message, permanent })
         }
         Channel::Email {
             host,
@@ -409,27 +515,29 @@ async fn send(
             to,
         } => {
             use lettre::AsyncTransport as _;
+            let bad = |e: String| SendError {
+                message: format!("email: {e}"),
+                permanent: true,
+            };
             let mut message = lettre::Message::builder()
-                .from(from.parse().map_err(|e| format!("email: from: {e}"))?)
-                .subject(subject)
-                .message_id(Some(message_id(id)))
+                .from(from.parse().map_err(|e| bad(format!("from: {e}")))?)
+                .subject(out.subject)
+                .message_id(Some(message_id(out.id)))
                 .header(lettre::message::header::ContentType::TEXT_PLAIN);
             for to in to {
-                message = message.to(to.parse().map_err(|e| format!("email: to {to:?}: {e}"))?);
+                message = message.to(to.parse().map_err(|e| bad(format!("to {to:?}: {e}")))?);
             }
             let message = message
-                .body(text.to_owned())
-                .map_err(|e| format!("email: {e}"))?;
+                .body(out.text.to_owned())
+                .map_err(|e| bad(e.to_string()))?;
             type Smtp = lettre::AsyncSmtpTransport<lettre::Tokio1Executor>;
             let builder = match security {
                 SmtpSecurity::Starttls => Smtp::starttls_relay(host),
                 SmtpSecurity::Tls => Smtp::relay(host),
                 SmtpSecurity::None => Ok(Smtp::builder_dangerous(host)),
             }
-            .map_err(|e| format!("email: {e}"))?;
-            let mut builder = builder
-                .port(*port)
-                .timeout(Some(Duration::from_millis(settings.send_timeout_ms)));
+            .map_err(|e| SendError::retry(format!("email: {e}")))?;
+            let mut builder = builder.port(*port);
             if let Some((user, password)) = login {
                 builder =
                     builder.credentials(lettre::transport::smtp::authentication::Credentials::new(
@@ -442,9 +550,30 @@ async fn send(
                 .send(message)
                 .await
                 .map(drop)
-                .map_err(|e| format!("email via {host}:{port}: {e}"))
+                .map_err(|e| SendError {
+                    message: format!("email via {host}:{port}: {e}"),
+                    permanent: e.is_permanent(),
+                })
         }
     }
+}
+
+/// A request error with its causes (reqwest's own text is only "error sending request"),
+/// without the URL (it may hold a token).
+fn describe(e: reqwest::Error) -> String {
+    let timeout = e.is_timeout();
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    if timeout {
+        text.push_str(" (timed out)");
+    }
+    text
 }
 
 /// The Message-ID of a delivery: its id, with characters a message id cannot hold replaced.

@@ -188,6 +188,7 @@ impl Hub {
             undrivable: Mutex::new(std::collections::HashSet::new()),
             builds: crate::state::Builds::new(secrets, build_settings),
             alerts_wake: tokio::sync::Notify::new(),
+            alerts_task: Mutex::new(None),
         });
         // Per-hub durables: every hub reads every registration, and the results of the
         // downloads it sent (`results.{hub id}`).
@@ -238,7 +239,8 @@ impl Hub {
         crate::sinks::resume_pending(&shared).await;
         tokio::spawn(crate::scheduler::scheduler(shared.clone(), ended_rx));
         tokio::spawn(crate::builds::build_loop(shared.clone()));
-        tokio::spawn(crate::alerts::alert_loop(shared.clone()));
+        let alerts = tokio::spawn(crate::alerts::alert_loop(shared.clone()));
+        *shared.alerts_task.lock() = Some(alerts);
         tracing::info!(hub = %shared.hub_id, data_dir = %shared.config.data_dir.display(), store = shared.store.backend(), frontier = if shared.config.frontier_url.is_some() { "redis" } else { "embedded" }, "hub started");
         Ok(HubHandle { shared })
     }
@@ -760,6 +762,13 @@ impl HubHandle {
         // Builds in progress queue their versions again.
         for b in self.shared.builds.take_tasks() {
             let _ = b.await;
+        }
+        // A send in flight is left to its claim (the delivery is sent again when it runs
+        // out: at least once); then the alerts' lease goes back.
+        let alerts = self.shared.alerts_task.lock().take();
+        if let Some(task) = alerts {
+            task.abort();
+            let _ = task.await;
         }
         // The runs' leases went back as their loops ended; the scheduler's and the alerts'
         // go now (another hub takes them at once).

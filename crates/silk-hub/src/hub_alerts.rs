@@ -33,7 +33,8 @@ impl HubHandle {
     ) -> Result<serde_json::Value, HubError> {
         alert::check_rule(request)?;
         let doc = alert::seal_rule(request, old, &self.shared().builds.secrets)?;
-        serde_json::to_value(&doc).map_err(|e| HubError::Store(e.to_string()))
+        serde_json::to_value(&doc)
+            .map_err(|e| HubError::Store(format!("alert rule {:?}: {e}", request.name)))
     }
 
     /// Every alert rule, by name (no secrets).
@@ -90,8 +91,21 @@ impl HubHandle {
                 request.name
             )));
         }
-        let (mut row, old) = self.alert_rule_row(name).await?;
-        row.doc = self.alert_rule_doc(request, Some(&old))?;
+        let mut row = self
+            .shared()
+            .store
+            .get_alert_rule(name)
+            .await?
+            .ok_or_else(|| HubError::NoSuchAlertRule(name.to_owned()))?;
+        // A rule that does not read is replaced whole (its secrets must be given again).
+        let old: Option<RuleDoc> = match serde_json::from_value(row.doc.clone()) {
+            Ok(old) => Some(old),
+            Err(e) => {
+                tracing::warn!(rule = %name, error = %e, "alert rule unreadable; replaced whole");
+                None
+            }
+        };
+        row.doc = self.alert_rule_doc(request, old.as_ref())?;
         row.updated_ms = self.shared().clock.now_ms();
         self.shared().store.update_alert_rule(&row).await?;
         tracing::info!(rule = %name, "alert rule replaced");
@@ -123,7 +137,7 @@ impl HubHandle {
                 ("at_ms".to_owned(), json!(now)),
             ]),
         };
-        let row = alert::alert_row(name, &doc, AlertEvent::Test, &h, now);
+        let row = alert::alert_row(name, &doc, AlertEvent::Test, &h, now, false);
         self.shared()
             .store
             .insert_alerts(std::slice::from_ref(&row))
@@ -140,15 +154,19 @@ impl HubHandle {
         let filter = AlertFilter {
             rule: params.rule.clone(),
             state: params.state.map(|s| s.as_str().to_owned()),
-            since_ms: None,
             limit: Some(params.limit.unwrap_or(100).clamp(1, 1000)),
+            ..AlertFilter::default()
         };
-        self.shared()
-            .store
-            .list_alerts(&filter)
-            .await?
+        let rows = self.shared().store.list_alerts(&filter).await?;
+        Ok(rows
             .iter()
-            .map(alert::delivery_view)
-            .collect()
+            .filter_map(|row| match alert::delivery_view(row) {
+                Ok(view) => Some(view),
+                Err(e) => {
+                    tracing::warn!(alert = %row.id, error = %e, "delivery unreadable; not listed");
+                    None
+                }
+            })
+            .collect())
     }
 }

@@ -77,6 +77,9 @@ pub struct Transition {
     pub at_ms: u64,
     /// phi at that time.
     pub phi: f64,
+    /// When the agent sent the last heartbeat this hub accepted (agent clock): none if this
+    /// hub has not heard one since it started (an agent restored from the store).
+    pub last_heartbeat_sent_ms: Option<u64>,
 }
 
 /// Labels an agent must all carry (`pool=cn,net=adsl`); empty matches every agent.
@@ -290,6 +293,7 @@ impl AgentRegistry {
                     to,
                     at_ms: now_ms,
                     phi: rec.detector.phi(now_ms),
+                    last_heartbeat_sent_ms: rec.last_key.map(|(sent_ms, _)| sent_ms),
                 });
                 rec.reported = Some(to);
             }

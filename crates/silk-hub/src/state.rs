@@ -71,6 +71,8 @@ pub(crate) struct HubCore {
     pub(crate) builds: Builds,
     /// Woken when a run ended here or a delivery was queued (the alerts service looks).
     pub(crate) alerts_wake: tokio::sync::Notify,
+    /// The alerts service's task (stopped before the hub gives its lease back).
+    pub(crate) alerts_task: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl HubCore {

@@ -572,5 +572,30 @@ async fn recovered_empty_runs_dead_agents_and_the_rate_limit() {
         got.iter().any(|r| r.json()["event"] == "agent_dead"),
         "{got:?}"
     );
+
+    // A restarted hub restores the ghost from the store; silent since, its death there is
+    // no news: still one agent_dead delivery.
+    w.hub.shutdown().await;
+    let (hub, _base, admin) = start(w.dir.path(), &w.bus).await;
+    until("the ghost dead on the restarted hub", async || {
+        let agents = admin.agents().await.unwrap();
+        agents
+            .iter()
+            .any(|a| a.id == ghost && !a.state.is_live())
+            .then_some(())
+    })
+    .await;
+    admin.test_alert_rule("states").await.unwrap();
+    let after = deliveries_until(&admin, of_rule("states"), "the test sent", |d| {
+        d.iter()
+            .any(|d| d.event == AlertEvent::Test && d.state == DeliveryState::Sent)
+    })
+    .await;
+    let deaths = after
+        .iter()
+        .filter(|d| d.event == AlertEvent::AgentDead)
+        .count();
+    assert_eq!(deaths, 1, "{after:?}");
     agent.shutdown().await;
+    hub.shutdown().await;
 }

@@ -173,7 +173,7 @@
  */
 
 /**
- * An email channel: SMTP.
+ * An email channel: SMTP. Its `Debug` shows no password.
  * @typedef {object} EmailSpec
  * @property {string} from The sender, `name@host` or `Name <name@host>`.
  * @property {string} host The SMTP server's host name or address.
@@ -450,7 +450,7 @@
  */
 
 /**
- * At most `max` deliveries per `per_ms`; the others are `suppressed` (listed, not sent), and
+ * At most `max` deliveries are made per `per_ms` (counted when the event happens; tests do
  * @typedef {object} RateLimit
  * @property {number} max Deliveries per window (at least 1).
  * @property {number} per_ms The window, ms (at least 1000).
@@ -622,7 +622,7 @@
  */
 
 /**
- * A webhook channel (`POST` of the body; a 2xx answer is delivered).
+ * A webhook channel (`POST` of the body; a 2xx answer is delivered). Its `Debug` shows no
  * @typedef {object} WebhookSpec
  * @property {WebhookFormat} [format] `json` (default) or `slack`.
  * @property {Record<string, string>|null} [headers] Extra request headers (e.g. `Authorization`); values stored sealed. A replacement

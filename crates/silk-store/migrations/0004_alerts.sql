@@ -10,16 +10,18 @@ CREATE TABLE alert_rules (
 );
 
 -- state: pending (due at due_ms), or final (sent, failed, suppressed, dropped) since due_ms.
+-- counted: 1 if it counts against its rule's rate limit (admitted, not a test).
 CREATE TABLE alerts (
     id          TEXT   NOT NULL PRIMARY KEY,
     rule        TEXT   NOT NULL,
     state       TEXT   NOT NULL,
     created_ms  BIGINT NOT NULL,
     due_ms      BIGINT NOT NULL,
+    counted     BIGINT NOT NULL,
     doc         TEXT   NOT NULL
 );
 CREATE INDEX alerts_due ON alerts (state, due_ms);
-CREATE INDEX alerts_rule ON alerts (rule, state, due_ms);
+CREATE INDEX alerts_rule ON alerts (rule, created_ms);
 CREATE INDEX alerts_created ON alerts (created_ms);
 
 -- 1 once the alerts have looked at the ended run. Runs that ended before this migration

@@ -7,6 +7,10 @@
 //! too) is inserted once. An alert is `pending` until it is sent, fails for good, or is
 //! suppressed or dropped; `due_ms` is when a pending one is due, and when a final one got
 //! its state. The states' names are the hub's vocabulary; the store only knows `pending`.
+//! A sender *claims* a pending alert before it sends it (its `due_ms` moved past the send,
+//! [`AlertStore::claim_alert`]) and writes the outcome only while its claim holds
+//! ([`AlertStore::settle_alert`]): two senders never send one alert at once, and a sender
+//! that was too slow writes nothing over the one that took the alert after it.
 //!
 //! A run has ended when its `finished_ms` is set; the alerts look at each ended run once
 //! ([`AlertStore::unnoticed_runs`], [`AlertStore::mark_run_noticed`]), from the store, so a
@@ -36,6 +40,8 @@ pub struct AlertRow {
     pub created_ms: u64,
     /// Pending: when it is due. Final: when it got its state.
     pub due_ms: u64,
+    /// Whether it counts against its rule's rate limit (admitted, not a test).
+    pub counted: bool,
     /// The hub's alert document (the event, attempts, errors).
     pub doc: serde_json::Value,
 }
@@ -47,8 +53,10 @@ pub struct AlertFilter {
     pub rule: Option<String>,
     /// Only alerts in this state.
     pub state: Option<String>,
-    /// Only alerts whose `due_ms` is at or after this.
+    /// Only alerts whose `created_ms` is at or after this.
     pub since_ms: Option<u64>,
+    /// Only alerts that count (or do not count) against their rule's rate limit.
+    pub counted: Option<bool>,
     /// At most this many (ignored by `count_alerts`); newest (`created_ms`) first.
     pub limit: Option<u32>,
 }
@@ -75,8 +83,13 @@ pub trait AlertStore: Send + Sync {
     /// Inserts the alerts whose id is new, in one write; how many were new.
     async fn insert_alerts(&self, alerts: &[AlertRow]) -> Result<u64, StoreError>;
 
-    /// Replaces an alert (by id). [`StoreError::NotFound`] if there is none.
-    async fn put_alert(&self, alert: &AlertRow) -> Result<(), StoreError>;
+    /// Claims pending alert `id` due at `due_ms` by moving its due time to `until_ms`;
+    /// whether this call claimed it (false: it is not pending, or another claim moved it).
+    async fn claim_alert(&self, id: &str, due_ms: u64, until_ms: u64) -> Result<bool, StoreError>;
+
+    /// Writes a claimed alert (state, due time, document) if it is still pending and due at
+    /// `claimed_ms` (the claim's `until_ms`); whether it was written.
+    async fn settle_alert(&self, alert: &AlertRow, claimed_ms: u64) -> Result<bool, StoreError>;
 
     /// One alert.
     async fn get_alert(&self, id: &str) -> Result<Option<AlertRow>, StoreError>;

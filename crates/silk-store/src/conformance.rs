@@ -2017,8 +2017,9 @@ pub async fn alert_rules_crud(f: &dyn StoreFactory) {
 }
 
 /// The alert outbox: an id is inserted once; due alerts soonest first; the next due time;
-/// a final state leaves the queue; filters, counts and newest-first lists; retention of
-/// final alerts only.
+/// a claim is taken once and only its holder settles the alert, which then leaves the queue;
+/// filters (rule, state, created since, counted), counts and newest-first lists; retention
+/// of final alerts only.
 pub async fn alerts_outbox(f: &dyn StoreFactory) {
     let s = f.open().await;
     let alert = |id: &str, rule: &str, due_ms: u64| AlertRow {
@@ -2027,13 +2028,16 @@ pub async fn alerts_outbox(f: &dyn StoreFactory) {
         state: ALERT_PENDING.to_owned(),
         created_ms: due_ms,
         due_ms,
+        counted: true,
         doc: json!({"event": id}),
     };
     assert_eq!(s.next_alert_due().await.unwrap(), None);
+    let mut test = alert("r2|test", "r2", T0 + 30);
+    test.counted = false;
     let batch = [
         alert("r1|e2", "r1", T0 + 20),
         alert("r1|e1", "r1", T0 + 10),
-        alert("r2|e1", "r2", T0 + 30),
+        test,
     ];
     assert_eq!(s.insert_alerts(&batch).await.unwrap(), 3);
     // Noticed again (another hub, a restart): nothing new, nothing changed.
@@ -2057,25 +2061,31 @@ pub async fn alerts_outbox(f: &dyn StoreFactory) {
         .into_iter()
         .map(|a| a.id)
         .collect();
-    assert_eq!(due, ["r1|e1", "r1|e2", "r2|e1"]);
+    assert_eq!(due, ["r1|e1", "r1|e2", "r2|test"]);
     assert_eq!(s.due_alerts(T0 + 30, 1).await.unwrap().len(), 1);
+
+    // Claimed once: the claim moves it past the send; a second claim of the old due time
+    // fails; only the claim's holder settles it.
+    assert!(s.claim_alert("r1|e1", T0 + 10, T0 + 5_000).await.unwrap());
+    assert!(!s.claim_alert("r1|e1", T0 + 10, T0 + 6_000).await.unwrap());
+    assert_eq!(s.next_alert_due().await.unwrap(), Some(T0 + 20));
     let mut sent = alert("r1|e1", "r1", T0 + 50);
     sent.created_ms = T0 + 10;
     sent.state = "sent".into();
     sent.doc = json!({"attempts": 1});
-    s.put_alert(&sent).await.expect("put");
+    assert!(!s.settle_alert(&sent, T0 + 6_000).await.unwrap());
+    assert!(s.settle_alert(&sent, T0 + 5_000).await.unwrap());
     assert_eq!(s.get_alert("r1|e1").await.unwrap(), Some(sent.clone()));
-    assert_eq!(s.next_alert_due().await.unwrap(), Some(T0 + 20));
-    let missing = s.put_alert(&alert("nope", "r1", T0)).await.unwrap_err();
-    assert!(
-        matches!(missing, StoreError::NotFound { .. }),
-        "{missing:?}"
-    );
+    // Settled: no longer pending, so no claim and no second settle.
+    assert!(!s.claim_alert("r1|e1", T0 + 50, T0 + 7_000).await.unwrap());
+    assert!(!s.settle_alert(&sent, T0 + 50).await.unwrap());
+    assert!(!s.claim_alert("nope", T0, T0 + 1).await.unwrap());
+
     let count = |rule: Option<&str>, state: Option<&str>, since_ms: Option<u64>| AlertFilter {
         rule: rule.map(str::to_owned),
         state: state.map(str::to_owned),
         since_ms,
-        limit: None,
+        ..AlertFilter::default()
     };
     assert_eq!(
         s.count_alerts(&count(Some("r1"), None, None))
@@ -2089,18 +2099,18 @@ pub async fn alerts_outbox(f: &dyn StoreFactory) {
             .unwrap(),
         1
     );
+    // `since_ms` is on the creation time.
     assert_eq!(
-        s.count_alerts(&count(Some("r1"), Some("sent"), Some(T0 + 51)))
-            .await
-            .unwrap(),
-        0
-    );
-    assert_eq!(
-        s.count_alerts(&count(None, Some(ALERT_PENDING), Some(T0 + 30)))
+        s.count_alerts(&count(Some("r1"), None, Some(T0 + 20)))
             .await
             .unwrap(),
         2
     );
+    let counted = AlertFilter {
+        counted: Some(true),
+        ..AlertFilter::default()
+    };
+    assert_eq!(s.count_alerts(&counted).await.unwrap(), 3);
     let listed: Vec<String> = s
         .list_alerts(&AlertFilter {
             limit: Some(3),
@@ -2111,7 +2121,7 @@ pub async fn alerts_outbox(f: &dyn StoreFactory) {
         .into_iter()
         .map(|a| a.id)
         .collect();
-    assert_eq!(listed, ["r1|e3", "r2|e1", "r1|e2"]);
+    assert_eq!(listed, ["r1|e3", "r2|test", "r1|e2"]);
     // Retention takes final alerts older than the bound, never pending ones.
     assert_eq!(s.delete_alerts_before(T0 + 1_000).await.unwrap(), 1);
     assert_eq!(s.get_alert("r1|e1").await.unwrap(), None);

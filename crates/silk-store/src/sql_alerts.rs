@@ -17,7 +17,7 @@ macro_rules! impl_alert_store {
             doc_from_row(row, ALERT_RULES)
         }
 
-        const ALERT_COLS: &str = "id, rule, state, created_ms, due_ms, doc";
+        const ALERT_COLS: &str = "id, rule, state, created_ms, due_ms, counted, doc";
 
         fn alert_from_row(row: &DbRow) -> Result<$crate::alerts::AlertRow, StoreError> {
             let id: String = Cols::new(row, "alert", "?").get("id")?;
@@ -27,6 +27,7 @@ macro_rules! impl_alert_store {
                 state: c.get("state")?,
                 created_ms: c.u64("created_ms")?,
                 due_ms: c.u64("due_ms")?,
+                counted: c.bool("counted")?,
                 doc: c.json("doc")?,
                 id,
             })
@@ -64,7 +65,10 @@ macro_rules! impl_alert_store {
             }
             if let Some(since) = filter.since_ms {
                 let since = $crate::sql::to_db(since, || "alert filter since_ms".to_owned())?;
-                qb.push(" AND due_ms >= ").push_bind(since);
+                qb.push(" AND created_ms >= ").push_bind(since);
+            }
+            if let Some(counted) = filter.counted {
+                qb.push(" AND counted = ").push_bind(i64::from(counted));
             }
             Ok(())
         }
@@ -135,7 +139,7 @@ macro_rules! impl_alert_store {
                     .await
                     .map_err(|e| StoreError::query(OP, e))?;
                 let sql = format!(
-                    "INSERT INTO alerts ({ALERT_COLS}) VALUES ($1, $2, $3, $4, $5, $6) \
+                    "INSERT INTO alerts ({ALERT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                      ON CONFLICT (id) DO NOTHING"
                 );
                 let mut added = 0;
@@ -146,6 +150,7 @@ macro_rules! impl_alert_store {
                         .bind(&a.state)
                         .bind(b.created_ms)
                         .bind(b.due_ms)
+                        .bind(i64::from(a.counted))
                         .bind(&b.doc);
                     added += execute(&mut *tx, query, OP).await?;
                 }
@@ -153,25 +158,43 @@ macro_rules! impl_alert_store {
                 Ok(added)
             }
 
-            async fn put_alert(&self, a: &$crate::alerts::AlertRow) -> Result<(), StoreError> {
+            async fn claim_alert(
+                &self,
+                id: &str,
+                due_ms: u64,
+                until_ms: u64,
+            ) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                let w = |col: &str| format!("alert {id:?} {col}");
+                let query = sqlx::query(
+                    "UPDATE alerts SET due_ms = $3 WHERE id = $1 AND state = $4 AND due_ms = $2",
+                )
+                .bind(id)
+                .bind($crate::sql::to_db(due_ms, || w("due_ms"))?)
+                .bind($crate::sql::to_db(until_ms, || w("until_ms"))?)
+                .bind($crate::alerts::ALERT_PENDING);
+                Ok(execute(&self.pool, query, "claim_alert").await? > 0)
+            }
+
+            async fn settle_alert(
+                &self,
+                a: &$crate::alerts::AlertRow,
+                claimed_ms: u64,
+            ) -> Result<bool, StoreError> {
                 let _clock = $crate::held::hold_clock();
                 let b = AlertBinds::new(a)?;
+                let claimed = $crate::sql::to_db(claimed_ms, || format!("alert {:?} claim", a.id))?;
                 let query = sqlx::query(
-                    "UPDATE alerts SET rule = $2, state = $3, created_ms = $4, due_ms = $5, \
-                     doc = $6 WHERE id = $1",
+                    "UPDATE alerts SET state = $2, due_ms = $3, doc = $4 \
+                     WHERE id = $1 AND state = $5 AND due_ms = $6",
                 )
                 .bind(&a.id)
-                .bind(&a.rule)
                 .bind(&a.state)
-                .bind(b.created_ms)
                 .bind(b.due_ms)
-                .bind(&b.doc);
-                if execute(&self.pool, query, "put_alert").await? == 0 {
-                    return Err(StoreError::NotFound {
-                        what: format!("alert {:?}", a.id),
-                    });
-                }
-                Ok(())
+                .bind(&b.doc)
+                .bind($crate::alerts::ALERT_PENDING)
+                .bind(claimed);
+                Ok(execute(&self.pool, query, "settle_alert").await? > 0)
             }
 
             async fn get_alert(
