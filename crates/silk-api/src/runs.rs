@@ -22,7 +22,7 @@ use thiserror::Error;
 pub enum ParseError {
     /// An allocation strategy string that does not parse.
     #[error(
-        "invalid allocation strategy `{input}`: {reason} (expected `random`, `fixed:N` or `chained:N`)"
+        "invalid allocation strategy `{input}`: {reason} (expected `random`, `fixed:N`, `chained:N` or `hash:N`)"
     )]
     Strategy {
         /// The text given.
@@ -304,7 +304,7 @@ pub struct RunView {
     pub state: RunState,
     /// Why it failed or was cancelled.
     pub reason: Option<String>,
-    /// The allocation strategy (`random`, `fixed:N`, `chained:N`).
+    /// The allocation strategy (`random`, `fixed:N`, `chained:N`, `hash:N`).
     pub strategy: Strategy,
     /// The agent-lost policy.
     #[serde(default)]
@@ -393,7 +393,7 @@ pub struct RestartRequest {
 }
 
 /// How a run's requests are spread over agents. On the wire and in stores it is the same
-/// string users type: `random`, `fixed:N`, `chained:N`.
+/// string users type: `random`, `fixed:N`, `chained:N`, `hash:N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum Strategy {
@@ -403,14 +403,20 @@ pub enum Strategy {
     Fixed(u32),
     /// N agents fixed at run start, with affinity of discovered requests.
     Chained(u32),
+    /// N agents fixed at run start; each request to the one its key (the host, or the
+    /// request's `meta.hash_key`) ranks first by rendezvous hashing: a host's requests go to
+    /// one agent, and when an agent leaves only its keys move.
+    Hashed(u32),
 }
 
 impl utoipa::PartialSchema for Strategy {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::Type::String)
-            .pattern(Some(r"^(random|fixed:[1-9][0-9]*|chained:[1-9][0-9]*)$"))
-            .description(Some("`random`, `fixed:N` or `chained:N`"))
+            .pattern(Some(
+                r"^(random|fixed:[1-9][0-9]*|chained:[1-9][0-9]*|hash:[1-9][0-9]*)$",
+            ))
+            .description(Some("`random`, `fixed:N`, `chained:N` or `hash:N`"))
             .into()
     }
 }
@@ -422,7 +428,7 @@ impl Strategy {
     pub fn agents_needed(self) -> usize {
         match self {
             Strategy::Random => 1,
-            Strategy::Fixed(n) | Strategy::Chained(n) => n as usize,
+            Strategy::Fixed(n) | Strategy::Chained(n) | Strategy::Hashed(n) => n as usize,
         }
     }
 }
@@ -433,6 +439,7 @@ impl fmt::Display for Strategy {
             Strategy::Random => f.write_str("random"),
             Strategy::Fixed(n) => write!(f, "fixed:{n}"),
             Strategy::Chained(n) => write!(f, "chained:{n}"),
+            Strategy::Hashed(n) => write!(f, "hash:{n}"),
         }
     }
 }
@@ -456,6 +463,7 @@ impl FromStr for Strategy {
         let make = match name {
             "fixed" => Strategy::Fixed,
             "chained" => Strategy::Chained,
+            "hash" => Strategy::Hashed,
             "random" => return Err(bad("`random` takes no agent count")),
             _ => return Err(bad("unknown strategy")),
         };
@@ -622,7 +630,7 @@ mod tests {
             assert!(text.contains(&format!("`{input}`")), "{text}");
             assert!(text.contains(reason), "{text}");
             assert!(
-                text.contains("expected `random`, `fixed:N` or `chained:N`"),
+                text.contains("expected `random`, `fixed:N`, `chained:N` or `hash:N`"),
                 "{text}"
             );
         }

@@ -6,6 +6,11 @@
 //! - `chained:N` — as `fixed:N`, and a request that carries an agent
 //!   ([`Request::agent`], set on links discovered from a page that agent fetched) must be
 //!   fetched by that agent.
+//! - `hash:N` — as `fixed:N`, and each request goes to the allocated agent its key ranks
+//!   first by rendezvous (highest random weight) hashing: the key is the request's host, or
+//!   its `meta.hash_key` when it has one. A host's requests all go to one agent (its
+//!   cookies, connections and politeness stay there), and when an agent leaves only the keys
+//!   it had move (about 1/N), each to the agent it ranks next.
 //!
 //! [`allocate`] decides synchronously at run start (a run that cannot be allocated fails to
 //! start with the [`AllocationError`]); the [`Allocation`] is serialisable so it can be stored with
@@ -20,6 +25,8 @@
 //! | fixed, chained | no agent | all allocated dead | `Lost(first allocated)` | new agents allocated, `To(one)`; `Unavailable` if none live |
 //! | chained | carries m | m live | `To(m)` | same |
 //! | chained | carries m | m dead | `Lost(m)` | as "no agent" |
+//! | hash | key k | k's agent (over the allocated) live | `To(it)` | same |
+//! | hash | key k | k's agent dead | `Lost(it)` | `To(k's agent over the live allocated)`; all dead: new agents allocated |
 //!
 //! A reassignment replaces the allocated agents with up to N live ones picked at random
 //! (fewer if fewer are live) and bumps [`Allocation::generation`], so the caller knows to
@@ -109,7 +116,7 @@ pub fn allocate<R: Rng + ?Sized>(
     }
     let agents = match strategy {
         Strategy::Random => Vec::new(),
-        Strategy::Fixed(_) | Strategy::Chained(_) => pick(&live, needed, rng),
+        Strategy::Fixed(_) | Strategy::Chained(_) | Strategy::Hashed(_) => pick(&live, needed, rng),
     };
     Ok(Allocation {
         strategy,
@@ -165,7 +172,34 @@ impl Allocation {
                 Some(m) if self.on_agent_lost == OnAgentLost::Fail => Route::Lost(m.clone()),
                 _ => self.route_allocated(live_now, rng),
             },
+            Strategy::Hashed(_) => self.route_hashed(request, live_now, rng),
         }
+    }
+
+    fn route_hashed<R: Rng + ?Sized>(
+        &mut self,
+        request: &Request,
+        live_now: &[AgentId],
+        rng: &mut R,
+    ) -> Route {
+        let key = hash_key(request);
+        let Some(first) = rendezvous(&key, self.agents.iter()) else {
+            return Route::Unavailable;
+        };
+        if live_now.contains(first) {
+            return Route::To(first.clone());
+        }
+        if self.on_agent_lost == OnAgentLost::Fail {
+            return Route::Lost(first.clone());
+        }
+        let live = self.agents.iter().filter(|a| live_now.contains(a));
+        if let Some(next) = rendezvous(&key, live) {
+            return Route::To(next.clone());
+        }
+        if !self.reassign(live_now, rng) {
+            return Route::Unavailable;
+        }
+        rendezvous(&key, self.agents.iter()).map_or(Route::Unavailable, |a| Route::To(a.clone()))
     }
 
     fn route_allocated<R: Rng + ?Sized>(&mut self, live_now: &[AgentId], rng: &mut R) -> Route {
@@ -183,21 +217,52 @@ impl Allocation {
                 .first()
                 .map_or(Route::Unavailable, |a| Route::Lost(a.clone())),
             OnAgentLost::Reassign => {
-                let mut live = live_now.to_vec();
-                live.sort();
-                live.dedup();
-                if live.is_empty() {
+                if !self.reassign(live_now, rng) {
                     return Route::Unavailable;
                 }
-                let n = self.strategy.agents_needed().min(live.len());
-                self.agents = pick(&live, n, rng);
-                self.generation += 1;
                 self.agents
                     .choose(rng)
                     .map_or(Route::Unavailable, |a| Route::To(a.clone()))
             }
         }
     }
+
+    /// Replaces the allocated agents with up to N of `live_now` picked at random; false if
+    /// none is live.
+    fn reassign<R: Rng + ?Sized>(&mut self, live_now: &[AgentId], rng: &mut R) -> bool {
+        let mut live = live_now.to_vec();
+        live.sort();
+        live.dedup();
+        if live.is_empty() {
+            return false;
+        }
+        let n = self.strategy.agents_needed().min(live.len());
+        self.agents = pick(&live, n, rng);
+        self.generation += 1;
+        true
+    }
+}
+
+/// What `hash:N` hashes of a request: its `meta.hash_key` (a string or a number), else its
+/// host.
+fn hash_key(request: &Request) -> String {
+    match request.meta.get("hash_key") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v @ serde_json::Value::Number(_)) => v.to_string(),
+        _ => request.host_key(),
+    }
+}
+
+/// The agent `key` ranks first among `agents` by rendezvous hashing (the highest
+/// `xxh3(key, agent)`; ties by id), if there is any.
+fn rendezvous<'a>(key: &str, agents: impl Iterator<Item = &'a AgentId>) -> Option<&'a AgentId> {
+    agents.max_by_key(|agent| {
+        let mut bytes = Vec::with_capacity(key.len() + agent.as_str().len() + 1);
+        bytes.extend_from_slice(key.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(agent.as_str().as_bytes());
+        (xxhash_rust::xxh3::xxh3_64(&bytes), *agent)
+    })
 }
 
 #[cfg(test)]

@@ -230,3 +230,94 @@ fn allocation_round_trips_through_serde() {
     let err = serde_json::from_str::<Allocation>(r#"{"strategy":"fixed:0"}"#).unwrap_err();
     assert!(err.to_string().contains("`fixed:0`"), "{err}");
 }
+
+fn host_req(host: &str) -> Request {
+    Request::from_canonical(format!("https://{host}/page"))
+}
+
+/// Where `hash` routes each of `hosts`.
+fn routes(a: &mut Allocation, hosts: &[String], live: &[AgentId]) -> Vec<Route> {
+    hosts
+        .iter()
+        .map(|h| a.route(&host_req(h), live, &mut rng()))
+        .collect()
+}
+
+#[test]
+fn hash_sends_a_hosts_requests_to_one_agent_and_spreads_hosts() {
+    let agents = ["a1", "a2", "a3", "a4"];
+    let mut a = alloc("hash:4", OnAgentLost::Fail, &agents);
+    let live = ids(&agents);
+    let hosts: Vec<String> = (0..4000).map(|i| format!("h{i}.example")).collect();
+    let first = routes(&mut a, &hosts, &live);
+    // The same answer again, whatever the randomness and the order of the live list.
+    let mut shuffled = live.clone();
+    shuffled.reverse();
+    assert_eq!(routes(&mut a, &hosts, &shuffled), first);
+    let mut per_agent = std::collections::BTreeMap::<String, usize>::new();
+    for r in &first {
+        match r {
+            Route::To(agent) => *per_agent.entry(agent.to_string()).or_default() += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(per_agent.len(), 4, "{per_agent:?}");
+    for (agent, n) in &per_agent {
+        assert!((800..=1200).contains(n), "{agent}: {n} of 4000");
+    }
+    // A request's `meta.hash_key` is hashed instead of its host.
+    let mut keyed = host_req("other.example");
+    keyed
+        .meta
+        .insert("hash_key".into(), serde_json::json!("h7.example"));
+    assert_eq!(a.route(&keyed, &live, &mut rng()), first[7]);
+    assert_eq!("hash:4".parse::<Strategy>().unwrap().to_string(), "hash:4");
+    assert!("hash:0".parse::<Strategy>().is_err());
+}
+
+#[test]
+fn hash_moves_only_the_keys_of_an_agent_that_left() {
+    let agents = ["a1", "a2", "a3", "a4", "a5"];
+    let hosts: Vec<String> = (0..5000).map(|i| format!("h{i}.example")).collect();
+    let live = ids(&agents);
+    let mut reassign = alloc("hash:5", OnAgentLost::Reassign, &agents);
+    let before = routes(&mut reassign, &hosts, &live);
+    let without_a3 = ids(&["a1", "a2", "a4", "a5"]);
+    let after = routes(&mut reassign, &hosts, &without_a3);
+    let mut moved = 0;
+    for (b, a) in before.iter().zip(&after) {
+        match b {
+            Route::To(agent) if agent.as_str() == "a3" => {
+                moved += 1;
+                assert!(matches!(a, Route::To(x) if x.as_str() != "a3"), "{a:?}");
+            }
+            kept => assert_eq!(kept, a),
+        }
+    }
+    assert!((800..=1200).contains(&moved), "{moved} of 5000 moved");
+    assert_eq!(
+        reassign.generation(),
+        0,
+        "the allocation itself is unchanged"
+    );
+    // Under `fail`, a key whose agent left is lost; the others are not.
+    let mut fail = alloc("hash:5", OnAgentLost::Fail, &agents);
+    for (b, a) in before.iter().zip(routes(&mut fail, &hosts, &without_a3)) {
+        match b {
+            Route::To(agent) if agent.as_str() == "a3" => assert_eq!(a, Route::Lost(agent.clone())),
+            kept => assert_eq!(*kept, a),
+        }
+    }
+    // All allocated agents gone and `reassign`: new ones are allocated.
+    let mut all_gone = alloc("hash:2", OnAgentLost::Reassign, &["a1", "a2"]);
+    let r = all_gone.route(
+        &host_req("x.example"),
+        &ids(&["b1", "b2", "b3"]),
+        &mut rng(),
+    );
+    assert!(
+        matches!(&r, Route::To(x) if x.as_str().starts_with('b')),
+        "{r:?}"
+    );
+    assert_eq!(all_gone.generation(), 1);
+}

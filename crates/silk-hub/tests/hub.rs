@@ -194,6 +194,36 @@ async fn chained_runs_keep_pages_on_the_agent_that_discovered_them() {
     hub.shutdown().await;
 }
 
+/// A `hash:2` run fetches every page once, on its two allocated agents only (which agent
+/// takes which host is `allocation`'s unit tests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hash_run_fetches_every_page_once_on_its_agents() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(40, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    let _b = start_agent(dir.path(), &bus, "a2").await;
+    let _c = start_agent(dir.path(), &bus, "a3").await;
+    within("three live agents", 10, hub.wait_for_live_agents(3)).await;
+    let run = hub
+        .submit(request(&site, Strategy::Hashed(2), OnAgentLost::Fail))
+        .await
+        .expect("run starts");
+    assert_eq!(run.strategy.to_string(), "hash:2");
+    assert_eq!(run.agents.len(), 2);
+    let done = within("the run", 60, hub.wait_run(&run.id)).await.unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_every_page_once(&done, &site);
+    let allocated: BTreeSet<String> = run.agents.iter().map(|a| a.to_string()).collect();
+    assert!(
+        done.stats.by_agent.keys().all(|f| allocated.contains(f)),
+        "only allocated agents fetch: {:?}",
+        done.stats
+    );
+    hub.shutdown().await;
+}
+
 /// Starts a chained:2 run on a slow site, stops one of its agents mid-run and returns the
 /// finished run and the agent that was stopped.
 async fn lose_an_agent_of_a_chained_run(

@@ -536,7 +536,7 @@
  * @property {number|null} [started_ms] Started.
  * @property {RunState} state The state.
  * @property {RunStats} stats The counters.
- * @property {Strategy} strategy The allocation strategy (`random`, `fixed:N`, `chained:N`).
+ * @property {Strategy} strategy The allocation strategy (`random`, `fixed:N`, `chained:N`, `hash:N`).
  * @property {number|null} [timeout_ms] The run timeout, ms.
  */
 
@@ -558,7 +558,7 @@
  */
 
 /**
- * `random`, `fixed:N` or `chained:N`
+ * `random`, `fixed:N`, `chained:N` or `hash:N`
  * @typedef {string} Strategy
  */
 

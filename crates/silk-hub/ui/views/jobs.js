@@ -93,7 +93,7 @@ export function viewJobForm(root, id) {
       field('Schedule (cron)', f.cron, 'Five fields; empty: triggered by hand only.'),
       field('Time zone', f.timezone, 'IANA name, e.g. Europe/Paris; empty: UTC.'),
       field('Overlap', f.overlap, 'What a fire does while a run of this job is active.'),
-      field('Strategy', f.strategy, 'random, fixed:N or chained:N; empty: random.'),
+      field('Strategy', f.strategy, 'random, fixed:N, chained:N or hash:N; empty: random.'),
       h('label', { class: 'field field-inline' }, f.enabled, h('span', null, 'Enabled (fires on schedule)'))),
     field('Spider (YAML)', f.spider, 'Paste the spider file; ${args.NAME} placeholders are filled at trigger time.'),
     h('div', { class: 'form-grid' },

@@ -292,7 +292,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub conn: Conn,
     /// How requests go to agents: `random` (any live agent), `fixed:N` (N agents picked at
-    /// the start), `chained:N` (as fixed, and a request follows the agent of its parent page).
+    /// the start), `chained:N` (as fixed, and a request follows the agent of its parent page),
+    /// `hash:N` (as fixed, and a host's requests all go to one agent).
     /// Default: the hub's.
     #[arg(long, value_name = "STRATEGY", value_parser = parse_strategy)]
     pub strategy: Option<String>,
@@ -312,26 +313,12 @@ pub struct RunArgs {
     pub wait: bool,
 }
 
-/// Accepts `random`, `fixed:N`, `chained:N` (N ≥ 1), as the hub does.
+/// Accepts what the hub does (`random`, `fixed:N`, `chained:N`, `hash:N`; N ≥ 1): the API's
+/// own parser.
 pub fn parse_strategy(text: &str) -> Result<String, String> {
-    let text = text.trim();
-    if text == "random" {
-        return Ok(text.to_owned());
-    }
-    let (name, n) = text
-        .split_once(':')
-        .ok_or("expected random, fixed:N or chained:N")?;
-    if !matches!(name, "fixed" | "chained") {
-        return Err(format!(
-            "unknown strategy `{name}`: expected random, fixed:N or chained:N"
-        ));
-    }
-    match n.parse::<u32>() {
-        Ok(n) if n >= 1 => Ok(format!("{name}:{n}")),
-        _ => Err(format!(
-            "the agent count of `{name}` must be a whole number of at least 1"
-        )),
-    }
+    text.parse::<silk_api::runs::Strategy>()
+        .map(|s| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// The body of `POST /api/v1/runs`.
