@@ -549,19 +549,19 @@ pub(crate) fn run_happening(
     })
 }
 
-/// An agent that was live is dead: its last heartbeat was sent at `last_heartbeat_ms` (its
-/// clock); the hub saw it dead at `at_ms`.
-pub(crate) fn agent_dead(agent: &str, last_heartbeat_ms: u64, at_ms: u64, phi: f64) -> Happening {
+/// An agent that was live is dead: the last it sent (a registration or a heartbeat) was at
+/// `last_heard_ms` (its clock); the hub saw it dead at `at_ms`.
+pub(crate) fn agent_dead(agent: &str, last_heard_ms: u64, at_ms: u64, phi: f64) -> Happening {
     let mut facts = BTreeMap::new();
     facts.insert("agent".into(), json!(agent));
     facts.insert("at_ms".into(), json!(at_ms));
-    facts.insert("last_heartbeat_ms".into(), json!(last_heartbeat_ms));
+    facts.insert("last_heard_ms".into(), json!(last_heard_ms));
     if phi.is_finite() {
         facts.insert("phi".into(), json!((phi * 10.0).round() / 10.0));
     }
     Happening {
         events: vec![AlertEvent::AgentDead],
-        key: format!("agent/{agent}/{last_heartbeat_ms}"),
+        key: format!("agent/{agent}/{last_heard_ms}"),
         job: None,
         project: None,
         facts,

@@ -124,7 +124,7 @@ impl Hub {
         for row in store.list_agents().await? {
             match serde_json::from_value::<KnownAgent>(row.register.clone()) {
                 Ok(agent) => {
-                    registry.register(&agent.register, agent.sent_ms, now);
+                    registry.restore(&agent.register, agent.sent_ms, now);
                 }
                 Err(e) => {
                     tracing::warn!(agent = %row.id, error = %e, "stored agent unreadable; skipped")

@@ -211,10 +211,10 @@ pub(crate) async fn tick_loop(shared: Arc<HubCore>) {
             if t.to == AgentState::Dead {
                 // Only an agent this hub heard alive dies: one restored from the store and
                 // silent since (decommissioned, or dead before this hub started) is no news.
-                // Every hub of a store sees the same last heartbeat, so the event's key
-                // (agent, last heartbeat) is the same on each: one delivery per rule.
+                // Every hub of a store hears the same last message, so the event's key
+                // (agent, when it sent that) is the same on each: one delivery per rule.
                 if t.from.is_some_and(|from| from != AgentState::Dead)
-                    && let Some(last) = t.last_heartbeat_sent_ms
+                    && let Some(last) = t.last_heard_ms
                 {
                     let h = crate::alert::agent_dead(t.agent.as_str(), last, t.at_ms, t.phi);
                     let shared = shared.clone();

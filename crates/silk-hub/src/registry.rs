@@ -77,9 +77,10 @@ pub struct Transition {
     pub at_ms: u64,
     /// phi at that time.
     pub phi: f64,
-    /// When the agent sent the last heartbeat this hub accepted (agent clock): none if this
-    /// hub has not heard one since it started (an agent restored from the store).
-    pub last_heartbeat_sent_ms: Option<u64>,
+    /// When the agent sent the last registration or heartbeat this hub took from the bus
+    /// (agent clock): none if this hub has not heard from it since it started (an agent
+    /// restored from the store).
+    pub last_heard_ms: Option<u64>,
 }
 
 /// Labels an agent must all carry (`pool=cn,net=adsl`); empty matches every agent.
@@ -143,6 +144,9 @@ struct AgentRecord {
     last_key: Option<(u64, u64)>,
     /// When the last accepted heartbeat was read (hub clock).
     last_read_ms: Option<u64>,
+    /// When the agent sent the last registration or heartbeat this registry took from the
+    /// bus (agent clock); none for an agent restored from the store and silent since.
+    heard_ms: Option<u64>,
     detector: PhiDetector,
     /// The state the last tick reported; `None` until the first tick that saw the agent.
     reported: Option<AgentState>,
@@ -199,6 +203,7 @@ impl AgentRegistry {
                     last: None,
                     last_key: None,
                     last_read_ms: None,
+                    heard_ms: Some(sent_ms),
                     detector,
                     reported: None,
                 },
@@ -210,6 +215,7 @@ impl AgentRegistry {
         }
         rec.info = msg.clone();
         rec.register_sent_ms = sent_ms;
+        rec.heard_ms = rec.heard_ms.max(Some(sent_ms));
         if rec.detector.state(now_ms) == AgentState::Dead {
             rec.detector.heartbeat(now_ms);
             RegisterOutcome::Revived
@@ -230,10 +236,24 @@ impl AgentRegistry {
             return HeartbeatOutcome::Stale;
         }
         rec.last_key = Some(key);
+        rec.heard_ms = rec.heard_ms.max(Some(sent_ms));
         rec.last = Some(msg.clone());
         rec.last_read_ms = Some(now_ms);
         rec.detector.heartbeat(now_ms);
         HeartbeatOutcome::Accepted
+    }
+
+    /// An agent known from the store (its last registration, sent at `sent_ms`), at the
+    /// hub's start: registered as by [`Self::register`], but not heard from
+    /// ([`Transition::last_heard_ms`] stays `None` until it sends something).
+    pub fn restore(&mut self, msg: &Register, sent_ms: u64, now_ms: u64) -> RegisterOutcome {
+        let outcome = self.register(msg, sent_ms, now_ms);
+        if outcome == RegisterOutcome::New
+            && let Some(rec) = self.agents.get_mut(&msg.agent)
+        {
+            rec.heard_ms = None;
+        }
+        outcome
     }
 
     /// Agents that sent heartbeats without being registered (sorted). An agent leaves the
@@ -293,7 +313,7 @@ impl AgentRegistry {
                     to,
                     at_ms: now_ms,
                     phi: rec.detector.phi(now_ms),
-                    last_heartbeat_sent_ms: rec.last_key.map(|(sent_ms, _)| sent_ms),
+                    last_heard_ms: rec.heard_ms,
                 });
                 rec.reported = Some(to);
             }

@@ -391,3 +391,36 @@ fn remove_and_bad_config() {
         Err(HubError::BadConfig(_))
     ));
 }
+
+#[test]
+fn a_transition_says_when_the_agent_was_last_heard_and_a_restored_one_was_not() {
+    let (mut r, clock) = setup(&[("live", &[])]);
+    let start = clock.now_ms();
+    assert_eq!(
+        r.restore(&reg("stored", &[]), start - 60_000, start),
+        RegisterOutcome::New
+    );
+    run(&mut r, &clock, &["live"], 3, 0);
+    let last = clock.now_ms();
+    let mut heard = BTreeMap::new();
+    for _ in 0..200 {
+        clock.advance(100);
+        for t in r.tick(clock.now_ms()) {
+            if t.to == AgentState::Dead {
+                heard.insert(t.agent.to_string(), t.last_heard_ms);
+            }
+        }
+    }
+    assert_eq!(heard.get("live"), Some(&Some(last)), "{heard:?}");
+    assert_eq!(heard.get("stored"), Some(&None), "{heard:?}");
+    // Once it speaks, a restored agent is heard like any other.
+    let now = clock.now_ms();
+    r.register(&reg("stored", &[]), now, now);
+    clock.advance(100);
+    let t: Vec<Transition> = r.tick(clock.now_ms());
+    assert!(t.iter().any(|t| t.agent.as_str() == "stored"), "{t:?}");
+    clock.advance(20_000);
+    let dead: Vec<Transition> = r.tick(clock.now_ms());
+    let stored = dead.iter().find(|t| t.agent.as_str() == "stored").unwrap();
+    assert_eq!(stored.last_heard_ms, Some(now));
+}
