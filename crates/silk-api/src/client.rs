@@ -515,6 +515,13 @@ impl Client {
         }
     }
 
+    /// `POST /api/v1/agents/{id}/shutdown` (admin): the agent stops.
+    pub async fn shutdown_agent(&self, id: &str) -> Result<AgentView, ClientError> {
+        self.post(&["api", "v1", "agents", id, "shutdown"], &Value::Null)
+            .await?
+            .parse("an agent")
+    }
+
     /// `GET /api/v1/tokens` (admin).
     pub async fn tokens(&self) -> Result<Vec<TokenView>, ClientError> {
         self.get(&["api", "v1", "tokens"])

@@ -12,6 +12,7 @@
 //! | `GET /metrics` | Prometheus text: agents, runs, per-run counters, log lines |
 //! | `GET /api/v1/openapi.json` | the OpenAPI 3.1 document |
 //! | `GET /api/v1/agents` | `[AgentView]` |
+//! | `POST /api/v1/agents/{id}/shutdown` | the agent stops (admin) → `202 AgentView` |
 //! | `GET, POST /api/v1/jobs` | `[Job]`; create from `JobSpec` → `201 Job` (`409 conflict` on a taken name) |
 //! | `GET, PATCH, DELETE /api/v1/jobs/{id}` | `Job`; a JSON merge patch → `Job`; `204` |
 //! | `GET, POST /api/v1/jobs/{id}/runs` | the job's runs, newest first; trigger (`{"args": {…}}`) → `201 RunView` |
@@ -179,6 +180,7 @@ fn api_routes() -> (
 ) {
     let (authed, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(list_agents))
+        .routes(routes!(shutdown_agent))
         .routes(routes!(list_jobs, create_job))
         .routes(routes!(get_job, patch_job, delete_job))
         .routes(routes!(job_runs, trigger_job))
@@ -528,6 +530,21 @@ fn run_id(id: &str) -> ApiResult<RunId> {
 #[utoipa::path(get, path = "/api/v1/agents", responses((status = 200, body = [AgentView])))]
 async fn list_agents(State(hub): State<HubHandle>) -> Json<Vec<AgentView>> {
     Json(hub.agents())
+}
+
+/// Tells an agent to stop (admin only): it finishes or gives back its work within its grace
+/// and exits; its runs go on as for an agent that died.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/shutdown", params(("id" = String, Path, description = "agent id")),
+    responses((status = 202, body = AgentView), (status = 403, body = silk_api::ApiError),
+        (status = 404, body = silk_api::ApiError), (status = 503, body = silk_api::ApiError)))]
+async fn shutdown_agent(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    require_admin_for(&principal, "stop agents")?;
+    let view = hub.shutdown_agent(&silk_core::AgentId::new(id)).await?;
+    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }
 
 /// Every job, by name.

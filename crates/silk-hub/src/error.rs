@@ -129,6 +129,9 @@ pub enum HubError {
     /// No alert rule with that name.
     #[error("no alert rule `{0}`")]
     NoSuchAlertRule(String),
+    /// No agent with that id is known to this hub.
+    #[error("no agent `{0}`")]
+    NoSuchAgent(String),
 }
 
 impl HubError {
@@ -145,6 +148,7 @@ impl HubError {
             | HubError::BadAlertRule(_) => ErrorCode::BadRequest,
             HubError::NoSuchProject(_)
             | HubError::NoSuchAlertRule(_)
+            | HubError::NoSuchAgent(_)
             | HubError::NoSuchVersion { .. }
             | HubError::NoArtifact(_) => ErrorCode::NotFound,
             HubError::WebhookRefused(_) => ErrorCode::Unauthorized,

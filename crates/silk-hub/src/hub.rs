@@ -641,6 +641,24 @@ impl HubHandle {
         self.shared.registry.lock().agents(now)
     }
 
+    /// Tells agent `id` to stop (the bus's `shutdown` command): it stops taking work,
+    /// finishes or gives back what it holds within its grace and exits; its runs go on as
+    /// for an agent that died (their `on_agent_lost`). The agent must be known to this hub.
+    pub async fn shutdown_agent(&self, id: &AgentId) -> Result<AgentView, HubError> {
+        let view = self
+            .agents()
+            .into_iter()
+            .find(|a| &a.id == id)
+            .ok_or_else(|| HubError::NoSuchAgent(id.to_string()))?;
+        self.shared
+            .link
+            .send_command(id, silk_bus::Command::Shutdown)
+            .await
+            .map_err(|e| HubError::Bus(e.to_string()))?;
+        tracing::info!(agent = %id, "shutdown sent to the agent");
+        Ok(view)
+    }
+
     /// The live agents now (alive or suspect), sorted.
     pub fn live_agents(&self) -> Vec<AgentId> {
         self.shared.link.live_agents()

@@ -153,6 +153,37 @@ async fn served(pages: u32) -> Served {
     }
 }
 
+/// An admin stops an agent over the API: the agent process ends and the hub sees it dead;
+/// another token may not, and an unknown agent is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_admin_stops_an_agent() {
+    let served = served(1).await;
+    let (hub, api) = (&served.hub, &served.api);
+    let member = member(&api.client, &api.base).await;
+    let refused = member.shutdown_agent("a1").await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(silk_api::ErrorCode::Forbidden),
+        "{refused}"
+    );
+    let unknown = api.client.shutdown_agent("nobody").await.unwrap_err();
+    assert_eq!(
+        unknown.code(),
+        Some(silk_api::ErrorCode::NotFound),
+        "{unknown}"
+    );
+    let view = api.client.shutdown_agent("a1").await.unwrap();
+    assert_eq!(view.id.as_str(), "a1");
+    within("the agent stopped", 30, served._agent.stopped()).await;
+    until("the agent dead on the hub", async || {
+        hub.agents()
+            .iter()
+            .any(|a| a.id.as_str() == "a1" && !a.state.is_live())
+            .then_some(())
+    })
+    .await;
+}
+
 /// Creates the job `shop` of the demo site; its id.
 async fn create_shop_job(api: &Api, site: &DemoSite) -> String {
     let spec: JobSpec = serde_json::from_value(

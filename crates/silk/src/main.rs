@@ -103,7 +103,7 @@ enum Command {
     Logs(client::LogsArgs),
     /// A run's items, as JSON Lines.
     Items(client::ItemsArgs),
-    /// List the agents known to the hub: state, load, last heartbeat.
+    /// The agents known to the hub: list (state, load, last heartbeat), shutdown ID.
     Agents(client::AgentsArgs),
     /// The hub's API tokens: list, create NAME (printed once), delete ID.
     Tokens(client::TokensArgs),

@@ -149,6 +149,7 @@ fn every_client_command_without_a_hub_says_it_cannot_reach_it_in_one_line() {
         &["alerts", "rules"],
         &["alerts", "deliveries", "--state", "failed"],
         &["alerts", "test", "ops"],
+        &["agents", "shutdown", "a1"],
     ] {
         let (out, stderr) = output(silk().args(args).args(["--server", &server]));
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");

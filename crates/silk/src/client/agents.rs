@@ -1,21 +1,45 @@
-//! `silk agents`: the agents known to the hub.
+//! `silk agents [list]`: the agents known to the hub; `silk agents shutdown ID`: stop one.
 
 use super::output::{Align, Table, ago, human_bytes, now_ms, print_json};
 use super::{Client, Conn, parse};
-use clap::Args;
+use clap::{Args, Subcommand};
 use silk_api::agents::AgentView;
 use std::process::ExitCode;
 
 /// Options of `silk agents`.
 #[derive(Debug, Args)]
 pub struct AgentsArgs {
+    #[command(subcommand)]
+    pub command: Option<AgentsCommand>,
     #[command(flatten)]
     pub conn: Conn,
+}
+
+/// `silk agents …`.
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// List the agents: state, load, last heartbeat (the default).
+    List,
+    /// Tell an agent to stop: it finishes or gives back its work within its grace and exits;
+    /// its runs go on as for an agent that died. Admin only.
+    Shutdown {
+        /// The agent's id (see `silk agents`).
+        id: String,
+    },
 }
 
 /// Runs `silk agents`.
 pub async fn agents(args: AgentsArgs) -> anyhow::Result<ExitCode> {
     let client = Client::connect(&args.conn)?;
+    if let Some(AgentsCommand::Shutdown { id }) = &args.command {
+        let view = client
+            .api()
+            .shutdown_agent(id)
+            .await
+            .map_err(|e| client.error(e))?;
+        eprintln!("shutdown sent to agent {} (it was {})", view.id, view.state);
+        return Ok(ExitCode::SUCCESS);
+    }
     let answer = client.get(&["api", "v1", "agents"]).await?;
     if args.conn.json {
         print_json(&answer);
