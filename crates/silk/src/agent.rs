@@ -131,6 +131,7 @@ pub async fn run(s: Settings) -> anyhow::Result<ExitCode> {
     config.allow_raw_commands = s.switch("allow_raw_commands");
     config.allow_programs = s.switch("allow_programs");
     let bus_config = s.bus_config(&namespace);
+    let listen = s.opt_address("listen");
     s.check_all_read();
     let problems = config.problems();
     if !problems.is_empty() {
@@ -140,6 +141,16 @@ pub async fn run(s: Settings) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
 
+    let listener = match listen {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                eprintln!("error: listen: cannot listen on {addr}: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        },
+        None => None,
+    };
     let bus = tokio::select! {
         bus = connect(&bus_url, bus_config) => bus,
         _ = crate::wait_for_stop_signal() => {
@@ -156,12 +167,26 @@ pub async fn run(s: Settings) -> anyhow::Result<ExitCode> {
     };
     let connected = bus.wait_connected(Duration::ZERO).await;
     let handle = match Agent::start(config, Arc::new(bus), Arc::new(SystemClock)).await {
-        Ok(handle) => handle,
+        Ok(handle) => Arc::new(handle),
         Err(e) => {
             eprintln!("error: cannot start the agent: {e}");
             return Ok(ExitCode::FAILURE);
         }
     };
+    if let Some(listener) = listener {
+        if let Ok(addr) = listener.local_addr() {
+            println!(
+                "agent {} serves /healthz and /metrics on http://{addr}",
+                handle.id()
+            );
+        }
+        let app = health_app(handle.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "the agent's health listener stopped");
+            }
+        });
+    }
     if connected {
         println!("agent {} connected to {}", handle.id(), redact(&bus_url));
     } else {
@@ -191,6 +216,124 @@ pub async fn run(s: Settings) -> anyhow::Result<ExitCode> {
     }
     eprintln!("agent {} stopped", handle.id());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The agent's own HTTP: `/healthz` (200 while it runs and has registered, 503 with why
+/// otherwise) and `/metrics` (its counters as Prometheus text).
+fn health_app(handle: Arc<silk_agent::AgentHandle>) -> axum::Router {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let health = handle.clone();
+    axum::Router::new()
+        .route(
+            "/healthz",
+            axum::routing::get(move || {
+                let handle = health.clone();
+                async move {
+                    if handle.is_stopped() {
+                        (StatusCode::SERVICE_UNAVAILABLE, "stopped\n")
+                    } else if !handle.stats().registered {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "not registered yet (is the bus reachable?)\n",
+                        )
+                    } else {
+                        (StatusCode::OK, "ok\n")
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let handle = handle.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                        agent_metrics(handle.id().as_str(), &handle.stats()),
+                    )
+                        .into_response()
+                }
+            }),
+        )
+}
+
+/// An agent's counters as Prometheus text.
+fn agent_metrics(agent: &str, s: &silk_agent::AgentStats) -> String {
+    let agent = agent.replace(['\\', '"', '\n'], "_");
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{agent=\"{agent}\"}} {value}\n"
+        ));
+    };
+    metric(
+        "silk_agent_registered",
+        "gauge",
+        "1 once the registration was published.",
+        u8::from(s.registered).to_string(),
+    );
+    metric(
+        "silk_agent_heartbeats_sent_total",
+        "counter",
+        "Heartbeats published.",
+        s.heartbeats_sent.to_string(),
+    );
+    metric(
+        "silk_agent_heartbeats_failed_total",
+        "counter",
+        "Heartbeats that could not be published.",
+        s.heartbeats_failed.to_string(),
+    );
+    metric(
+        "silk_agent_downloaders",
+        "gauge",
+        "Downloaders allocated now.",
+        s.active_downloaders.to_string(),
+    );
+    metric(
+        "silk_agent_in_flight",
+        "gauge",
+        "Requests being fetched now.",
+        s.in_flight.to_string(),
+    );
+    metric(
+        "silk_agent_requests_total",
+        "counter",
+        "Requests finished.",
+        s.requests.to_string(),
+    );
+    metric(
+        "silk_agent_results_published_total",
+        "counter",
+        "Results published.",
+        s.results_published.to_string(),
+    );
+    metric(
+        "silk_agent_results_dropped_total",
+        "counter",
+        "Results dropped after their retries.",
+        s.results_dropped.to_string(),
+    );
+    metric(
+        "silk_agent_bytes_saved_total",
+        "counter",
+        "Body bytes removed by trimming.",
+        s.bytes_saved.to_string(),
+    );
+    metric(
+        "silk_agent_log_lines_dropped_total",
+        "counter",
+        "Run log lines lost.",
+        s.log_lines_dropped.to_string(),
+    );
+    metric(
+        "silk_agent_qps",
+        "gauge",
+        "Requests per second, recently.",
+        format!("{:.3}", s.qps),
+    );
+    out
 }
 
 /// Connects the bus. The NATS client connects in the background and reconnects forever, so

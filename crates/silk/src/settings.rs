@@ -224,6 +224,14 @@ pub const KNOBS: &[Knob] = &[
         "Address of the HTTP API and web UI.",
     ),
     knob(
+        "listen",
+        &[Agent],
+        Kind::Address,
+        None,
+        Some("listen"),
+        "Serve `/healthz` (200 while the agent runs and has registered, else 503) and `/metrics` (Prometheus text) on this address; unset: no HTTP.",
+    ),
+    knob(
         "public_url",
         SERVERS,
         Kind::Text,
@@ -1047,6 +1055,15 @@ impl Settings {
     pub fn address(&self, key: &str) -> SocketAddr {
         match self.value(key) {
             Some(Value::Address(a)) => *a,
+            other => panic!("setting `{key}` is not an address: {other:?}"),
+        }
+    }
+
+    /// An address knob that may be unset.
+    pub fn opt_address(&self, key: &str) -> Option<SocketAddr> {
+        match self.value(key) {
+            Some(Value::Address(a)) => Some(*a),
+            None => None,
             other => panic!("setting `{key}` is not an address: {other:?}"),
         }
     }

@@ -4,7 +4,7 @@
 
 mod cli_support;
 
-use cli_support::{closed_port, output, silk};
+use cli_support::{Proc, closed_port, output, silk};
 
 fn spider_file(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("spider.yaml");
@@ -124,6 +124,63 @@ fn agent_refuses_bad_settings() {
         assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
         assert!(stderr.contains(says), "{flag} {value}: {stderr}");
     }
+}
+
+/// `silk agent --listen ADDR` serves `/healthz` (200 once it has registered on the bus) and
+/// `/metrics` (its counters, Prometheus text).
+#[test]
+fn an_agent_serves_its_health_and_metrics_on_listen() {
+    let Some(nats) = silk_testkit::service_url("SILK_TEST_NATS") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let namespace = format!("agenthealth{}", std::process::id());
+    let mut cmd = silk();
+    cmd.args([
+        "agent",
+        "--bus",
+        &nats,
+        "--namespace",
+        &namespace,
+        "--id",
+        "probe",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+    ])
+    .arg(dir.path().join("agent"));
+    let mut agent = Proc::spawn(cmd, "silk agent", &dir.path().join("agent.log"));
+    let line = agent.wait_line("serves /healthz and /metrics on http://");
+    let base = line.rsplit(' ').next().unwrap().to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (healthy, metrics) = rt.block_on(async {
+        let http = reqwest::Client::new();
+        let healthy = silk_testkit::eventually(
+            std::time::Duration::from_secs(30),
+            silk_testkit::POLL_EVERY,
+            async || {
+                let answer = http.get(format!("{base}/healthz")).send().await.ok()?;
+                (answer.status() == 200).then_some(())
+            },
+        )
+        .await;
+        let metrics = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        (healthy, metrics)
+    });
+    assert!(healthy.is_some(), "never healthy: {}", agent.output());
+    assert!(
+        metrics.contains("silk_agent_registered{agent=\"probe\"} 1")
+            && metrics.contains("# TYPE silk_agent_requests_total counter"),
+        "{metrics}"
+    );
+    agent.kill();
 }
 
 #[test]
