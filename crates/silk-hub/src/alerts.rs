@@ -26,6 +26,7 @@ use crate::state::HubCore;
 use futures::StreamExt as _;
 use silk_api::alerts::{AlertEvent, DeliveryState, SmtpSecurity, WebhookFormat};
 use silk_store::{AlertFilter, AlertRow, RunFilter};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,10 +108,17 @@ async fn pass(
             .due_alerts(shared.clock.now_ms(), DELIVERY_BATCH)
             .await?;
         let full = due.len() == DELIVERY_BATCH as usize;
+        // The rules are read once per batch, not once per delivery.
+        let rules = if due.is_empty() {
+            BTreeMap::new()
+        } else {
+            stored_rules(shared).await?
+        };
+        let rules = &rules;
         let mut sends = futures::stream::iter(due)
             .map(|row| {
                 let id = row.id.clone();
-                async move { (id, deliver(shared, http, row).await) }
+                async move { (id, deliver(shared, http, rules, row).await) }
             })
             .buffer_unordered(SENDS_AT_ONCE);
         while let Some((id, done)) = sends.next().await {
@@ -151,18 +159,31 @@ async fn hold(shared: &HubCore) -> Result<bool, HubError> {
 /// A rule as stored: its document, or why it does not read.
 type StoredRule = Result<RuleDoc, String>;
 
+/// Every rule as stored, by name: its document, or why it does not read.
+async fn stored_rules(shared: &HubCore) -> Result<BTreeMap<String, StoredRule>, HubError> {
+    let rows = shared.store.list_alert_rules().await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let rule = read_rule(&row.name, row.doc);
+            (row.name, rule)
+        })
+        .collect())
+}
+
 /// The rules, by name. An unreadable one matches nothing (and is logged).
 async fn rules(shared: &HubCore) -> Result<Vec<(String, RuleDoc)>, HubError> {
-    let mut out = Vec::new();
-    for row in shared.store.list_alert_rules().await? {
-        match read_rule(&row.name, row.doc) {
-            Ok(doc) => out.push((row.name, doc)),
+    let stored = stored_rules(shared).await?;
+    Ok(stored
+        .into_iter()
+        .filter_map(|(name, rule)| match rule {
+            Ok(doc) => Some((name, doc)),
             Err(e) => {
-                tracing::warn!(rule = %row.name, error = %e, "alerts: rule unreadable; it matches nothing")
+                tracing::warn!(rule = %name, error = %e, "alerts: rule unreadable; it matches nothing");
+                None
             }
-        }
-    }
-    Ok(out)
+        })
+        .collect())
 }
 
 fn read_rule(name: &str, doc: serde_json::Value) -> StoredRule {
@@ -305,6 +326,7 @@ impl SendError {
 async fn deliver(
     shared: &HubCore,
     http: &reqwest::Client,
+    rules: &BTreeMap<String, StoredRule>,
     mut row: AlertRow,
 ) -> Result<(), HubError> {
     let settings = &shared.config.alerts;
@@ -331,14 +353,11 @@ async fn deliver(
             return Ok(());
         }
     };
-    let rule = match shared.store.get_alert_rule(&row.rule).await? {
-        Some(stored) => Some(read_rule(&row.rule, stored.doc)),
-        None => None,
-    };
     let is_test = doc.event == AlertEvent::Test;
-    let rule = match rule {
+    let rule = match rules.get(&row.rule) {
         Some(Ok(rule)) if rule.enabled || is_test => rule,
         Some(Err(e)) => {
+            let e = e.clone();
             tracing::warn!(alert = %row.id, error = %e, "alerts: its rule is unreadable; retrying");
             doc.attempts += 1;
             return retry_or_fail(shared, row, doc, SendError::retry(e), claimed).await;
@@ -361,9 +380,9 @@ async fn deliver(
             })
             .await?
     };
-    let (subject, text) = alert::render(&rule, &doc, &row.rule, suppressed);
+    let (subject, text) = alert::render(rule, &doc, &row.rule, suppressed);
     let timeout = Duration::from_millis(settings.send_timeout_ms);
-    let sent = match alert::open_channel(&row.rule, &rule, &shared.builds.secrets) {
+    let sent = match alert::open_channel(&row.rule, rule, &shared.builds.secrets) {
         Ok(channel) => {
             let outgoing = Outgoing {
                 id: &row.id,

@@ -26,15 +26,17 @@ impl HubHandle {
         Ok((row, doc))
     }
 
+    /// The checked, sealed document of `request`, and its stored form.
     fn alert_rule_doc(
         &self,
         request: &AlertRuleRequest,
         old: Option<&RuleDoc>,
-    ) -> Result<serde_json::Value, HubError> {
+    ) -> Result<(RuleDoc, serde_json::Value), HubError> {
         alert::check_rule(request)?;
         let doc = alert::seal_rule(request, old, &self.shared().builds.secrets)?;
-        serde_json::to_value(&doc)
-            .map_err(|e| HubError::Store(format!("alert rule {:?}: {e}", request.name)))
+        let stored = serde_json::to_value(&doc)
+            .map_err(|e| HubError::Store(format!("alert rule {:?}: {e}", request.name)))?;
+        Ok((doc, stored))
     }
 
     /// Every alert rule, by name (no secrets).
@@ -68,15 +70,16 @@ impl HubHandle {
         request: &AlertRuleRequest,
     ) -> Result<AlertRuleView, HubError> {
         let now = self.shared().clock.now_ms();
+        let (doc, stored) = self.alert_rule_doc(request, None)?;
         let row = AlertRuleRow {
             name: request.name.clone(),
-            doc: self.alert_rule_doc(request, None)?,
+            doc: stored,
             created_ms: now,
             updated_ms: now,
         };
         self.shared().store.create_alert_rule(&row).await?;
         tracing::info!(rule = %request.name, "alert rule created");
-        self.alert_rule(&request.name).await
+        Ok(alert::rule_view(&row.name, &doc, now, now))
     }
 
     /// Replaces alert rule `name` (secrets the request leaves out are kept).
@@ -105,11 +108,12 @@ impl HubHandle {
                 None
             }
         };
-        row.doc = self.alert_rule_doc(request, old.as_ref())?;
+        let (doc, stored) = self.alert_rule_doc(request, old.as_ref())?;
+        row.doc = stored;
         row.updated_ms = self.shared().clock.now_ms();
         self.shared().store.update_alert_rule(&row).await?;
         tracing::info!(rule = %name, "alert rule replaced");
-        self.alert_rule(name).await
+        Ok(alert::rule_view(name, &doc, row.created_ms, row.updated_ms))
     }
 
     /// Deletes alert rule `name` (its pending deliveries are dropped, its history kept).

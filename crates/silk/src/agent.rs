@@ -258,82 +258,85 @@ fn health_app(handle: Arc<silk_agent::AgentHandle>) -> axum::Router {
         )
 }
 
-/// An agent's counters as Prometheus text.
+/// An agent's counters as Prometheus text (an agent id needs no escaping: it is
+/// `[A-Za-z0-9_-]`).
 fn agent_metrics(agent: &str, s: &silk_agent::AgentStats) -> String {
-    let agent = agent.replace(['\\', '"', '\n'], "_");
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{agent=\"{agent}\"}} {value}\n"
-        ));
-    };
-    metric(
-        "silk_agent_registered",
-        "gauge",
-        "1 once the registration was published.",
-        u8::from(s.registered).to_string(),
-    );
-    metric(
-        "silk_agent_heartbeats_sent_total",
-        "counter",
-        "Heartbeats published.",
-        s.heartbeats_sent.to_string(),
-    );
-    metric(
-        "silk_agent_heartbeats_failed_total",
-        "counter",
-        "Heartbeats that could not be published.",
-        s.heartbeats_failed.to_string(),
-    );
-    metric(
-        "silk_agent_downloaders",
-        "gauge",
-        "Downloaders allocated now.",
-        s.active_downloaders.to_string(),
-    );
-    metric(
-        "silk_agent_in_flight",
-        "gauge",
-        "Requests being fetched now.",
-        s.in_flight.to_string(),
-    );
-    metric(
-        "silk_agent_requests_total",
-        "counter",
-        "Requests finished.",
-        s.requests.to_string(),
-    );
-    metric(
-        "silk_agent_results_published_total",
-        "counter",
-        "Results published.",
-        s.results_published.to_string(),
-    );
-    metric(
-        "silk_agent_results_dropped_total",
-        "counter",
-        "Results dropped after their retries.",
-        s.results_dropped.to_string(),
-    );
-    metric(
-        "silk_agent_bytes_saved_total",
-        "counter",
-        "Body bytes removed by trimming.",
-        s.bytes_saved.to_string(),
-    );
-    metric(
-        "silk_agent_log_lines_dropped_total",
-        "counter",
-        "Run log lines lost.",
-        s.log_lines_dropped.to_string(),
-    );
-    metric(
-        "silk_agent_qps",
-        "gauge",
-        "Requests per second, recently.",
-        format!("{:.3}", s.qps),
-    );
-    out
+    let metrics: [(&str, &str, &str, String); 11] = [
+        (
+            "silk_agent_registered",
+            "gauge",
+            "1 once the registration was published.",
+            u8::from(s.registered).to_string(),
+        ),
+        (
+            "silk_agent_heartbeats_sent_total",
+            "counter",
+            "Heartbeats published.",
+            s.heartbeats_sent.to_string(),
+        ),
+        (
+            "silk_agent_heartbeats_failed_total",
+            "counter",
+            "Heartbeats that could not be published.",
+            s.heartbeats_failed.to_string(),
+        ),
+        (
+            "silk_agent_downloaders",
+            "gauge",
+            "Downloaders allocated now.",
+            s.active_downloaders.to_string(),
+        ),
+        (
+            "silk_agent_in_flight",
+            "gauge",
+            "Requests being fetched now.",
+            s.in_flight.to_string(),
+        ),
+        (
+            "silk_agent_requests_total",
+            "counter",
+            "Requests finished.",
+            s.requests.to_string(),
+        ),
+        (
+            "silk_agent_results_published_total",
+            "counter",
+            "Results published.",
+            s.results_published.to_string(),
+        ),
+        (
+            "silk_agent_results_dropped_total",
+            "counter",
+            "Results dropped after their retries.",
+            s.results_dropped.to_string(),
+        ),
+        (
+            "silk_agent_bytes_saved_total",
+            "counter",
+            "Body bytes removed by trimming.",
+            s.bytes_saved.to_string(),
+        ),
+        (
+            "silk_agent_log_lines_dropped_total",
+            "counter",
+            "Run log lines lost.",
+            s.log_lines_dropped.to_string(),
+        ),
+        (
+            "silk_agent_qps",
+            "gauge",
+            "Requests per second, recently.",
+            format!("{:.3}", s.qps),
+        ),
+    ];
+    metrics
+        .iter()
+        .map(|(name, kind, help, value)| {
+            format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{agent=\"{agent}\"}} {value}\n"
+            )
+        })
+        .collect()
 }
 
 /// Connects the bus. The NATS client connects in the background and reconnects forever, so

@@ -1051,12 +1051,10 @@ impl Settings {
         self.text(key).map(PathBuf::from)
     }
 
-    /// An address knob.
+    /// An address knob (set or defaulted).
     pub fn address(&self, key: &str) -> SocketAddr {
-        match self.value(key) {
-            Some(Value::Address(a)) => *a,
-            other => panic!("setting `{key}` is not an address: {other:?}"),
-        }
+        self.opt_address(key)
+            .unwrap_or_else(|| panic!("setting `{key}` has no address"))
     }
 
     /// An address knob that may be unset.
