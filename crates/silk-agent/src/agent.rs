@@ -63,7 +63,7 @@ const RELEASE_GRACE: Duration = Duration::from_secs(2);
 use silk_core::{AgentId, Clock, Request, RunId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, broadcast, oneshot, watch};
 use tokio::task::JoinSet;
@@ -88,6 +88,11 @@ struct AgentCore {
     /// The controls of program runs' workers, applied in order (`Programs::controller`).
     program_control: tokio::sync::mpsc::UnboundedSender<(RunId, Control)>,
     stop: watch::Sender<bool>,
+    /// When a hub was last heard (a beacon or a command; the later of its `sent_ms` and
+    /// what was heard before, agent clock), for detach mode.
+    hub_heard_ms: AtomicU64,
+    /// Whether the agent is detached now (see [`AgentConfig::detach_after_ms`]).
+    detached: watch::Sender<bool>,
 }
 
 /// Doubling waits between attempts, from `backoff_initial_ms` up to `backoff_max_ms`.
@@ -187,6 +192,8 @@ impl Agent {
             permits: Arc::new(Semaphore::new(config.capacity as usize)),
             counters: AgentCounters::default(),
             qps: QpsWindow::new(config.qps_window_ms, clock.now_ms()),
+            hub_heard_ms: AtomicU64::new(clock.now_ms()),
+            detached: watch::channel(false).0,
             id,
             config,
             bus,
@@ -250,6 +257,15 @@ impl AgentHandle {
         let c = &s.counters;
         AgentStats {
             registered: c.registered.load(Ordering::Relaxed),
+            detached: *s.detached.borrow(),
+            detaches: c.detaches.load(Ordering::Relaxed),
+            hub_silent_ms: if s.config.detach_after_ms == 0 {
+                0
+            } else {
+                s.clock
+                    .now_ms()
+                    .saturating_sub(s.hub_heard_ms.load(Ordering::SeqCst))
+            },
             heartbeats_sent: c.heartbeats_sent.load(Ordering::Relaxed),
             heartbeats_failed: c.heartbeats_failed.load(Ordering::Relaxed),
             active_downloaders: u32::try_from(s.registry.len()).unwrap_or(u32::MAX),
@@ -315,10 +331,14 @@ async fn supervise(shared: Arc<AgentCore>, subject: Subject, done: watch::Sender
     let presence = tokio::spawn(presence_loop(shared.clone()));
     let sweeper = tokio::spawn(sweep_loop(shared.clone()));
     let commands = tokio::spawn(command_loop(shared.clone(), subject));
+    let hubs = tokio::spawn(hubs_loop(shared.clone()));
+    let detach = tokio::spawn(detach_loop(shared.clone()));
     for (name, task) in [
         ("commands", commands),
         ("presence", presence),
         ("sweeper", sweeper),
+        ("hub beacons", hubs),
+        ("detach", detach),
     ] {
         if let Err(e) = task.await {
             tracing::error!(agent = %shared.id, task = name, error = %e, "agent task failed");
@@ -365,9 +385,44 @@ impl AgentCore {
         }
     }
 
+    /// A hub was heard: a beacon or a command it sent at `sent_ms` (its clock). News older than
+    /// `detach_after` (a command left on the bus) says nothing about now. Ends a detach.
+    fn heard_hub(&self, sent_ms: u64) {
+        let after = self.config.detach_after_ms;
+        if after == 0 {
+            return;
+        }
+        let now = self.clock.now_ms();
+        let at = sent_ms.min(now);
+        if now - at > after {
+            return;
+        }
+        self.hub_heard_ms.fetch_max(at, Ordering::SeqCst);
+        if self.detached.send_replace(false) {
+            tracing::info!(agent = %self.id, "a hub is heard again: registering again");
+            self.emit(AgentEvent::Reattached);
+            self.programs.reattached();
+        }
+    }
+
+    /// Detaches: no hub heard for `silent_ms` (more than `detach_after`). Stops the requests
+    /// being fetched (the command loop aborts them when it sees the change), drops every
+    /// allocation and stops the program workers.
+    async fn detach(&self, silent_ms: u64) {
+        if self.detached.send_replace(true) {
+            return;
+        }
+        tracing::warn!(agent = %self.id, silent_ms, "no hub heard for detach_after: detached (downloads and program workers stopped, allocations dropped) until a hub is heard");
+        self.counters.detaches.fetch_add(1, Ordering::Relaxed);
+        self.registry.release_all().await;
+        self.programs.detach_all(RELEASE_GRACE).await;
+        self.emit(AgentEvent::Detached { silent_ms });
+    }
+
     /// Handles one command; `false` when the agent is to stop.
     async fn handle(self: &Arc<Self>, delivery: Delivery, tasks: &mut JoinSet<()>) -> bool {
         let received = Instant::now();
+        self.heard_hub(delivery.envelope.sent_ms);
         let Message::Command(command) = &delivery.envelope.body else {
             ack(delivery).await;
             return true;
@@ -538,12 +593,13 @@ impl AgentCore {
             );
             return (out, Vec::new());
         };
-        self.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        // Counted down also when the task is aborted (a detach).
+        let in_flight = InFlight::new(&self.counters.in_flight);
         let fetched = match raw {
             None => (downloader.download(request).await, Vec::new()),
             Some(trim) => downloader.fetch_raw(request, trim).await,
         };
-        self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+        drop(in_flight);
         drop(guard);
         fetched
     }
@@ -775,6 +831,22 @@ fn results_subject(run: &RunId, reply_to: Option<&str>) -> Subject {
     })
 }
 
+/// One request being fetched, counted in `in_flight` while it lives.
+struct InFlight<'a>(&'a AtomicU32);
+
+impl<'a> InFlight<'a> {
+    fn new(counter: &'a AtomicU32) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Self(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Returns once the agent is told to stop.
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -801,90 +873,183 @@ async fn presence_loop(shared: Arc<AgentCore>) {
         labels: shared.config.labels.clone(),
         capacity: shared.config.capacity,
     };
-    // One envelope for every attempt: a retry whose first attempt was stored is stored once.
-    let envelope = shared.ttl.envelope(register, shared.clock.now_ms());
     let registrations = Subject::registrations();
     let heartbeats = Subject::heartbeats();
-    loop {
-        let published = tokio::select! {
+    let mut detached = shared.detached.subscribe();
+    let interval = Duration::from_millis(shared.config.heartbeat_interval_ms);
+    let mut seq = 0u64;
+    let mut failing = false;
+    // Registers again after a detach ends.
+    'presence: loop {
+        // One envelope for every attempt: a retry whose first attempt was stored is stored once.
+        let envelope = shared.ttl.envelope(register.clone(), shared.clock.now_ms());
+        loop {
+            let published = tokio::select! {
+                biased;
+                () = stopped(&mut stop) => return,
+                r = shared.bus.publish(&registrations, &envelope) => r,
+            };
+            match published {
+                Ok(()) => {
+                    shared.counters.registered.store(true, Ordering::Relaxed);
+                    tracing::info!(agent = %shared.id, "registered");
+                    shared.emit(AgentEvent::Registered);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(agent = %shared.id, error = %e, "registration failed, retrying");
+                    shared.emit(AgentEvent::RegisterFailed {
+                        error: e.to_string(),
+                    });
+                    if !shared.pause(backoff.next()).await {
+                        return;
+                    }
+                }
+            }
+        }
+        backoff.reset();
+        detached.borrow_and_update();
+        loop {
+            seq += 1;
+            let started = tokio::time::Instant::now();
+            let usage = probe.usage();
+            let now = shared.clock.now_ms();
+            let heartbeat = Heartbeat {
+                agent: shared.id.clone(),
+                cpu_pct: usage.cpu_pct,
+                memory_bytes: usage.memory_bytes,
+                active_downloaders: u32::try_from(shared.registry.len()).unwrap_or(u32::MAX),
+                in_flight: shared.counters.in_flight.load(Ordering::Relaxed),
+                qps: shared.qps.qps(now),
+                seq,
+            };
+            let envelope = shared.ttl.envelope(heartbeat, now);
+            let published = tokio::select! {
+                biased;
+                () = stopped(&mut stop) => return,
+                r = shared.bus.publish(&heartbeats, &envelope) => r,
+            };
+            let next = match published {
+                Ok(()) => {
+                    if std::mem::take(&mut failing) {
+                        tracing::info!(agent = %shared.id, seq, "heartbeats resumed");
+                    }
+                    shared
+                        .counters
+                        .heartbeats_sent
+                        .fetch_add(1, Ordering::Relaxed);
+                    shared.emit(AgentEvent::HeartbeatSent { seq });
+                    backoff.reset();
+                    started + interval
+                }
+                Err(e) => {
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!(agent = %shared.id, seq, error = %e, "heartbeat failed; retrying with back-off");
+                    }
+                    shared
+                        .counters
+                        .heartbeats_failed
+                        .fetch_add(1, Ordering::Relaxed);
+                    shared.emit(AgentEvent::HeartbeatFailed {
+                        seq,
+                        error: e.to_string(),
+                    });
+                    tokio::time::Instant::now() + backoff.next()
+                }
+            };
+            loop {
+                tokio::select! {
+                    biased;
+                    () = stopped(&mut stop) => return,
+                    changed = detached.changed() => {
+                        if changed.is_ok() && !*detached.borrow_and_update() {
+                            continue 'presence;
+                        }
+                    }
+                    () = tokio::time::sleep_until(next) => break,
+                }
+            }
+        }
+    }
+}
+
+/// Reads the hubs' beacons (re-subscribing forever): each one is a hub heard.
+async fn hubs_loop(shared: Arc<AgentCore>) {
+    if shared.config.detach_after_ms == 0 {
+        return;
+    }
+    let mut stop = shared.stop.subscribe();
+    let mut backoff = Backoff::new(&shared.config);
+    let subject = Subject::hubs();
+    'subscribe: loop {
+        let subscribed = tokio::select! {
             biased;
             () = stopped(&mut stop) => return,
-            r = shared.bus.publish(&registrations, &envelope) => r,
+            r = shared.bus.subscribe(&subject, SubscribeOpts::live()) => r,
         };
-        match published {
-            Ok(()) => {
-                shared.counters.registered.store(true, Ordering::Relaxed);
-                tracing::info!(agent = %shared.id, "registered");
-                shared.emit(AgentEvent::Registered);
-                break;
+        let mut subscription = match subscribed {
+            Ok(s) => {
+                backoff.reset();
+                s
             }
             Err(e) => {
-                tracing::warn!(agent = %shared.id, error = %e, "registration failed, retrying");
-                shared.emit(AgentEvent::RegisterFailed {
-                    error: e.to_string(),
-                });
-                if !shared.pause(backoff.next()).await {
+                tracing::debug!(agent = %shared.id, error = %e, "subscribing to hub beacons failed, retrying");
+                if shared.pause(backoff.next()).await {
+                    continue;
+                }
+                return;
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                biased;
+                () = stopped(&mut stop) => return,
+                n = subscription.next() => n,
+            };
+            match next {
+                Some(Ok(delivery)) => {
+                    if matches!(delivery.envelope.body, Message::Beacon(_)) {
+                        shared.heard_hub(delivery.envelope.sent_ms);
+                    }
+                }
+                Some(Err(
+                    e @ (BusError::Malformed { .. } | BusError::UnsupportedVersion { .. }),
+                )) => {
+                    tracing::debug!(agent = %shared.id, error = %e, "unreadable hub beacon skipped");
+                }
+                Some(Err(_)) | None => {
+                    if shared.pause(backoff.next()).await {
+                        continue 'subscribe;
+                    }
                     return;
                 }
             }
         }
     }
-    backoff.reset();
-    let interval = Duration::from_millis(shared.config.heartbeat_interval_ms);
-    let mut seq = 0u64;
-    let mut failing = false;
+}
+
+/// Detaches the agent once no hub was heard for `detach_after` (checked a few times per
+/// `detach_after`, at least once a second).
+async fn detach_loop(shared: Arc<AgentCore>) {
+    let after = shared.config.detach_after_ms;
+    if after == 0 {
+        return;
+    }
+    let mut stop = shared.stop.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_millis((after / 4).clamp(10, 1_000)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        seq += 1;
-        let started = tokio::time::Instant::now();
-        let usage = probe.usage();
-        let now = shared.clock.now_ms();
-        let heartbeat = Heartbeat {
-            agent: shared.id.clone(),
-            cpu_pct: usage.cpu_pct,
-            memory_bytes: usage.memory_bytes,
-            active_downloaders: u32::try_from(shared.registry.len()).unwrap_or(u32::MAX),
-            in_flight: shared.counters.in_flight.load(Ordering::Relaxed),
-            qps: shared.qps.qps(now),
-            seq,
-        };
-        let envelope = shared.ttl.envelope(heartbeat, now);
-        let published = tokio::select! {
-            biased;
-            () = stopped(&mut stop) => return,
-            r = shared.bus.publish(&heartbeats, &envelope) => r,
-        };
-        let next = match published {
-            Ok(()) => {
-                if std::mem::take(&mut failing) {
-                    tracing::info!(agent = %shared.id, seq, "heartbeats resumed");
-                }
-                shared
-                    .counters
-                    .heartbeats_sent
-                    .fetch_add(1, Ordering::Relaxed);
-                shared.emit(AgentEvent::HeartbeatSent { seq });
-                backoff.reset();
-                started + interval
-            }
-            Err(e) => {
-                if !std::mem::replace(&mut failing, true) {
-                    tracing::warn!(agent = %shared.id, seq, error = %e, "heartbeat failed; retrying with back-off");
-                }
-                shared
-                    .counters
-                    .heartbeats_failed
-                    .fetch_add(1, Ordering::Relaxed);
-                shared.emit(AgentEvent::HeartbeatFailed {
-                    seq,
-                    error: e.to_string(),
-                });
-                tokio::time::Instant::now() + backoff.next()
-            }
-        };
         tokio::select! {
             biased;
             () = stopped(&mut stop) => return,
-            () = tokio::time::sleep_until(next) => {}
+            _ = tick.tick() => {}
+        }
+        let silent = shared
+            .clock
+            .now_ms()
+            .saturating_sub(shared.hub_heard_ms.load(Ordering::SeqCst));
+        if silent > after && !*shared.detached.borrow() {
+            shared.detach(silent).await;
         }
     }
 }
@@ -932,6 +1097,7 @@ async fn command_loop(shared: Arc<AgentCore>, subject: Subject) {
     let mut backoff = Backoff::new(&shared.config);
     // A few commands at a time: each download command already carries a batch of requests.
     let opts = SubscribeOpts::durable(durable_name(&shared.id)).batch(8);
+    let mut detached = shared.detached.subscribe();
     'subscribe: loop {
         let subscribed = tokio::select! {
             biased;
@@ -960,6 +1126,12 @@ async fn command_loop(shared: Arc<AgentCore>, subject: Subject) {
             tokio::select! {
                 biased;
                 () = stopped(&mut stop) => break 'subscribe,
+                Ok(()) = detached.changed() => {
+                    if *detached.borrow_and_update() && !tasks.is_empty() {
+                        tracing::warn!(agent = %shared.id, tasks = tasks.len(), "detached: the requests being fetched are abandoned (their leases expire at the hub)");
+                        tasks.abort_all();
+                    }
+                }
                 Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                     if let Err(e) = joined && e.is_panic() {
                         tracing::error!(agent = %shared.id, error = %e, "a request task panicked");

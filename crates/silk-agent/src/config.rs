@@ -93,6 +93,12 @@ pub struct AgentConfig {
     pub container_cli: String,
     /// Arguments of the engine before its subcommand (e.g. `--runtime=runc`).
     pub container_args: Vec<String>,
+    /// Detach mode: an agent that has heard from no hub (no beacon on `hubs`, no command) for
+    /// this long stops its downloads and program workers and drops its allocations, so that
+    /// nothing runs up costs while no hub is there; it registers again when a hub is heard.
+    /// 0 = never detach. At least twice `heartbeat_interval_ms` otherwise (hubs beacon every
+    /// heartbeat interval).
+    pub detach_after_ms: u64,
 }
 
 impl Default for AgentConfig {
@@ -124,6 +130,7 @@ impl Default for AgentConfig {
             program_cache_bytes: 4 << 30,
             container_cli: "podman".into(),
             container_args: Vec::new(),
+            detach_after_ms: 60_000,
         }
     }
 }
@@ -170,11 +177,20 @@ impl AgentConfig {
             ("qps_window_ms", self.qps_window_ms),
             ("shutdown_grace_ms", self.shutdown_grace_ms),
             ("log_flush_ms", self.log_flush_ms),
+            ("detach_after_ms", self.detach_after_ms),
         ];
         for (key, value) in bounded {
             if value > MAX_MS {
                 p.push(format!("{key}: at most {MAX_MS} (30 days)"));
             }
+        }
+        if self.detach_after_ms != 0
+            && self.detach_after_ms < self.heartbeat_interval_ms.saturating_mul(2)
+        {
+            p.push(format!(
+                "detach_after_ms: 0 (never) or at least twice heartbeat_interval_ms ({} ms): hubs beacon every heartbeat interval",
+                self.heartbeat_interval_ms.saturating_mul(2)
+            ));
         }
         if self.log_line_max_bytes < 64 {
             p.push("log_line_max_bytes: must be at least 64".into());

@@ -117,6 +117,12 @@ pub(crate) struct Programs {
     /// Runs released lately (their workers, stopped after the release, are not kept in
     /// `over`); forgotten after [`RELEASED_KEPT`].
     released: Mutex<HashMap<RunId, std::time::Instant>>,
+    /// Workers being stopped because the agent detached: their ends say so (`detached`), are
+    /// not kept in `over` (a later `start` runs them again), and are reported again when a
+    /// hub is heard (a report published while no hub was there may be lost with the bus).
+    detaching: Mutex<std::collections::HashSet<(RunId, u32)>>,
+    /// Ends of workers stopped by a detach, to report again when the agent is heard again.
+    detached_ends: Mutex<Vec<(RunId, u32, WorkerEvent, Reporter)>>,
 }
 
 /// How long a released run is remembered (longer than any stop's grace period).
@@ -139,6 +145,8 @@ impl Programs {
             ended: tokio::sync::Notify::new(),
             over: Mutex::new(HashMap::new()),
             released: Mutex::new(HashMap::new()),
+            detaching: Mutex::new(std::collections::HashSet::new()),
+            detached_ends: Mutex::new(Vec::new()),
         }
     }
 
@@ -318,6 +326,41 @@ impl Programs {
                 this.signal(&w, Signal::KILL, ContainerOp::Kill).await;
             }
         });
+    }
+
+    /// The agent detached (no hub heard for its `detach_after`): every worker of every run is
+    /// stopped as by a `stop` with `grace`; their ends are reported with `detached: true`, so
+    /// that the hub starts them again, and reported again by [`Programs::reattached`].
+    pub(crate) async fn detach_all(self: &Arc<Self>, grace: Duration) {
+        let slots: Vec<(RunId, Arc<RunWorkers>)> = self
+            .runs
+            .lock()
+            .iter()
+            .map(|(run, slot)| (run.clone(), slot.clone()))
+            .collect();
+        for (run, slot) in slots {
+            let workers: Vec<u32> = slot.workers.lock().keys().copied().collect();
+            if workers.is_empty() {
+                continue;
+            }
+            self.detaching
+                .lock()
+                .extend(workers.into_iter().map(|w| (run.clone(), w)));
+            self.events.log(&run, LogLevel::Warn, || {
+                "the agent heard from no hub for its detach_after: its workers are stopped and start again when a hub is heard".to_owned()
+            });
+            self.stop(&run, grace).await;
+        }
+    }
+
+    /// A hub is heard again after a detach: the ends of the workers the detach stopped are
+    /// reported again (the hub applies a report once; one published while the bus was down
+    /// was lost).
+    pub(crate) fn reattached(&self) {
+        let ends = std::mem::take(&mut *self.detached_ends.lock());
+        for (run, worker, event, report) in ends {
+            report(run, worker, event);
+        }
     }
 
     /// Ends every worker of every run (the agent stops), and waits at most `grace`.
@@ -738,14 +781,20 @@ impl Programs {
             container: container.clone(),
             version_dir,
         };
-        let paused = match self.slot(&run) {
+        let (paused, stopping) = match self.slot(&run) {
             Some(slot) => {
                 slot.workers.lock().insert(worker, Some(running.clone()));
-                slot.paused.load(std::sync::atomic::Ordering::SeqCst)
+                (
+                    slot.paused.load(std::sync::atomic::Ordering::SeqCst),
+                    slot.stopping.load(std::sync::atomic::Ordering::SeqCst),
+                )
             }
-            None => false,
+            None => (false, false),
         };
-        if paused {
+        if stopping {
+            // Told to stop (a cancel, a detach) while it was being prepared: it ends now.
+            self.signal(&running, Signal::KILL, ContainerOp::Kill).await;
+        } else if paused {
             self.signal(&running, Signal::STOP, ContainerOp::Pause)
                 .await;
         }
@@ -793,6 +842,7 @@ impl Programs {
             .and_then(|s| s.reporter.lock().clone())
             .unwrap_or(report);
         let tail: Vec<String> = tail.lock().iter().cloned().collect();
+        let detached = self.detaching.lock().remove(&(run.clone(), worker));
         let event = match status {
             Ok(status) => {
                 use std::os::unix::process::ExitStatusExt;
@@ -800,6 +850,7 @@ impl Programs {
                     code: status.code(),
                     signal: status.signal(),
                     tail,
+                    detached,
                 }
             }
             Err(e) => WorkerEvent::Failed {
@@ -823,7 +874,11 @@ impl Programs {
     /// `over`) and reported.
     fn end(&self, run: &RunId, worker: u32, event: WorkerEvent, report: &Reporter) {
         self.forget(run, worker);
-        if !self.released.lock().contains_key(run) {
+        if matches!(event, WorkerEvent::Exited { detached: true, .. }) {
+            self.detached_ends
+                .lock()
+                .push((run.clone(), worker, event.clone(), report.clone()));
+        } else if !self.released.lock().contains_key(run) {
             self.over
                 .lock()
                 .entry(run.clone())
@@ -837,6 +892,7 @@ impl Programs {
     /// of the workers its release stops.
     pub(crate) fn release(&self, run: &RunId) {
         self.over.lock().remove(run);
+        self.detached_ends.lock().retain(|(r, ..)| r != run);
         let now = std::time::Instant::now();
         let mut released = self.released.lock();
         released.retain(|_, at| now.duration_since(*at) < RELEASED_KEPT);

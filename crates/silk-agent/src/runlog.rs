@@ -410,6 +410,7 @@ pub(crate) fn event_line(event: &AgentEvent) -> Option<(&RunId, LogLevel, String
             let why = match reason {
                 ReleaseReason::Command => "release command",
                 ReleaseReason::Idle => "idle for longer than downloader_idle_ms",
+                ReleaseReason::Detached => "the agent heard from no hub for its detach_after",
             };
             (run, Info, format!("downloader released ({why})"))
         }
@@ -444,6 +445,8 @@ pub(crate) fn event_line(event: &AgentEvent) -> Option<(&RunId, LogLevel, String
         | AgentEvent::Subscribed
         | AgentEvent::SubscribeFailed { .. }
         | AgentEvent::ResultPublished { .. }
+        | AgentEvent::Detached { .. }
+        | AgentEvent::Reattached
         | AgentEvent::Stopping => return None,
     })
 }

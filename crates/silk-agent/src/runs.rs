@@ -293,6 +293,23 @@ impl RunTable {
         removed
     }
 
+    /// Drops every allocation (the agent detached); their runs.
+    pub(crate) async fn release_all(&self) -> Vec<RunId> {
+        self.refused.lock().clear();
+        let released: Vec<RunId> = std::mem::take(&mut *self.runs.lock()).into_keys().collect();
+        if !released.is_empty() {
+            self.persist().await;
+            for run in &released {
+                tracing::info!(run = %run, "downloader released: the agent detached");
+                self.emit(AgentEvent::Released {
+                    run: run.clone(),
+                    reason: ReleaseReason::Detached,
+                });
+            }
+        }
+        released
+    }
+
     /// Releases the allocations nobody used for longer than `idle_ms`.
     pub(crate) async fn release_idle(&self, idle_ms: u64) -> Vec<RunId> {
         let now = self.clock.now_ms();

@@ -135,6 +135,15 @@ pub enum AgentEvent {
         /// Its error, if it failed (the run continues either way).
         error: Option<String>,
     },
+    /// The agent detached: it heard from no hub for its `detach_after`; its downloads were
+    /// abandoned, its allocations dropped (and the allocations file written), its program
+    /// workers told to stop.
+    Detached {
+        /// How long it had heard from no hub, ms.
+        silent_ms: u64,
+    },
+    /// A hub was heard again after a detach: the agent registers again.
+    Reattached,
     /// The agent is stopping.
     Stopping,
 }
@@ -146,6 +155,8 @@ pub enum ReleaseReason {
     Command,
     /// Not used for longer than `downloader_idle_ms`.
     Idle,
+    /// The agent detached (no hub heard for its `detach_after`).
+    Detached,
 }
 
 /// A snapshot of an agent's counters.
@@ -153,6 +164,13 @@ pub enum ReleaseReason {
 pub struct AgentStats {
     /// Whether the registration was published.
     pub registered: bool,
+    /// Whether the agent is detached now (no hub heard for its `detach_after`).
+    pub detached: bool,
+    /// Times it detached.
+    pub detaches: u64,
+    /// How long since a hub was last heard (a beacon or a command), ms; 0 when detach mode
+    /// is off.
+    pub hub_silent_ms: u64,
     /// Heartbeats published.
     pub heartbeats_sent: u64,
     /// Heartbeats that could not be published.
@@ -244,6 +262,7 @@ pub(crate) struct AgentCounters {
     pub(crate) results_published: AtomicU64,
     pub(crate) results_dropped: AtomicU64,
     pub(crate) bytes_saved: AtomicU64,
+    pub(crate) detaches: AtomicU64,
 }
 
 /// Finished requests per time bucket, for the QPS over a sliding window (agent clock).

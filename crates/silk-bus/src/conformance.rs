@@ -20,8 +20,8 @@ use crate::bus::{Bus, BusConfig, Deliver, Delivery, RetryPolicy, SubscribeOpts, 
 use crate::error::BusError;
 use crate::subject::Subject;
 use crate::wire::{
-    AllocationReply, Command, Control, Envelope, FetchOutcome, Heartbeat, LeasedRequest, LogBatch,
-    LogEntry, LogLevel, Message, Register, RunResult, TtlPolicy,
+    AllocationReply, Command, Control, Envelope, FetchOutcome, Heartbeat, HubBeacon, LeasedRequest,
+    LogBatch, LogEntry, LogLevel, Message, Register, RunResult, TtlPolicy,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -367,6 +367,30 @@ pub async fn shared_subjects_fan_out<F: BusFactory>(f: &F) {
         (&mut h2, "heartbeat subscriber 2"),
     ] {
         for want in beats.iter().chain([&fence]) {
+            expect(sub, want, name).await;
+        }
+    }
+
+    // Hub beacons: every agent hears every hub.
+    let mut a1 = c.subscribe(&Subject::hubs(), SubscribeOpts::live()).await;
+    let mut a2 = c.subscribe(&Subject::hubs(), SubscribeOpts::live()).await;
+    let beacons: Vec<Envelope> = ["hub-a", "hub-b"]
+        .iter()
+        .map(|hub| {
+            c.env(HubBeacon {
+                hub: (*hub).into(),
+                seq: 1,
+            })
+        })
+        .collect();
+    for b in &beacons {
+        c.publish(&Subject::hubs(), b).await;
+    }
+    for (sub, name) in [
+        (&mut a1, "beacon subscriber 1"),
+        (&mut a2, "beacon subscriber 2"),
+    ] {
+        for want in &beacons {
             expect(sub, want, name).await;
         }
     }

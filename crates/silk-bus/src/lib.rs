@@ -7,7 +7,7 @@
 //! Map:
 //! - [`wire`] — the [`Envelope`] (version, id, timestamp, TTL) and the typed messages:
 //!   [`Register`], [`Heartbeat`], [`Command`], [`RunResult`], [`Control`],
-//!   [`AllocationReply`], [`LogBatch`]; TTL defaults.
+//!   [`AllocationReply`], [`LogBatch`], [`HubBeacon`], …; TTL defaults.
 //! - [`subject`] — every subject, and the validation that keeps ids from injecting tokens.
 //! - [`bus`] — the trait, options, retries, [`Subscription`] (decode, drop stale, count).
 //! - [`in_process`], [`nats`] — the two backends.
@@ -35,7 +35,7 @@ pub use nats::NatsBus;
 pub use subject::{Subject, SubjectClass};
 pub use wire::{
     AllocationReply, ArtifactRef, BodyEncoding, Command, Control, Envelope, FetchOutcome,
-    FetchReply, Heartbeat, Kind, LeasedRequest, LogBatch, LogEntry, LogLevel, Message, MessageId,
-    ProgramAction, ProgramStart, Register, ResultBody, ResultError, RunResult, Timings, TtlPolicy,
-    WIRE_VERSION, WorkerEvent, WorkerReport,
+    FetchReply, Heartbeat, HubBeacon, Kind, LeasedRequest, LogBatch, LogEntry, LogLevel, Message,
+    MessageId, ProgramAction, ProgramStart, Register, ResultBody, ResultError, RunResult, Timings,
+    TtlPolicy, WIRE_VERSION, WorkerEvent, WorkerReport,
 };

@@ -39,6 +39,8 @@
 //!   interval later and the failure detector tolerates gaps), and stored ones would be stale
 //!   by the time anyone read them after an outage. Publishing one flushes the connection, so
 //!   `Ok` means the server has it.
+//! - **Hub beacons** go over core NATS the same way (`ns.hubs`): every agent hears every hub,
+//!   and a stored beacon would claim a hub alive after it died.
 //! - **Allocation replies** go over core NATS the same way (`ns.allocations`, not in the
 //!   stream): they are read live by the hub that waits for them (subscribed before it sends
 //!   the `allocate` commands), and a reply nobody waits for is worth nothing. `Ok` from a

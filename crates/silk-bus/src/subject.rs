@@ -15,6 +15,7 @@
 //! | `heartbeats`           | `silk.heartbeats`         | `heartbeat`  | **no**    | every hub (fan-out, each runs its failure detector) |
 //! | `allocations`          | `silk.allocations`        | `allocated`  | **no**    | every hub (fan-out; a hub waiting for a run's allocation replies is subscribed while it waits) |
 //! | `logs`                 | `silk.logs`               | `log`        | yes       | hubs (one durable, `hub-logs`, work shared): every run's log lines, from every agent |
+//! | `hubs`                 | `silk.hubs`               | `beacon`     | **no**    | every agent (fan-out: an agent that hears no hub for its `detach_after` detaches) |
 //!
 //! Wildcards for readers: `agent.*.cmd`, `results.*` and `run.*.control` (`results.*`
 //! matches `results.{hub}`, not `results`).
@@ -45,6 +46,9 @@
 //! - Log batches are persisted on one shared subject (not one per run): the hub stores every
 //!   run's lines, so it reads them all through one durable, and lines sent during a short
 //!   hub outage are kept for it (until their TTL, see `wire`).
+//! - Hub beacons are not persisted, like heartbeats the other way round: every agent needs
+//!   every beacon (any one hub alive is enough), a lost one is harmless, and a stored one
+//!   would say a hub is alive when it no longer is.
 
 use crate::error::BusError;
 use crate::wire::Kind;
@@ -69,6 +73,8 @@ pub enum SubjectClass {
     RunControl,
     /// `logs`: batches of runs' log lines.
     Logs,
+    /// `hubs`: hub beacons (not persisted).
+    Hubs,
 }
 
 impl SubjectClass {
@@ -82,6 +88,7 @@ impl SubjectClass {
             SubjectClass::RunControl => Kind::Control,
             SubjectClass::Allocations => Kind::Allocated,
             SubjectClass::Logs => Kind::Log,
+            SubjectClass::Hubs => Kind::Beacon,
         }
     }
 
@@ -95,7 +102,10 @@ impl SubjectClass {
 
     /// Whether messages of this class are stored (JetStream) and can be read durably.
     pub fn is_persisted(self) -> bool {
-        !matches!(self, SubjectClass::Heartbeats | SubjectClass::Allocations)
+        !matches!(
+            self,
+            SubjectClass::Heartbeats | SubjectClass::Allocations | SubjectClass::Hubs
+        )
     }
 }
 
@@ -185,6 +195,14 @@ impl Subject {
         }
     }
 
+    /// `hubs`: the hubs' beacons (not persisted).
+    pub fn hubs() -> Subject {
+        Subject {
+            text: "hubs".into(),
+            class: SubjectClass::Hubs,
+        }
+    }
+
     /// `run.{id}.control`: control messages of one run.
     pub fn run_control(run: &RunId) -> Result<Subject, BusError> {
         check_token("run id", run.as_str())?;
@@ -244,6 +262,7 @@ impl Subject {
             ["heartbeats"] => Ok(Subject::heartbeats()),
             ["allocations"] => Ok(Subject::allocations()),
             ["logs"] => Ok(Subject::logs()),
+            ["hubs"] => Ok(Subject::hubs()),
             _ => Err(bad()),
         }
     }
@@ -458,6 +477,8 @@ mod tests {
         assert!(!Subject::all_agent_commands().matches(&Subject::results()));
         assert!(Subject::all_agent_commands().is_wildcard() && !a.is_wildcard());
         assert!(!Subject::heartbeats().is_persisted() && Subject::results().is_persisted());
+        assert!(!Subject::hubs().is_persisted());
+        assert_eq!(Subject::parse("hubs").unwrap(), Subject::hubs());
         assert!(!Subject::allocations().is_persisted());
         assert_eq!(Subject::allocations().class().kind(), Kind::Allocated);
         assert!(Subject::logs().is_persisted());

@@ -18,7 +18,7 @@
 //! | `id`      | string      | unique message id (UUIDv7, time-ordered): readers de-duplicate on it, JetStream de-duplicates retried publishes on it (`Nats-Msg-Id`) |
 //! | `sent_ms` | u64         | when the publisher built the message, ms since the Unix epoch (publisher's clock) |
 //! | `ttl_ms`  | u64 or absent | the message is stale when `now - sent_ms > ttl_ms` (reader's clock); absent = never |
-//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated`, `log`, `worker`, `fetched` |
+//! | `kind`    | string      | `register`, `heartbeat`, `command`, `result`, `control`, `allocated`, `log`, `worker`, `fetched`, `beacon` |
 //! | `body`    | object      | the message of that kind, below |
 //!
 //! Bodies (field names are the Rust field names of the types below):
@@ -56,7 +56,8 @@
 //!   the trimmed text), `headers` (`[[name, value], …]` as received).
 //! - `worker` → [`WorkerReport`] (added in wire version 1), on `results.{hub}` like results:
 //!   `run`, `agent`, `worker`, `event` tagged by `is`: `{"is":"started"}`,
-//!   `{"is":"exited","code":0,"signal":null,"tail":["…"]}`, `{"is":"failed","error":"…"}`.
+//!   `{"is":"exited","code":0,"signal":null,"tail":["…"]}` (with `"detached":true` when the
+//!   agent stopped it on detaching), `{"is":"failed","error":"…"}`.
 //! - `control` → [`Control`], tagged by `op`: `{"op":"pause","run":"r1"}`, `resume`, `stop`.
 //! - `allocated` → [`AllocationReply`]: an agent's answer to an `allocate` command, sent once
 //!   the run's config was accepted and its downloader built (`ok: true`, also for a repeated
@@ -75,6 +76,10 @@
 //!   The agent is the lines' source; lines in a batch are in the order they were written.
 //!   When an agent had to drop lines (its queue full, or a batch it could not publish), a
 //!   later batch of that run carries a `warn` line `N log lines dropped (…)`.
+//! - `beacon` → [`HubBeacon`] (added in wire version 1), on `hubs`: a hub says it is alive,
+//!   every heartbeat interval: `{"hub":"hub-a","seq":42}`. An agent that hears no beacon (and
+//!   no command) for its `detach_after` detaches: it stops its downloads and programs until a
+//!   hub is heard again. Agents of older builds do not read `hubs`.
 //!
 //! | kind        | subject            | TTL (default)                        | durability |
 //! |-------------|--------------------|--------------------------------------|------------|
@@ -86,6 +91,7 @@
 //! | `control`   | `run.{id}.control` | none                                 | stored |
 //! | `allocated` | `allocations`      | `allocate_ttl_ms` (30 s)             | not stored (fan-out) |
 //! | `log`       | `logs`             | `log_ttl_ms` (10 min)                | stored; hubs read one durable (`hub-logs`) |
+//! | `beacon`    | `hubs`             | 3 × `heartbeat_interval_ms` (3 s)    | not stored (fan-out) |
 //!
 //! # Design constraints
 //!
@@ -163,6 +169,8 @@ pub enum Kind {
     Worker,
     /// [`FetchReply`]
     Fetched,
+    /// [`HubBeacon`]
+    Beacon,
 }
 
 impl Kind {
@@ -178,6 +186,7 @@ impl Kind {
             Kind::Log => "log",
             Kind::Worker => "worker",
             Kind::Fetched => "fetched",
+            Kind::Beacon => "beacon",
         }
     }
 
@@ -192,6 +201,7 @@ impl Kind {
             "log" => Kind::Log,
             "worker" => Kind::Worker,
             "fetched" => Kind::Fetched,
+            "beacon" => Kind::Beacon,
             _ => return None,
         })
     }
@@ -245,6 +255,16 @@ pub struct Heartbeat {
     #[serde(default, deserialize_with = "null_as_zero")]
     pub qps: f64,
     /// Increases by one per heartbeat of this agent process (gaps = lost heartbeats).
+    #[serde(default)]
+    pub seq: u64,
+}
+
+/// A hub's periodic sign of life to the agents, on `hubs` (added in wire version 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HubBeacon {
+    /// The hub's id.
+    pub hub: String,
+    /// Increases by one per beacon of this hub process.
     #[serde(default)]
     pub seq: u64,
 }
@@ -445,6 +465,11 @@ pub enum WorkerEvent {
         /// Its last output lines (at most a few).
         #[serde(default)]
         tail: Vec<String>,
+        /// The agent stopped it because it had heard from no hub for its `detach_after`
+        /// (detach mode): the worker did not end by itself, and the hub starts it again.
+        /// Added in wire version 1; not written when `false`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        detached: bool,
     },
     /// It could not be started (artifact, image, program not found, programs refused).
     Failed {
@@ -707,6 +732,8 @@ pub enum Message {
     Worker(WorkerReport),
     /// `fetched`
     Fetched(FetchReply),
+    /// `beacon`
+    Beacon(HubBeacon),
 }
 
 impl Message {
@@ -722,6 +749,7 @@ impl Message {
             Message::Log(_) => Kind::Log,
             Message::Worker(_) => Kind::Worker,
             Message::Fetched(_) => Kind::Fetched,
+            Message::Beacon(_) => Kind::Beacon,
         }
     }
 }
@@ -744,7 +772,8 @@ into_message!(
     AllocationReply => Allocated,
     LogBatch => Log,
     WorkerReport => Worker,
-    FetchReply => Fetched
+    FetchReply => Fetched,
+    HubBeacon => Beacon
 );
 
 /// Default TTLs, by kind of message. The publisher stamps the TTL; the reader enforces it.
@@ -780,12 +809,12 @@ impl TtlPolicy {
         self.heartbeat_interval_ms.saturating_mul(3)
     }
 
-    /// The TTL a message gets: heartbeat 3 × interval; allocate, shutdown and allocation
+    /// The TTL a message gets: heartbeat and hub beacon 3 × interval; allocate, shutdown and allocation
     /// replies `allocate_ttl_ms`; download and fetch `download_ttl_ms`; log batches `log_ttl_ms`;
     /// registrations, releases, results and run control none.
     pub fn ttl_ms(&self, message: &Message) -> Option<u64> {
         match message {
-            Message::Heartbeat(_) => Some(self.heartbeat_ttl_ms()),
+            Message::Heartbeat(_) | Message::Beacon(_) => Some(self.heartbeat_ttl_ms()),
             Message::Command(Command::Allocate { .. } | Command::Shutdown)
             | Message::Allocated(_) => Some(self.allocate_ttl_ms),
             Message::Command(Command::Download { .. } | Command::Fetch { .. }) => {
@@ -904,6 +933,7 @@ impl Envelope {
             Message::Log(b) => out(self, kind, b),
             Message::Worker(b) => out(self, kind, b),
             Message::Fetched(b) => out(self, kind, b),
+            Message::Beacon(b) => out(self, kind, b),
         };
         bytes.map(Bytes::from).map_err(|e| BusError::Encode {
             kind: kind.as_str().into(),
@@ -949,6 +979,7 @@ impl Envelope {
             Kind::Log => typed(body).map(Message::Log),
             Kind::Worker => typed(body).map(Message::Worker),
             Kind::Fetched => typed(body).map(Message::Fetched),
+            Kind::Beacon => typed(body).map(Message::Beacon),
         }
         .map_err(|e| bad(format!("`{kind}` body: {e}")))?;
         Ok(Envelope {
@@ -1112,6 +1143,7 @@ mod tests {
                     code: None,
                     signal: Some(9),
                     tail: vec!["last".into()],
+                    detached: true,
                 },
             }
             .into(),
@@ -1138,6 +1170,11 @@ mod tests {
                     ..FetchOutcome::default()
                 },
                 headers: vec![("content-type".into(), "text/plain".into())],
+            }
+            .into(),
+            HubBeacon {
+                hub: "hub-a".into(),
+                seq: 7,
             }
             .into(),
         ]
@@ -1428,6 +1465,8 @@ mod tests {
                     let e = policy.envelope(m, 10_000);
                     assert!(!e.expired(19_000) && e.expired(19_001));
                 }
+                // A hub's beacon lives as long as a heartbeat.
+                Message::Beacon(_) => assert_eq!(policy.ttl_ms(&m), Some(3_000), "{m:?}"),
                 _ => assert_eq!(policy.ttl_ms(&m), None, "{m:?}"),
             }
         }

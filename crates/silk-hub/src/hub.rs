@@ -26,7 +26,7 @@ use crate::launch::{NewRun, start_run};
 use crate::link::AgentLink;
 use crate::live::{Run, RunContext, RunSettings};
 use crate::logs::RunLogs;
-use crate::presence::{subscription_loop, tick_loop};
+use crate::presence::{beacon_loop, subscription_loop, tick_loop};
 use crate::registry::{AgentRegistry, AgentView};
 use crate::repo::{RunRepo, record_of};
 use crate::routed::{FeedTask, OutcomeConsumer};
@@ -228,6 +228,7 @@ impl Hub {
             SubscribeOpts::durable("hub-logs").batch(LOGS_BATCH),
         ));
         tokio::spawn(tick_loop(shared.clone()));
+        tokio::spawn(beacon_loop(shared.clone()));
         tokio::spawn(crate::logs::retention(
             shared.store.clone(),
             shared.clock.clone(),

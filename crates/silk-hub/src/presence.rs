@@ -1,15 +1,15 @@
 //! Presence: the hub's bus inputs. One task per subscription ([`subscription_loop`]:
 //! registrations, heartbeats, results, allocation replies, log batches), each re-subscribing
 //! with back-off while the bus is down, so that an outage of one input never blocks another;
-//! and the ticker ([`tick_loop`]) that re-evaluates agent states and tells the runs about the
-//! agents that died.
+//! the ticker ([`tick_loop`]) that re-evaluates agent states and tells the runs about the
+//! agents that died; and the beacon ([`beacon_loop`]) that tells the agents this hub is alive.
 
 use crate::files::KnownAgent;
 use crate::live::Run;
 use crate::phi::AgentState;
 use crate::registry::{Applied, LabelFilter, RegisterOutcome};
 use crate::state::HubCore;
-use silk_bus::{BusError, Delivery, Message, Subject, SubscribeOpts};
+use silk_bus::{BusError, Delivery, HubBeacon, Message, Subject, SubscribeOpts};
 use silk_store::{AgentRow, Level};
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,7 +89,7 @@ async fn on_delivery(hub: &HubCore, delivery: Delivery) {
                 let _ = tx.send(reply.clone());
             }
         }
-        Message::Command(_) | Message::Control(_) => {}
+        Message::Command(_) | Message::Control(_) | Message::Beacon(_) => {}
         Message::Log(batch) => {
             let source = format!("agent:{}", batch.agent);
             for line in &batch.lines {
@@ -173,6 +173,45 @@ pub(crate) async fn subscription_loop(shared: Arc<HubCore>, subject: Subject, op
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Tells the agents this hub is alive: a beacon on `hubs` every heartbeat interval, until the
+/// hub stops. An agent that hears no hub for its `detach_after` detaches (stops fetching); a
+/// failed beacon is only logged (the next one follows an interval later).
+pub(crate) async fn beacon_loop(shared: Arc<HubCore>) {
+    let mut stop = shared.stop.subscribe();
+    let interval = Duration::from_millis(shared.config.ttl.heartbeat_interval_ms.max(1));
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let subject = Subject::hubs();
+    let mut failing = false;
+    for seq in 1u64.. {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let beacon = HubBeacon {
+            hub: shared.hub_id.to_string(),
+            seq,
+        };
+        let envelope = shared.config.ttl.envelope(beacon, shared.clock.now_ms());
+        let published = tokio::select! {
+            _ = stop.changed() => return,
+            r = shared.bus.publish(&subject, &envelope) => r,
+        };
+        match published {
+            Ok(()) if failing => {
+                failing = false;
+                tracing::info!("hub beacons sent again");
+            }
+            Ok(()) => {}
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(error = %e, "hub beacon not sent; agents detach if no hub is heard for their detach_after");
+            }
+            Err(_) => {}
+        }
     }
 }
 

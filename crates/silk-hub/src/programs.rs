@@ -16,7 +16,9 @@
 //! worker is over (or the grace period and a margin have passed: the agents kill what is
 //! left when the run is released). A worker whose agent dies starts again on another agent of
 //! the run when the run may reassign (`random`, or `on_agent_lost: reassign`), else the run
-//! fails naming the agent. The spider's limits apply: once `max_pages`, `max_items` or
+//! fails naming the agent. A worker that its agent stopped on detaching (detach mode: the
+//! agent heard from no hub) starts again on that agent when its report comes (the agent is
+//! heard again). The spider's limits apply: once `max_pages`, `max_items` or
 //! `max_duration_ms` is reached, leases answer `ending`, no item past `max_items` is written,
 //! and the workers are stopped as by a cancel; the run is then `succeeded`.
 //!
@@ -372,9 +374,16 @@ async fn tell_all(cx: &RunContext, run: &Arc<Run>, action: ProgramAction) {
 
 /// A worker report from an agent: the worker's state is stored with the run.
 pub(crate) async fn on_worker(cx: &RunContext, run: &Arc<Run>, report: &WorkerReport) {
+    if matches!(report.event, WorkerEvent::Exited { detached: true, .. })
+        && restart_detached(cx, run, report).await
+    {
+        return;
+    }
     let (state, exit_code, signal, reason) = match &report.event {
         WorkerEvent::Started => (WorkerState::Running, None, None, None),
-        WorkerEvent::Exited { code, signal, tail } => {
+        WorkerEvent::Exited {
+            code, signal, tail, ..
+        } => {
             let ok = *code == Some(0);
             let how = match (code, signal) {
                 (Some(c), _) => format!("exit code {c}"),
@@ -435,6 +444,63 @@ pub(crate) async fn on_worker(cx: &RunContext, run: &Arc<Run>, report: &WorkerRe
         );
     }
     run.wake.notify_one();
+}
+
+/// A worker that its agent stopped on detaching (it heard from no hub) starts again on that
+/// agent — which is heard again, since its report came — unless the run is ending (cancel,
+/// a limit, the run closing): then the end counts as any other. A paused run's worker is
+/// started and paused at once. Whether it was started again (or was not this agent's any
+/// more, or over already: a report applied before).
+async fn restart_detached(cx: &RunContext, run: &Arc<Run>, report: &WorkerReport) -> bool {
+    let desired = *run.desired.borrow();
+    if desired == Desired::Cancel || run.is_closing() || limit_reached(cx, run, None).is_some() {
+        return false;
+    }
+    let mut restart = false;
+    let result = run
+        .update(cx, |r| {
+            let Some(p) = &mut r.program else { return };
+            if let Some(w) = p
+                .workers
+                .iter_mut()
+                .find(|w| w.worker == report.worker && w.agent == report.agent)
+                && !w.state.is_final()
+            {
+                w.state = WorkerState::Starting;
+                restart = true;
+            }
+        })
+        .await;
+    if let Err(e) = result {
+        tracing::warn!(run = %run.id, error = %e, "worker state not stored");
+    }
+    if !restart {
+        return true;
+    }
+    cx.logs.hub(
+        &run.id,
+        Level::Warn,
+        format!(
+            "worker {} was stopped by agent `{}` when it detached (it heard from no hub): started again",
+            report.worker, report.agent
+        ),
+    );
+    let (Some(p), Some(public_url)) = (program(run), cx.settings.public_url.clone()) else {
+        return true;
+    };
+    send_start(cx, run, &p, &report.agent, vec![report.worker], &public_url).await;
+    if desired == Desired::Pause {
+        let command = Command::Program {
+            run: run.id.clone(),
+            action: ProgramAction::Pause,
+            reply_to: Some(cx.hub_id.to_string()),
+        };
+        if let Err(e) = cx.agents.send_command(&report.agent, command).await {
+            tracing::warn!(run = %run.id, agent = %report.agent, error = %e, "program control not sent");
+        }
+    }
+    run.wake.notify_one();
+    true
 }
 
 /// An agent of a program run died: its workers that were not over start again on another

@@ -77,7 +77,9 @@ struct World {
     hub: HubHandle,
     admin: Client,
     base: String,
-    _agents: Vec<silk_agent::AgentHandle>,
+    agents: Vec<silk_agent::AgentHandle>,
+    bus: silk_bus::InProcessBus,
+    config: silk_hub::HubConfig,
 }
 
 async fn world() -> World {
@@ -103,13 +105,14 @@ async fn world() -> World {
         build,
         "1.0",
         None,
+        |_| {},
     )
     .await
 }
 
-/// A hub (on loopback, with its public URL), two agents that run programs, and `project` made
-/// of `files` and built as `version`; with `engine`, builds and programs use that container
-/// engine.
+/// A hub (on loopback, with its public URL), two agents that run programs (their config
+/// changed by `agent`), and `project` made of `files` and built as `version`; with `engine`,
+/// builds and programs use that container engine.
 async fn start_world(
     dir: TempDir,
     project: &str,
@@ -117,6 +120,7 @@ async fn start_world(
     build: BuildSpec,
     version: &str,
     engine: Option<&silk_testkit::containers::TestEngine>,
+    agent: fn(&mut silk_agent::AgentConfig),
 ) -> World {
     let repo = WorkRepo::init(&dir.path().join("work"), &dir.path().join("git"), project);
     repo.commit(files, "first");
@@ -137,7 +141,7 @@ async fn start_world(
         };
     }
     let hub = Hub::start(
-        config,
+        config.clone(),
         std::sync::Arc::new(bus.clone()),
         std::sync::Arc::new(silk_core::SystemClock),
     )
@@ -151,6 +155,7 @@ async fn start_world(
     for id in ["p1", "p2"] {
         let mut config = agent_config(dir.path(), id);
         config.allow_programs = true;
+        agent(&mut config);
         if let Some(engine) = engine {
             config.container_cli = engine.cli.clone();
             config.container_args = engine.global_args.clone();
@@ -196,7 +201,9 @@ async fn start_world(
         hub,
         admin,
         base,
-        _agents: agents,
+        agents,
+        bus,
+        config,
     }
 }
 
@@ -406,6 +413,116 @@ async fn pause_resume_and_cancel_reach_the_processes_and_leave_nothing_behind() 
         }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_detaches_stops_its_workers_and_a_hub_back_starts_them_again() {
+    let files = [("tick.sh", TICKER)];
+    let build = BuildSpec {
+        kind: BuildKind::Command,
+        command: None,
+        containerfile: None,
+        context: None,
+        timeout_ms: Some(60_000),
+        env: BTreeMap::new(),
+    };
+    let w = start_world(
+        tempfile::tempdir().unwrap(),
+        "shop",
+        &files,
+        build,
+        "1.0",
+        None,
+        |c| c.detach_after_ms = 1_000,
+    )
+    .await;
+    let marks = tempfile::tempdir().unwrap();
+    let request = program(
+        &["sh", "tick.sh"],
+        2,
+        &[("MARKS", marks.path().display().to_string())],
+    );
+    let run = w.admin.start_run(&request).await.unwrap();
+    let id = run.id.to_string();
+    let ticks = |n: u32| count_lines(&marks.path().join(format!("ticks-{n}")));
+    let pid = |n: u32| -> i32 {
+        std::fs::read_to_string(marks.path().join(format!("pid-{n}")))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    until_state(&w.admin, &id, |v| {
+        v.program
+            .as_ref()
+            .is_some_and(|p| p.workers.iter().all(|w| w.state == WorkerState::Running))
+    })
+    .await;
+    let first = (pid(0), pid(1));
+
+    // The hub goes: the agents detach and stop the workers (deaf to SIGTERM: SIGKILL).
+    w.hub.shutdown().await;
+    for (n, pid) in [first.0, first.1].into_iter().enumerate() {
+        within(&format!("worker {n} stopped"), 30, async {
+            while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+    for agent in &w.agents {
+        assert!(agent.stats().detached, "{} is not detached", agent.id());
+    }
+    let stopped = (ticks(0), ticks(1));
+
+    // A hub again (same store and key): the workers' detached ends come, and they start again.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let hub = Hub::start(
+        silk_hub::HubConfig {
+            public_url: Some(base.clone()),
+            ..w.config.clone()
+        },
+        std::sync::Arc::new(w.bus.clone()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .unwrap();
+    let router = hub.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let token = std::fs::read_to_string(hub.data_dir().join(silk_hub::ADMIN_TOKEN_FILE)).unwrap();
+    let admin = Client::new(
+        reqwest::Url::parse(&base).unwrap(),
+        Some(token.trim().to_owned()),
+    )
+    .unwrap();
+    within("the workers tick again", 60, async {
+        while ticks(0) <= stopped.0 || ticks(1) <= stopped.1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_ne!((pid(0), pid(1)), first, "new processes");
+    for agent in &w.agents {
+        assert!(!agent.stats().detached);
+    }
+    let view = until_state(&admin, &id, |v| {
+        v.program
+            .as_ref()
+            .is_some_and(|p| p.workers.iter().all(|w| w.state == WorkerState::Running))
+    })
+    .await;
+    assert_eq!(view.state, RunState::Running);
+    within("the restart is in the run log", 30, async {
+        while !log_text(&admin, &id).await.contains("when it detached") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    admin.cancel_run(&id).await.unwrap();
+    let done = until_state(&admin, &id, |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Cancelled, "{done:?}");
+    hub.shutdown().await;
 }
 
 fn count_lines(path: &Path) -> usize {
@@ -695,7 +812,7 @@ async fn a_container_version_runs_its_workers_as_containers() {
     // Images outlive the test's directory: a version of this process's own.
     let version = format!("1.{}", std::process::id());
     let files = [("job.sh", job), ("Containerfile", containerfile.as_str())];
-    let w = start_world(dir, "boxed", &files, build, &version, Some(&engine)).await;
+    let w = start_world(dir, "boxed", &files, build, &version, Some(&engine), |_| {}).await;
     let (hub, admin) = (&w.hub, &w.admin);
     // A container version does not run as a process, and the answer says why.
     let mut request = program(&["sh", "/job.sh"], 2, &[]);

@@ -54,6 +54,7 @@ pub(crate) fn agent_config(
     config.log_ttl_ms = s.ms("ttl.log");
     config.downloader_idle_ms = s.ms("idle_release");
     config.shutdown_grace_ms = s.ms("shutdown_grace");
+    config.detach_after_ms = s.ms("detach_after");
     config.container_cli = s.text("container.cli").unwrap_or_default();
     config.container_args = s.list("container.args");
     config
@@ -218,8 +219,8 @@ pub async fn run(s: Settings) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The agent's own HTTP: `/healthz` (200 while it runs and has registered, 503 with why
-/// otherwise) and `/metrics` (its counters as Prometheus text).
+/// The agent's own HTTP: `/healthz` (200 while it runs, has registered and is not detached,
+/// 503 with why otherwise) and `/metrics` (its counters as Prometheus text).
 fn health_app(handle: Arc<silk_agent::AgentHandle>) -> axum::Router {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
@@ -230,9 +231,15 @@ fn health_app(handle: Arc<silk_agent::AgentHandle>) -> axum::Router {
             axum::routing::get(move || {
                 let handle = health.clone();
                 async move {
+                    let stats = handle.stats();
                     if handle.is_stopped() {
                         (StatusCode::SERVICE_UNAVAILABLE, "stopped\n")
-                    } else if !handle.stats().registered {
+                    } else if stats.detached {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "detached: no hub heard for detach_after (downloads and programs stopped)\n",
+                        )
+                    } else if !stats.registered {
                         (
                             StatusCode::SERVICE_UNAVAILABLE,
                             "not registered yet (is the bus reachable?)\n",
@@ -261,12 +268,30 @@ fn health_app(handle: Arc<silk_agent::AgentHandle>) -> axum::Router {
 /// An agent's counters as Prometheus text (an agent id needs no escaping: it is
 /// `[A-Za-z0-9_-]`).
 fn agent_metrics(agent: &str, s: &silk_agent::AgentStats) -> String {
-    let metrics: [(&str, &str, &str, String); 11] = [
+    let metrics: [(&str, &str, &str, String); 14] = [
         (
             "silk_agent_registered",
             "gauge",
             "1 once the registration was published.",
             u8::from(s.registered).to_string(),
+        ),
+        (
+            "silk_agent_detached",
+            "gauge",
+            "1 while the agent is detached (no hub heard for detach_after).",
+            u8::from(s.detached).to_string(),
+        ),
+        (
+            "silk_agent_detaches_total",
+            "counter",
+            "Times the agent detached.",
+            s.detaches.to_string(),
+        ),
+        (
+            "silk_agent_hub_silent_seconds",
+            "gauge",
+            "Seconds since a hub was last heard (0 when detach mode is off).",
+            format!("{:.3}", s.hub_silent_ms as f64 / 1000.0),
         ),
         (
             "silk_agent_heartbeats_sent_total",

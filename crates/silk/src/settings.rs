@@ -57,6 +57,8 @@ impl Process {
 pub enum Kind {
     /// A positive duration: `"250ms"`, `"30s"`, `"10m"`, `"1d"`.
     Duration,
+    /// A duration, or `"0s"` for off.
+    DurationOrOff,
     /// A whole number within bounds.
     Count { min: u64, max: u64 },
     /// A positive number.
@@ -85,6 +87,7 @@ impl Kind {
     pub fn unit(&self) -> String {
         match self {
             Kind::Duration => "duration".into(),
+            Kind::DurationOrOff => "duration (0s: off)".into(),
             Kind::Count { min, max } if *max == u64::MAX => format!("integer ≥ {min}"),
             Kind::Count { min, max } => format!("integer {min}–{max}"),
             Kind::Number => "number > 0".into(),
@@ -101,7 +104,7 @@ impl Kind {
 
     fn value_name(&self) -> &'static str {
         match self {
-            Kind::Duration => "DURATION",
+            Kind::Duration | Kind::DurationOrOff => "DURATION",
             Kind::Count { .. } => "N",
             Kind::Number => "X",
             Kind::Switch => "BOOL",
@@ -229,7 +232,7 @@ pub const KNOBS: &[Knob] = &[
         Kind::Address,
         None,
         Some("listen"),
-        "Serve `/healthz` (200 while the agent runs and has registered, else 503) and `/metrics` (Prometheus text) on this address; unset: no HTTP.",
+        "Serve `/healthz` (200 while the agent runs, has registered and is not detached, else 503) and `/metrics` (Prometheus text) on this address; unset: no HTTP.",
     ),
     knob(
         "public_url",
@@ -496,6 +499,14 @@ pub const KNOBS: &[Knob] = &[
         "A run's downloader not used for this long is released on the agent.",
     ),
     knob(
+        "detach_after",
+        AGENTS,
+        Kind::DurationOrOff,
+        Some("60s"),
+        Some("detach-after"),
+        "Detach mode: heard from no hub for this long, the agent stops its downloads and program workers and drops its allocations (no runaway cost while the hub is gone); it registers again when a hub is heard. `0s`: never. At least twice `heartbeat_interval` otherwise.",
+    ),
+    knob(
         "shutdown_grace",
         AGENTS,
         Kind::Duration,
@@ -737,10 +748,13 @@ impl fmt::Display for Problem {
 fn parse_text(kind: Kind, text: &str) -> Result<Value, String> {
     let text = text.trim();
     match kind {
-        Kind::Duration => {
+        Kind::Duration | Kind::DurationOrOff => {
             let d = humantime::parse_duration(text).map_err(|e| {
                 format!("`{text}` is not a duration such as `250ms`, `30s`, `10m` ({e})")
             })?;
+            if kind == Kind::DurationOrOff && d.is_zero() {
+                return Ok(Value::Duration(d));
+            }
             check_duration(d)
         }
         Kind::Count { .. } => {
@@ -826,8 +840,10 @@ fn check_text(kind: Kind, text: &str) -> Result<Value, String> {
 fn parse_toml(kind: Kind, value: &toml::Value) -> Result<Value, String> {
     use toml::Value as T;
     match (kind, value) {
-        (Kind::Duration, T::String(s)) => parse_text(kind, s),
-        (Kind::Duration, _) => Err("expected a duration as text, such as \"30s\"".into()),
+        (Kind::Duration | Kind::DurationOrOff, T::String(s)) => parse_text(kind, s),
+        (Kind::Duration | Kind::DurationOrOff, _) => {
+            Err("expected a duration as text, such as \"30s\"".into())
+        }
         (Kind::Count { .. }, T::Integer(n)) => match u64::try_from(*n) {
             Ok(n) => check_count(kind, n),
             Err(_) => Err(format!("{n} is negative")),
@@ -1586,6 +1602,22 @@ mod tests {
         );
         assert_eq!(redact("nats://tok3n@host:4222"), "nats://***@host:4222");
         assert_eq!(redact("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+    }
+
+    #[test]
+    fn zero_is_off_only_where_a_knob_says_so() {
+        assert_eq!(
+            parse_text(Kind::DurationOrOff, "0s"),
+            Ok(Value::Duration(Duration::ZERO))
+        );
+        assert_eq!(
+            parse_text(Kind::DurationOrOff, "90s"),
+            Ok(Value::Duration(Duration::from_secs(90)))
+        );
+        assert_eq!(
+            parse_text(Kind::Duration, "0s"),
+            Err("must be longer than zero".into())
+        );
     }
 
     #[test]

@@ -146,6 +146,9 @@ fn an_agent_serves_its_health_and_metrics_on_listen() {
         "probe",
         "--listen",
         "127.0.0.1:0",
+        // No hub on this namespace: the agent detaches after 5 s.
+        "--detach-after",
+        "5s",
         "--data-dir",
     ])
     .arg(dir.path().join("agent"));
@@ -153,7 +156,7 @@ fn an_agent_serves_its_health_and_metrics_on_listen() {
     let line = agent.wait_line("serves /healthz and /metrics on http://");
     let base = line.rsplit(' ').next().unwrap().to_owned();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let (healthy, metrics) = rt.block_on(async {
+    let (healthy, metrics, detached) = rt.block_on(async {
         let http = reqwest::Client::new();
         let healthy = silk_testkit::eventually(
             std::time::Duration::from_secs(30),
@@ -172,13 +175,38 @@ fn an_agent_serves_its_health_and_metrics_on_listen() {
             .text()
             .await
             .unwrap();
-        (healthy, metrics)
+        // No hub is heard: detached, and unhealthy for it.
+        let detached = silk_testkit::eventually(
+            std::time::Duration::from_secs(30),
+            silk_testkit::POLL_EVERY,
+            async || {
+                let answer = http.get(format!("{base}/healthz")).send().await.ok()?;
+                let status = answer.status();
+                let text = answer.text().await.ok()?;
+                (status == 503 && text.starts_with("detached")).then_some(())?;
+                http.get(format!("{base}/metrics"))
+                    .send()
+                    .await
+                    .ok()?
+                    .text()
+                    .await
+                    .ok()
+            },
+        )
+        .await;
+        (healthy, metrics, detached)
     });
     assert!(healthy.is_some(), "never healthy: {}", agent.output());
     assert!(
         metrics.contains("silk_agent_registered{agent=\"probe\"} 1")
             && metrics.contains("# TYPE silk_agent_requests_total counter"),
         "{metrics}"
+    );
+    let detached = detached.unwrap_or_else(|| panic!("never detached: {}", agent.output()));
+    assert!(
+        detached.contains("silk_agent_detached{agent=\"probe\"} 1")
+            && detached.contains("silk_agent_detaches_total{agent=\"probe\"} 1"),
+        "{detached}"
     );
     agent.kill();
 }

@@ -4,6 +4,7 @@
 mod allocation;
 mod basics;
 mod bus_down;
+mod detach;
 mod logs;
 mod nats;
 mod persistence;
