@@ -87,6 +87,10 @@ pub struct AgentView {
     pub cores: u32,
     /// Physical memory.
     pub total_memory_bytes: u64,
+    /// Being drained (`silk agents drain`): it takes no new work (no new runs, no requests
+    /// of `random` runs) and finishes the runs that hold it.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// A float, `null` read as infinity (serde_json writes a non-finite float as `null`).

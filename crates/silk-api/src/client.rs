@@ -522,6 +522,21 @@ impl Client {
             .parse("an agent")
     }
 
+    /// `POST /api/v1/agents/{id}/drain` (admin): the agent takes no new work and finishes the
+    /// runs that hold it.
+    pub async fn drain_agent(&self, id: &str) -> Result<AgentView, ClientError> {
+        self.post(&["api", "v1", "agents", id, "drain"], &Value::Null)
+            .await?
+            .parse("an agent")
+    }
+
+    /// `DELETE /api/v1/agents/{id}/drain` (admin): the agent takes new work again.
+    pub async fn undrain_agent(&self, id: &str) -> Result<AgentView, ClientError> {
+        self.delete(&["api", "v1", "agents", id, "drain"])
+            .await?
+            .parse("an agent")
+    }
+
     /// `GET /api/v1/tokens` (admin).
     pub async fn tokens(&self) -> Result<Vec<TokenView>, ClientError> {
         self.get(&["api", "v1", "tokens"])

@@ -13,6 +13,7 @@
 //! | `GET /api/v1/openapi.json` | the OpenAPI 3.1 document |
 //! | `GET /api/v1/agents` | `[AgentView]` |
 //! | `POST /api/v1/agents/{id}/shutdown` | the agent stops (admin) → `202 AgentView` |
+//! | `POST, DELETE /api/v1/agents/{id}/drain` | drain the agent: no new work, it finishes the runs that hold it; end the drain (admin) → `AgentView` |
 //! | `GET, POST /api/v1/jobs` | `[Job]`; create from `JobSpec` → `201 Job` (`409 conflict` on a taken name) |
 //! | `GET, PATCH, DELETE /api/v1/jobs/{id}` | `Job`; a JSON merge patch → `Job`; `204` |
 //! | `GET, POST /api/v1/jobs/{id}/runs` | the job's runs, newest first; trigger (`{"args": {…}}`) → `201 RunView` |
@@ -181,6 +182,7 @@ fn api_routes() -> (
     let (authed, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(list_agents))
         .routes(routes!(shutdown_agent))
+        .routes(routes!(drain_agent, undrain_agent))
         .routes(routes!(list_jobs, create_job))
         .routes(routes!(get_job, patch_job, delete_job))
         .routes(routes!(job_runs, trigger_job))
@@ -545,6 +547,37 @@ async fn shutdown_agent(
     require_admin_for(&principal, "stop agents")?;
     let view = hub.shutdown_agent(&silk_core::AgentId::new(id)).await?;
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+/// Drains an agent (admin only): it takes no new work — it is not picked for new runs or
+/// reassignments, `random` runs send it no requests — and finishes the runs that hold it.
+#[utoipa::path(post, path = "/api/v1/agents/{id}/drain", params(("id" = String, Path, description = "agent id")),
+    responses((status = 200, body = AgentView), (status = 403, body = silk_api::ApiError),
+        (status = 404, body = silk_api::ApiError)))]
+async fn drain_agent(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<AgentView>> {
+    require_admin_for(&principal, "drain agents")?;
+    Ok(Json(
+        hub.drain_agent(&silk_core::AgentId::new(id), true).await?,
+    ))
+}
+
+/// Ends an agent's drain (admin only): it takes new work again.
+#[utoipa::path(delete, path = "/api/v1/agents/{id}/drain", params(("id" = String, Path, description = "agent id")),
+    responses((status = 200, body = AgentView), (status = 403, body = silk_api::ApiError),
+        (status = 404, body = silk_api::ApiError)))]
+async fn undrain_agent(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<AgentView>> {
+    require_admin_for(&principal, "drain agents")?;
+    Ok(Json(
+        hub.drain_agent(&silk_core::AgentId::new(id), false).await?,
+    ))
 }
 
 /// Every job, by name.

@@ -125,6 +125,7 @@ impl Hub {
             match serde_json::from_value::<KnownAgent>(row.register.clone()) {
                 Ok(agent) => {
                     registry.restore(&agent.register, agent.sent_ms, now);
+                    registry.set_drained(&agent.register.agent, agent.drained);
                 }
                 Err(e) => {
                     tracing::warn!(agent = %row.id, error = %e, "stored agent unreadable; skipped")
@@ -229,6 +230,7 @@ impl Hub {
         ));
         tokio::spawn(tick_loop(shared.clone()));
         tokio::spawn(beacon_loop(shared.clone()));
+        tokio::spawn(crate::presence::drain_sync_loop(shared.clone()));
         tokio::spawn(crate::logs::retention(
             shared.store.clone(),
             shared.clock.clone(),
@@ -658,6 +660,37 @@ impl HubHandle {
             .map_err(|e| HubError::Bus(e.to_string()))?;
         tracing::info!(agent = %id, "shutdown sent to the agent");
         Ok(view)
+    }
+
+    /// Drains agent `id` (`drained: true`: it takes no new work — it is not picked for new
+    /// runs or reassignments, `random` runs send it no requests — and finishes the runs that
+    /// hold it) or ends its drain. Kept in the agent's stored document, so every hub of the
+    /// store and a restarted hub agree (another hub sees it within a few seconds). The agent
+    /// must be known to the store.
+    pub async fn drain_agent(&self, id: &AgentId, drained: bool) -> Result<AgentView, HubError> {
+        let row = self
+            .store()
+            .get_agent(id.as_str())
+            .await?
+            .ok_or_else(|| HubError::NoSuchAgent(id.to_string()))?;
+        let mut known: KnownAgent = serde_json::from_value(row.register.clone())
+            .map_err(|e| HubError::Store(format!("agent `{id}`: stored document: {e}")))?;
+        known.drained = drained;
+        let register = serde_json::to_value(&known)
+            .map_err(|e| HubError::Store(format!("agent `{id}`: {e}")))?;
+        self.store()
+            .put_agent(&silk_store::AgentRow {
+                register,
+                updated_ms: self.shared.clock.now_ms(),
+                ..row
+            })
+            .await?;
+        self.shared.registry.lock().set_drained(id, drained);
+        tracing::info!(agent = %id, drained, "agent drain changed");
+        self.agents()
+            .into_iter()
+            .find(|a| &a.id == id)
+            .ok_or_else(|| HubError::NoSuchAgent(id.to_string()))
     }
 
     /// The live agents now (alive or suspect), sorted.

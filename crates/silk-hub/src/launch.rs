@@ -252,7 +252,7 @@ async fn release_agents(hub: &HubCore, record: &RunRecord) {
 
 /// Picks the run's agents and gets their confirmation; the reason when it cannot.
 async fn allocate_run(hub: &HubCore, record: &mut RunRecord) -> Result<(), String> {
-    let live = hub.link.live_agents();
+    let live = hub.link.open_agents();
     let allocation = {
         let mut rng = hub.rng.lock();
         allocate(record.strategy, record.on_agent_lost, &live, &mut *rng)

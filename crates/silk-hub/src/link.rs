@@ -38,6 +38,23 @@ impl AgentLink {
         self.registry.lock().live_agents(now, &LabelFilter::any())
     }
 
+    /// The live agents that may take new work now (not drained).
+    pub(crate) fn open_agents(&self) -> Vec<AgentId> {
+        let now = self.clock.now_ms();
+        self.registry.lock().open_agents(now)
+    }
+
+    /// The live agents a run may send requests to now: every live agent that is not drained,
+    /// and the run's own `allocated` agents even when drained (a drained agent finishes the
+    /// runs that hold it).
+    pub(crate) fn agents_for_run(&self, allocated: &[AgentId]) -> Vec<AgentId> {
+        let now = self.clock.now_ms();
+        let registry = self.registry.lock();
+        let mut live = registry.live_agents(now, &LabelFilter::any());
+        live.retain(|a| !registry.is_drained(a) || allocated.contains(a));
+        live
+    }
+
     /// Sends a command to one agent (the bus retries per its policy).
     pub(crate) async fn send_command(
         &self,

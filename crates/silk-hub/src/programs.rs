@@ -522,7 +522,8 @@ pub(crate) async fn on_agent_dead(cx: &RunContext, run: &Arc<Run>, agent: &Agent
     if lost.is_empty() {
         return;
     }
-    let live = cx.agents.live_agents();
+    // A drained agent takes no worker that moves.
+    let live = cx.agents.open_agents();
     let targets: Vec<AgentId> = candidates
         .into_iter()
         .filter(|a| a != agent && live.contains(a))

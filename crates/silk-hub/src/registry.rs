@@ -159,6 +159,10 @@ pub struct AgentRegistry {
     agents: BTreeMap<AgentId, AgentRecord>,
     /// Agents heard from without a registration, with when they were last heard (hub clock).
     unregistered: BTreeMap<AgentId, u64>,
+    /// Agents being drained: no new work (not picked for new runs or reassignments, no
+    /// requests of `random` runs); the runs that hold them keep them until they end. Kept in
+    /// the store (`KnownAgent::drained`), read again every few seconds, so every hub agrees.
+    drained: std::collections::BTreeSet<AgentId>,
 }
 
 impl AgentRegistry {
@@ -169,7 +173,39 @@ impl AgentRegistry {
             config,
             agents: BTreeMap::new(),
             unregistered: BTreeMap::new(),
+            drained: std::collections::BTreeSet::new(),
         })
+    }
+
+    /// Marks an agent drained (or not); whether that changed anything.
+    pub fn set_drained(&mut self, id: &AgentId, drained: bool) -> bool {
+        if drained {
+            self.drained.insert(id.clone())
+        } else {
+            self.drained.remove(id)
+        }
+    }
+
+    /// Whether an agent is drained.
+    pub fn is_drained(&self, id: &AgentId) -> bool {
+        self.drained.contains(id)
+    }
+
+    /// The drained agents, sorted.
+    pub fn drained(&self) -> Vec<AgentId> {
+        self.drained.iter().cloned().collect()
+    }
+
+    /// Replaces the drained set (as read from the store).
+    pub fn replace_drained(&mut self, drained: std::collections::BTreeSet<AgentId>) {
+        self.drained = drained;
+    }
+
+    /// The live agents at `now_ms` that may take new work (not drained), sorted.
+    pub fn open_agents(&self, now_ms: u64) -> Vec<AgentId> {
+        let mut live = self.live_agents(now_ms, &LabelFilter::any());
+        live.retain(|a| !self.drained.contains(a));
+        live
     }
 
     /// The failure detector settings.
@@ -281,7 +317,11 @@ impl AgentRegistry {
     pub fn agents(&self, now_ms: u64) -> Vec<AgentView> {
         self.agents
             .iter()
-            .map(|(id, rec)| view(id, rec, now_ms))
+            .map(|(id, rec)| {
+                let mut v = view(id, rec, now_ms);
+                v.draining = self.drained.contains(id);
+                v
+            })
             .collect()
     }
 
@@ -340,6 +380,7 @@ fn view(id: &AgentId, rec: &AgentRecord, now_ms: u64) -> AgentView {
         version: rec.info.version.clone(),
         cores: rec.info.cores,
         total_memory_bytes: rec.info.memory_bytes,
+        draining: false,
     }
 }
 

@@ -694,7 +694,14 @@ impl Run {
                 self.expire_silent(cx, now).await?;
             }
             let out = self.out.lock().len();
-            let live = cx.agents.live_agents();
+            let allocated: Vec<AgentId> = self
+                .record
+                .lock()
+                .allocation
+                .as_ref()
+                .map(|a| a.agents().to_vec())
+                .unwrap_or_default();
+            let live = cx.agents.agents_for_run(&allocated);
             let fed_drained = goes_on
                 && fed_idle_ms.is_some()
                 && live.is_empty()

@@ -325,6 +325,99 @@ async fn pause_resume_and_cancel() {
     hub.shutdown().await;
 }
 
+/// A drained agent takes no new work — new runs are not allocated on it, `random` runs send it
+/// nothing — but finishes the run that holds it; the drain is stored (a restarted hub keeps
+/// it), is admin-only, and ends with `undrain`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drained_agent_takes_no_new_work_and_finishes_its_runs() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(300, 30).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    let _b = start_agent(dir.path(), &bus, "a2").await;
+    within("two live agents", 10, hub.wait_for_live_agents(2)).await;
+    let (base, admin) = serve(&hub).await;
+    // Slow enough to be running still when a1 is drained.
+    let mut slow = request(&site, Strategy::Fixed(2), OnAgentLost::Fail);
+    slow.max_pending = Some(4);
+    let held = hub.submit(slow).await.unwrap();
+    within("some pages", 30, site.wait_for_requests(10)).await;
+
+    let refused = member(&admin, &base)
+        .await
+        .drain_agent("a1")
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::Forbidden), "{refused}");
+    let unknown = admin.drain_agent("nobody").await.unwrap_err();
+    assert_eq!(unknown.code(), Some(ErrorCode::NotFound), "{unknown}");
+    let view = admin.drain_agent("a1").await.unwrap();
+    assert!(view.draining);
+    let by_a1 = |v: &RunView| v.stats.by_agent.get("a1").copied().unwrap_or(0);
+    let before = by_a1(&hub.run(&held.id).await.unwrap());
+
+    // No new run on a1: two agents are needed, one is open.
+    let err = hub
+        .submit(request(&site, Strategy::Fixed(2), OnAgentLost::Fail))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("a2") && !err.to_string().contains("a1"),
+        "{err}"
+    );
+    let fixed = hub
+        .submit(request(&site, Strategy::Fixed(1), OnAgentLost::Fail))
+        .await
+        .unwrap();
+    assert_eq!(fixed.agents, [AgentId::new("a2")]);
+    let random = hub
+        .submit(request(&site, Strategy::Random, OnAgentLost::Fail))
+        .await
+        .unwrap();
+
+    // The run that holds a1 goes on with it and ends; the random run never used it.
+    let done = within("the held run", 60, hub.wait_run(&held.id))
+        .await
+        .unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_every_page_once(&done, &site);
+    assert!(by_a1(&done) > before, "a drained agent finishes its run");
+    for id in [&fixed.id, &random.id] {
+        let done = within("a run", 60, hub.wait_run(id)).await.unwrap();
+        assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+        assert_eq!(by_a1(&done), 0, "{id}: sent to the drained agent");
+    }
+
+    // Stored: a restarted hub keeps the drain; undrain opens the agent again.
+    hub.shutdown().await;
+    let hub = start_hub(dir.path(), &bus).await;
+    within("two live agents", 10, hub.wait_for_live_agents(2)).await;
+    assert!(
+        hub.agents()
+            .iter()
+            .any(|a| a.id.as_str() == "a1" && a.draining),
+        "{:?}",
+        hub.agents()
+    );
+    assert!(
+        hub.submit(request(&site, Strategy::Fixed(2), OnAgentLost::Fail))
+            .await
+            .is_err()
+    );
+    let view = hub.drain_agent(&AgentId::new("a1"), false).await.unwrap();
+    assert!(!view.draining);
+    let both = hub
+        .submit(request(&site, Strategy::Fixed(2), OnAgentLost::Fail))
+        .await
+        .unwrap();
+    assert_eq!(both.agents.len(), 2);
+    within("the last run", 60, hub.wait_run(&both.id))
+        .await
+        .unwrap();
+    hub.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hub_restarted_mid_run_resumes_it_and_every_page_is_written_once() {
     let dir = TempDir::new().unwrap();

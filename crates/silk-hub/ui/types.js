@@ -44,6 +44,7 @@
  * @property {number} capacity Requests it accepts in flight at once.
  * @property {number} cores CPU cores.
  * @property {number} cpu_pct CPU use, percent (last heartbeat; 0 before any).
+ * @property {boolean} [draining] Being drained (`silk agents drain`): it takes no new work (no new runs, no requests
  * @property {string} host Host name.
  * @property {string} id The agent.
  * @property {number} in_flight Requests it is fetching (last heartbeat).

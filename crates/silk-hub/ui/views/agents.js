@@ -21,7 +21,7 @@ export function viewAgents(root) {
       const labels = Object.entries(a.labels || {});
       return h('tr', { testid: 'agent-row', data: { id: String(a.id) } },
         h('td', null, h('div', { class: 'mono strong' }, a.id), h('div', { class: 'muted small' }, [a.host, a.version ? `v${a.version}` : null].filter(Boolean).join(' · '))),
-        h('td', null, badge(a.state, 'agent-state')),
+        h('td', null, badge(a.state, 'agent-state'), a.draining ? h('span', { class: 'chip', testid: 'agent-draining', title: 'No new work: it finishes the runs that hold it' }, 'draining') : null),
         h('td', { class: 'col-meter' }, meter((a.cpu_pct || 0) / 100, `${(a.cpu_pct || 0).toFixed(1)}%`)),
         h('td', { class: 'col-meter' }, meter(memFrac, fmtBytes(a.memory_bytes))),
         h('td', { class: 'num' }, fmtInt(a.active_downloaders)),

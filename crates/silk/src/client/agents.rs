@@ -1,4 +1,5 @@
-//! `silk agents [list]`: the agents known to the hub; `silk agents shutdown ID`: stop one.
+//! `silk agents [list]`: the agents known to the hub; `silk agents shutdown ID`: stop one;
+//! `silk agents drain ID` / `undrain ID`: no new work for one, or again.
 
 use super::output::{Align, Table, ago, human_bytes, now_ms, print_json};
 use super::{Client, Conn, parse};
@@ -26,19 +27,55 @@ pub enum AgentsCommand {
         /// The agent's id (see `silk agents`).
         id: String,
     },
+    /// Drain an agent: it takes no new work (not picked for new runs or reassignments, no
+    /// requests of `random` runs) and finishes the runs that hold it; every hub of the store
+    /// agrees. Admin only.
+    Drain {
+        /// The agent's id (see `silk agents`).
+        id: String,
+    },
+    /// End an agent's drain: it takes new work again. Admin only.
+    Undrain {
+        /// The agent's id (see `silk agents`).
+        id: String,
+    },
 }
 
 /// Runs `silk agents`.
 pub async fn agents(args: AgentsArgs) -> anyhow::Result<ExitCode> {
     let client = Client::connect(&args.conn)?;
-    if let Some(AgentsCommand::Shutdown { id }) = &args.command {
-        let view = client
-            .api()
-            .shutdown_agent(id)
-            .await
-            .map_err(|e| client.error(e))?;
-        eprintln!("shutdown sent to agent {} (it was {})", view.id, view.state);
-        return Ok(ExitCode::SUCCESS);
+    match &args.command {
+        Some(AgentsCommand::Shutdown { id }) => {
+            let view = client
+                .api()
+                .shutdown_agent(id)
+                .await
+                .map_err(|e| client.error(e))?;
+            eprintln!("shutdown sent to agent {} (it was {})", view.id, view.state);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(AgentsCommand::Drain { id }) => {
+            let view = client
+                .api()
+                .drain_agent(id)
+                .await
+                .map_err(|e| client.error(e))?;
+            eprintln!(
+                "agent {} is draining: no new work; it finishes the runs that hold it",
+                view.id
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(AgentsCommand::Undrain { id }) => {
+            let view = client
+                .api()
+                .undrain_agent(id)
+                .await
+                .map_err(|e| client.error(e))?;
+            eprintln!("agent {} takes new work again", view.id);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Some(AgentsCommand::List) | None => {}
     }
     let answer = client.get(&["api", "v1", "agents"]).await?;
     if args.conn.json {
@@ -69,7 +106,11 @@ fn agents_table(agents: &[AgentView], now_ms: u64) -> Table {
     for a in agents {
         table.row(vec![
             a.id.to_string(),
-            a.state.to_string(),
+            if a.draining {
+                format!("{} (draining)", a.state)
+            } else {
+                a.state.to_string()
+            },
             format!("{:.1}", a.cpu_pct),
             human_bytes(a.memory_bytes),
             a.active_downloaders.to_string(),
