@@ -146,6 +146,16 @@ fn a_triggered_job_run_is_listed_and_its_logs_and_items_are_read() {
     let listed = p.json(&["jobs", "show", &id]);
     assert_eq!(listed["last_run"]["id"], run, "{listed}");
 
+    // The run's log is written in batches: its end line is there soon after the run ended.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while lines(&p.ok(&["logs", run, "--grep", "run succeeded"])).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run's end is not in its log"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
     // Logs: not empty; the level filter keeps that level and above.
     let all = p.ok(&["logs", run, "--level", "trace"]);
     assert!(!lines(&all).is_empty(), "no log lines");
