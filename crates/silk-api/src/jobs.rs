@@ -55,6 +55,9 @@ pub struct JobSpec {
     /// The runs' agent-lost policy; default `fail`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_agent_lost: Option<OnAgentLost>,
+    /// Agent pools its runs may use (see `RunRequest::pools`); empty: any agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
     /// Back-pressure of its runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pending: Option<u64>,

@@ -115,6 +115,11 @@ pub struct RunRequest {
     /// What happens when an allocated agent dies; default `fail`.
     #[serde(default)]
     pub on_agent_lost: Option<OnAgentLost>,
+    /// Agent pools the run may use: only agents whose `pool` label (`silk agent --labels
+    /// pool=eu`) is one of these are allocated and sent its requests; empty (the default):
+    /// any agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
     /// Most requests out at once; default 100.
     #[serde(default)]
     pub max_pending: Option<u64>,
@@ -144,6 +149,7 @@ impl RunRequest {
             program: None,
             strategy: None,
             on_agent_lost: None,
+            pools: Vec::new(),
             max_pending: None,
             stall_timeout_ms: None,
             downloader: None,
@@ -195,6 +201,28 @@ pub struct ItemsPage {
     pub next_cursor: u64,
     /// Whether the file holds nothing more right now.
     pub done: bool,
+}
+
+/// Checks a run's or job's `pools`: each a label value of 1 to 64 letters, digits, `.`, `_`,
+/// `-`, none twice; the error names the field.
+pub fn check_pools(pools: &[String]) -> Result<(), String> {
+    for (i, pool) in pools.iter().enumerate() {
+        let ok = !pool.is_empty()
+            && pool.len() <= 64
+            && pool
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !ok {
+            return Err(format!(
+                "pools[{i}]: `{}` is not a pool name (1 to 64 letters, digits, `.`, `_`, `-`)",
+                pool.escape_debug()
+            ));
+        }
+        if pools[..i].contains(pool) {
+            return Err(format!("pools[{i}]: `{pool}` is given twice"));
+        }
+    }
+    Ok(())
 }
 
 impl Sinks {
@@ -310,6 +338,10 @@ pub struct RunView {
     #[serde(default)]
     #[schema(required = true)]
     pub on_agent_lost: OnAgentLost,
+    /// The agent pools it may use (empty: any agent).
+    #[serde(default)]
+    #[schema(required = true)]
+    pub pools: Vec<String>,
     /// The agents allocated to the run: the fixed/chained agents, or for `random` every
     /// agent that received the run's downloader.
     #[schema(value_type = Vec<String>)]

@@ -134,7 +134,7 @@ async fn start_fed_run(
     feed: &Feed,
 ) -> Result<Option<Arc<Run>>, HubError> {
     {
-        let live = shared.link.open_agents();
+        let live = shared.link.open_agents(&request.pools);
         let mut rng = shared.rng.lock();
         crate::allocation::allocate(
             request

@@ -553,6 +553,7 @@ impl HubHandle {
             }),
             strategy: Some(old.strategy),
             on_agent_lost: Some(old.on_agent_lost),
+            pools: old.pools.clone(),
             max_pending: Some(old.max_pending),
             stall_timeout_ms: Some(old.stall_timeout_ms),
             downloader: Some(old.downloader.clone()),

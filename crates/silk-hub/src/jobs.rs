@@ -143,6 +143,7 @@ pub fn run_request(
         program,
         strategy: spec.strategy,
         on_agent_lost: spec.on_agent_lost,
+        pools: spec.pools.clone(),
         max_pending: spec.max_pending,
         stall_timeout_ms: spec.stall_timeout_ms,
         downloader: spec.downloader.clone(),

@@ -86,6 +86,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         spider_name: spider.spec.name.clone(),
         strategy: request.strategy.unwrap_or(Strategy::Random),
         on_agent_lost: request.on_agent_lost.unwrap_or(OnAgentLost::Fail),
+        pools: request.pools,
         max_pending: request.max_pending.unwrap_or(defaults.max_pending),
         stall_timeout_ms: request
             .stall_timeout_ms
@@ -250,13 +251,25 @@ async fn release_agents(hub: &HubCore, record: &RunRecord) {
     }
 }
 
+/// An allocation error of a run limited to `pools`, saying so.
+pub(crate) fn in_pools(error: String, pools: &[String]) -> String {
+    if pools.is_empty() {
+        error
+    } else {
+        format!(
+            "{error} (in pools {}: agents labelled pool=NAME, not drained)",
+            pools.join(", ")
+        )
+    }
+}
+
 /// Picks the run's agents and gets their confirmation; the reason when it cannot.
 async fn allocate_run(hub: &HubCore, record: &mut RunRecord) -> Result<(), String> {
-    let live = hub.link.open_agents();
+    let live = hub.link.open_agents(&record.pools);
     let allocation = {
         let mut rng = hub.rng.lock();
         allocate(record.strategy, record.on_agent_lost, &live, &mut *rng)
-            .map_err(|e| e.to_string())?
+            .map_err(|e| in_pools(e.to_string(), &record.pools))?
     };
     let targets: Vec<AgentId> = if allocation.agents().is_empty() {
         live

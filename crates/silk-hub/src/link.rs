@@ -38,20 +38,23 @@ impl AgentLink {
         self.registry.lock().live_agents(now, &LabelFilter::any())
     }
 
-    /// The live agents that may take new work now (not drained).
-    pub(crate) fn open_agents(&self) -> Vec<AgentId> {
+    /// The live agents of `pools` (any agent when empty) that may take new work now (not
+    /// drained).
+    pub(crate) fn open_agents(&self, pools: &[String]) -> Vec<AgentId> {
         let now = self.clock.now_ms();
-        self.registry.lock().open_agents(now)
+        self.registry.lock().open_agents(now, pools)
     }
 
-    /// The live agents a run may send requests to now: every live agent that is not drained,
-    /// and the run's own `allocated` agents even when drained (a drained agent finishes the
-    /// runs that hold it).
-    pub(crate) fn agents_for_run(&self, allocated: &[AgentId]) -> Vec<AgentId> {
+    /// The live agents a run of `pools` may send requests to now: every live agent of its
+    /// pools that is not drained, and the run's own `allocated` agents even when drained (a
+    /// drained agent finishes the runs that hold it).
+    pub(crate) fn agents_for_run(&self, allocated: &[AgentId], pools: &[String]) -> Vec<AgentId> {
         let now = self.clock.now_ms();
         let registry = self.registry.lock();
         let mut live = registry.live_agents(now, &LabelFilter::any());
-        live.retain(|a| !registry.is_drained(a) || allocated.contains(a));
+        live.retain(|a| {
+            allocated.contains(a) || (!registry.is_drained(a) && registry.in_pools(a, pools))
+        });
         live
     }
 

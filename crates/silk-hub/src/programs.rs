@@ -506,7 +506,7 @@ async fn restart_detached(cx: &RunContext, run: &Arc<Run>, report: &WorkerReport
 /// An agent of a program run died: its workers that were not over start again on another
 /// live agent of the run when the run may reassign, else they fail (and so does the run).
 pub(crate) async fn on_agent_dead(cx: &RunContext, run: &Arc<Run>, agent: &AgentId) {
-    let (may_move, lost, candidates) = {
+    let (may_move, lost, candidates, pools) = {
         let r = run.record.lock();
         let Some(p) = &r.program else { return };
         let lost: Vec<u32> = p
@@ -517,13 +517,13 @@ pub(crate) async fn on_agent_dead(cx: &RunContext, run: &Arc<Run>, agent: &Agent
             .collect();
         let may_move = matches!(r.strategy, crate::allocation::Strategy::Random)
             || r.on_agent_lost == crate::allocation::OnAgentLost::Reassign;
-        (may_move, lost, r.run_agents())
+        (may_move, lost, r.run_agents(), r.pools.clone())
     };
     if lost.is_empty() {
         return;
     }
     // A drained agent takes no worker that moves.
-    let live = cx.agents.open_agents();
+    let live = cx.agents.open_agents(&pools);
     let targets: Vec<AgentId> = candidates
         .into_iter()
         .filter(|a| a != agent && live.contains(a))

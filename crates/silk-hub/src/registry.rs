@@ -201,11 +201,23 @@ impl AgentRegistry {
         self.drained = drained;
     }
 
-    /// The live agents at `now_ms` that may take new work (not drained), sorted.
-    pub fn open_agents(&self, now_ms: u64) -> Vec<AgentId> {
+    /// The live agents at `now_ms` of `pools` (any agent when empty) that may take new work
+    /// (not drained), sorted.
+    pub fn open_agents(&self, now_ms: u64, pools: &[String]) -> Vec<AgentId> {
         let mut live = self.live_agents(now_ms, &LabelFilter::any());
-        live.retain(|a| !self.drained.contains(a));
+        live.retain(|a| !self.drained.contains(a) && self.in_pools(a, pools));
         live
+    }
+
+    /// Whether a registered agent is in one of `pools` (its `pool` label); every agent is when
+    /// `pools` is empty.
+    pub fn in_pools(&self, id: &AgentId, pools: &[String]) -> bool {
+        pools.is_empty()
+            || self
+                .agents
+                .get(id)
+                .and_then(|rec| rec.info.labels.get("pool"))
+                .is_some_and(|pool| pools.contains(pool))
     }
 
     /// The failure detector settings.

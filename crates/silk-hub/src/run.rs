@@ -143,6 +143,7 @@ pub(crate) fn check_request(request: &RunRequest) -> Result<Spider, HubError> {
     if let Some(sinks) = &request.sinks {
         sinks.validate().map_err(HubError::BadRun)?;
     }
+    silk_api::runs::check_pools(&request.pools).map_err(HubError::BadRun)?;
     if let Some(fail_if) = &request.fail_if {
         let problems = fail_if.problems();
         if !problems.is_empty() {
@@ -165,6 +166,9 @@ pub struct RunRecord {
     pub strategy: Strategy,
     /// The agent-lost policy.
     pub on_agent_lost: OnAgentLost,
+    /// The agent pools it may use (empty: any agent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<String>,
     /// Back-pressure: most requests out.
     pub max_pending: u64,
     /// Back-pressure: stall timeout, ms.
@@ -292,6 +296,7 @@ pub fn run_view(record: &RunRecord, stats: RunStats, items_path: Option<PathBuf>
         reason: record.reason.clone(),
         strategy: record.strategy,
         on_agent_lost: record.on_agent_lost,
+        pools: record.pools.clone(),
         agents,
         spider_name: record.spider_name.clone(),
         max_pending: record.max_pending,

@@ -694,14 +694,16 @@ impl Run {
                 self.expire_silent(cx, now).await?;
             }
             let out = self.out.lock().len();
-            let allocated: Vec<AgentId> = self
-                .record
-                .lock()
-                .allocation
-                .as_ref()
-                .map(|a| a.agents().to_vec())
-                .unwrap_or_default();
-            let live = cx.agents.agents_for_run(&allocated);
+            let (allocated, pools) = {
+                let r = self.record.lock();
+                let allocated: Vec<AgentId> = r
+                    .allocation
+                    .as_ref()
+                    .map(|a| a.agents().to_vec())
+                    .unwrap_or_default();
+                (allocated, r.pools.clone())
+            };
+            let live = cx.agents.agents_for_run(&allocated, &pools);
             let fed_drained = goes_on
                 && fed_idle_ms.is_some()
                 && live.is_empty()

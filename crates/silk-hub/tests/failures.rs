@@ -334,6 +334,7 @@ fn request(spider: String, max_pending: u64) -> RunRequest {
         program: None,
         strategy: Some(Strategy::Fixed(1)),
         on_agent_lost: Some(OnAgentLost::Fail),
+        pools: Vec::new(),
         max_pending: Some(max_pending),
         stall_timeout_ms: Some(20_000),
         downloader: None,

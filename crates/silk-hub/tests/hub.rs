@@ -35,6 +35,7 @@ fn request(site: &DemoSite, strategy: Strategy, policy: OnAgentLost) -> RunReque
         program: None,
         strategy: Some(strategy),
         on_agent_lost: Some(policy),
+        pools: Vec::new(),
         max_pending: Some(32),
         stall_timeout_ms: Some(20_000),
         downloader: None,
@@ -325,6 +326,75 @@ async fn pause_resume_and_cancel() {
     hub.shutdown().await;
 }
 
+/// A run limited to pools is allocated and sent requests only on agents whose `pool` label
+/// is one of them; a pool without enough agents is named in the refusal; a bad pool name is
+/// refused naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_of_pools_uses_only_the_agents_of_its_pools() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(30, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let mut agents = Vec::new();
+    for (id, pool) in [("a1", "eu"), ("a2", "eu"), ("a3", "us")] {
+        let mut config = agent_config(dir.path(), id);
+        config.labels.insert("pool".into(), pool.into());
+        agents.push(start_agent_with(config, &bus).await);
+    }
+    within("three live agents", 10, hub.wait_for_live_agents(3)).await;
+    let in_pools = |strategy: Strategy, pools: &[&str]| RunRequest {
+        pools: pools.iter().map(|p| (*p).to_owned()).collect(),
+        ..request(&site, strategy, OnAgentLost::Fail)
+    };
+
+    let us = hub
+        .submit(in_pools(Strategy::Random, &["us"]))
+        .await
+        .unwrap();
+    assert_eq!(us.pools, ["us"]);
+    let eu = hub
+        .submit(in_pools(Strategy::Fixed(2), &["eu"]))
+        .await
+        .unwrap();
+    let mut eu_agents: Vec<&str> = eu.agents.iter().map(AgentId::as_str).collect();
+    eu_agents.sort();
+    assert_eq!(eu_agents, ["a1", "a2"]);
+    for (id, only) in [(&us.id, vec!["a3"]), (&eu.id, vec!["a1", "a2"])] {
+        let done = within("a run", 60, hub.wait_run(id)).await.unwrap();
+        assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+        assert_every_page_once(&done, &site);
+        let used: Vec<&str> = done.stats.by_agent.keys().map(String::as_str).collect();
+        assert!(used.iter().all(|a| only.contains(a)), "{id}: {used:?}");
+    }
+
+    let short = hub
+        .submit(in_pools(Strategy::Fixed(2), &["us"]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        short.contains("in pools us") && short.contains("a3"),
+        "{short}"
+    );
+    let bad = hub
+        .submit(in_pools(Strategy::Random, &["eu", "no pool"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&bad, HubError::BadRun(m) if m.starts_with("pools[1]:")),
+        "{bad}"
+    );
+    let both = hub
+        .submit(in_pools(Strategy::Fixed(3), &["eu", "us"]))
+        .await
+        .unwrap();
+    assert_eq!(both.agents.len(), 3);
+    within("the last run", 60, hub.wait_run(&both.id))
+        .await
+        .unwrap();
+    hub.shutdown().await;
+}
+
 /// A drained agent takes no new work — new runs are not allocated on it, `random` runs send it
 /// nothing — but finishes the run that holds it; the drain is stored (a restarted hub keeps
 /// it), is admin-only, and ends with `undrain`.
@@ -513,6 +583,7 @@ async fn the_http_api_answers_json_with_codes() {
         program: None,
         strategy: Some(Strategy::Fixed(3)),
         on_agent_lost: None,
+        pools: Vec::new(),
         max_pending: None,
         stall_timeout_ms: None,
         downloader: None,

@@ -174,6 +174,7 @@ fn request(lease_ms: u64) -> RunRequest {
         ),
         strategy: None,
         on_agent_lost: None,
+        pools: Vec::new(),
         max_pending: Some(4),
         stall_timeout_ms: None,
         downloader: None,

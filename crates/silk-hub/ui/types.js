@@ -292,6 +292,7 @@
  * @property {string} name Unique name: letters, digits, `.`, `_`, `-`; at most 100 characters.
  * @property {null|OnAgentLost} [on_agent_lost]
  * @property {string} [overlap] What a fire does while a run of the job is active: `skip` (default), `queue`,
+ * @property {Array<string>} [pools] Agent pools its runs may use (see `RunRequest::pools`); empty: any agent.
  * @property {null|ProgramSpec} [program]
  * @property {string} [remarks] Free text for people.
  * @property {Record<string, any>} [retry] Retries of failed runs.
@@ -470,6 +471,7 @@
  * @property {null|FailIf} [fail_if]
  * @property {number|null} [max_pending] Most requests out at once; default 100.
  * @property {null|OnAgentLost} [on_agent_lost]
+ * @property {Array<string>} [pools] Agent pools the run may use: only agents whose `pool` label (`silk agent --labels
  * @property {null|ProgramSpec} [program]
  * @property {null|Sinks} [sinks]
  * @property {string} [spider] The declarative spider, as YAML text. With a `program`, optional: its start URLs
@@ -528,6 +530,7 @@
  * @property {string|null} [job_name] The job's name.
  * @property {number} max_pending Back-pressure settings.
  * @property {OnAgentLost} on_agent_lost The agent-lost policy.
+ * @property {Array<string>} pools The agent pools it may use (empty: any agent).
  * @property {null|ProgramView} [program]
  * @property {string|null} [reason] Why it failed or was cancelled.
  * @property {string|null} [restart_of] The run this one restarts.

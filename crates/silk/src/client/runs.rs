@@ -300,6 +300,10 @@ pub struct RunArgs {
     /// What happens when an agent of the run dies. Default: the hub's.
     #[arg(long, value_enum, value_name = "POLICY")]
     pub on_agent_lost: Option<OnAgentLost>,
+    /// Run only on agents of this pool (their `pool` label: `silk agent --labels pool=eu`);
+    /// give it again for several pools. Default: any agent.
+    #[arg(long = "pool", value_name = "POOL")]
+    pub pools: Vec<String>,
     /// Most requests sent to agents and not yet answered. Default: the hub's.
     #[arg(long, value_name = "N")]
     pub max_pending: Option<u64>,
@@ -351,6 +355,9 @@ fn run_request(args: &RunArgs, spider: String) -> anyhow::Result<Value> {
     }
     if let Some(policy) = args.on_agent_lost {
         body.insert("on_agent_lost".into(), policy.as_str().into());
+    }
+    if !args.pools.is_empty() {
+        body.insert("pools".into(), args.pools.clone().into());
     }
     if let Some(n) = args.max_pending {
         body.insert("max_pending".into(), n.into());
