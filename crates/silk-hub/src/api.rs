@@ -559,10 +559,20 @@ async fn drain_agent(
     axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<AgentView>> {
-    require_admin_for(&principal, "drain agents")?;
-    Ok(Json(
-        hub.drain_agent(&silk_core::AgentId::new(id), true).await?,
-    ))
+    set_drain(&hub, &principal, id, true).await
+}
+
+async fn set_drain(
+    hub: &HubHandle,
+    principal: &Principal,
+    id: String,
+    drained: bool,
+) -> ApiResult<Json<AgentView>> {
+    require_admin_for(principal, "drain agents")?;
+    let view = hub
+        .drain_agent(&silk_core::AgentId::new(id), drained)
+        .await?;
+    Ok(Json(view))
 }
 
 /// Ends an agent's drain (admin only): it takes new work again.
@@ -574,10 +584,7 @@ async fn undrain_agent(
     axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<AgentView>> {
-    require_admin_for(&principal, "drain agents")?;
-    Ok(Json(
-        hub.drain_agent(&silk_core::AgentId::new(id), false).await?,
-    ))
+    set_drain(&hub, &principal, id, false).await
 }
 
 /// Every job, by name.

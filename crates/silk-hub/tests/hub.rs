@@ -373,7 +373,7 @@ async fn a_run_of_pools_uses_only_the_agents_of_its_pools() {
         .unwrap_err()
         .to_string();
     assert!(
-        short.contains("in pools us") && short.contains("a3"),
+        short.contains("in pools us") && short.contains("alive (a3)"),
         "{short}"
     );
     let bad = hub
@@ -433,7 +433,8 @@ async fn a_drained_agent_takes_no_new_work_and_finishes_its_runs() {
         .await
         .unwrap_err();
     assert!(
-        err.to_string().contains("a2") && !err.to_string().contains("a1"),
+        // (Run ids are hex and may hold "a1": the alive list is in parentheses.)
+        err.to_string().contains("alive (a2)"),
         "{err}"
     );
     let fixed = hub
@@ -486,6 +487,72 @@ async fn a_drained_agent_takes_no_new_work_and_finishes_its_runs() {
         .await
         .unwrap();
     hub.shutdown().await;
+}
+
+/// A drain made through one hub holds on another hub of the same store within seconds (it
+/// re-reads the drained agents), and so does its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drain_through_one_hub_holds_on_another_hub_of_the_store() {
+    let Some(pg) = silk_store::testing::PgTestSchema::from_env() else {
+        return;
+    };
+    pg.create().await.expect("test schema");
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(10, 0).await;
+    let start = |name: &'static str| {
+        let mut config = hub_config(&dir.path().join(name));
+        config.store_url = Some(pg.url.clone());
+        config.secret_key = Some("5a".repeat(32));
+        config.hub_id = Some(name.into());
+        let bus = bus.clone();
+        async move {
+            silk_hub::Hub::start(
+                config,
+                std::sync::Arc::new(bus),
+                std::sync::Arc::new(silk_core::SystemClock),
+            )
+            .await
+            .expect("hub starts on postgres")
+        }
+    };
+    let a = start("hub-a").await;
+    let b = start("hub-b").await;
+    let _x = start_agent(dir.path(), &bus, "a1").await;
+    let _y = start_agent(dir.path(), &bus, "a2").await;
+    within("two live agents on hub-a", 10, a.wait_for_live_agents(2)).await;
+    within("two live agents on hub-b", 10, b.wait_for_live_agents(2)).await;
+    let a1 = AgentId::new("a1");
+    let draining_on_b = |draining: bool| {
+        let b = &b;
+        async move {
+            until("hub-b sees the drain change", async || {
+                b.agents()
+                    .iter()
+                    .any(|v| v.id.as_str() == "a1" && v.draining == draining)
+                    .then_some(())
+            })
+            .await;
+        }
+    };
+    a.drain_agent(&a1, true).await.unwrap();
+    draining_on_b(true).await;
+    let refused = b
+        .submit(request(&site, Strategy::Fixed(2), OnAgentLost::Fail))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("alive (a2)"), "{refused}");
+    a.drain_agent(&a1, false).await.unwrap();
+    draining_on_b(false).await;
+    let run = b
+        .submit(request(&site, Strategy::Fixed(2), OnAgentLost::Fail))
+        .await
+        .unwrap();
+    assert_eq!(run.agents.len(), 2);
+    within("the run", 60, b.wait_run(&run.id)).await.unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+    pg.drop_schema().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

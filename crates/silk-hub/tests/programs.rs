@@ -357,12 +357,7 @@ async fn pause_resume_and_cancel_reach_the_processes_and_leave_nothing_behind() 
         }
     })
     .await;
-    until_state(&w.admin, &id, |v| {
-        v.program
-            .as_ref()
-            .is_some_and(|p| p.workers.iter().all(|w| w.state == WorkerState::Running))
-    })
-    .await;
+    until_all_running(&w.admin, &id).await;
 
     w.admin.pause_run(&id).await.unwrap();
     // Paused: the counts settle and stay (a window is the point here: nothing must happen).
@@ -397,12 +392,7 @@ async fn pause_resume_and_cancel_reach_the_processes_and_leave_nothing_behind() 
             .trim()
             .parse()
             .unwrap();
-        within("the worker is gone", 10, async {
-            while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
+        until_gone(pid, 10).await;
     }
     within("the stop is in the run log", 10, async {
         while !log_text(&w.admin, &id)
@@ -452,23 +442,13 @@ async fn an_agent_that_detaches_stops_its_workers_and_a_hub_back_starts_them_aga
             .parse()
             .unwrap()
     };
-    until_state(&w.admin, &id, |v| {
-        v.program
-            .as_ref()
-            .is_some_and(|p| p.workers.iter().all(|w| w.state == WorkerState::Running))
-    })
-    .await;
+    until_all_running(&w.admin, &id).await;
     let first = (pid(0), pid(1));
 
     // The hub goes: the agents detach and stop the workers (deaf to SIGTERM: SIGKILL).
     w.hub.shutdown().await;
-    for (n, pid) in [first.0, first.1].into_iter().enumerate() {
-        within(&format!("worker {n} stopped"), 30, async {
-            while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
+    for pid in [first.0, first.1] {
+        until_gone(pid, 30).await;
     }
     for agent in &w.agents {
         assert!(agent.stats().detached, "{} is not detached", agent.id());
@@ -506,15 +486,12 @@ async fn an_agent_that_detaches_stops_its_workers_and_a_hub_back_starts_them_aga
     for agent in &w.agents {
         assert!(!agent.stats().detached);
     }
-    let view = until_state(&admin, &id, |v| {
-        v.program
-            .as_ref()
-            .is_some_and(|p| p.workers.iter().all(|w| w.state == WorkerState::Running))
-    })
-    .await;
+    let view = until_all_running(&admin, &id).await;
     assert_eq!(view.state, RunState::Running);
-    within("the restart is in the run log", 30, async {
-        while !log_text(&admin, &id).await.contains("when it detached") {
+    // The agent says why in the run log. (The hub starts the workers again either when their
+    // detached ends come, or, when those are read before it adopted the run, at adoption.)
+    within("the detach is in the run log", 30, async {
+        while !log_text(&admin, &id).await.contains("heard from no hub") {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
@@ -523,6 +500,26 @@ async fn an_agent_that_detaches_stops_its_workers_and_a_hub_back_starts_them_aga
     let done = until_state(&admin, &id, |v| v.state.is_terminal()).await;
     assert_eq!(done.state, RunState::Cancelled, "{done:?}");
     hub.shutdown().await;
+}
+
+/// Waits until the run's workers all run.
+async fn until_all_running(client: &Client, id: &str) -> RunView {
+    until_state(client, id, |v| {
+        v.program
+            .as_ref()
+            .is_some_and(|p| p.workers.iter().all(|w| w.state == WorkerState::Running))
+    })
+    .await
+}
+
+/// Waits (at most `secs`) until process `pid` is gone (or a zombie).
+async fn until_gone(pid: i32, secs: u64) {
+    within(&format!("process {pid} gone"), secs, async {
+        while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
 }
 
 fn count_lines(path: &Path) -> usize {
