@@ -633,8 +633,12 @@ async fn a_scrapy_project_runs_on_two_agents_pauses_and_loses_nothing_when_an_ag
         })
         .await;
     let request: silk_api::runs::RunRequest = serde_json::from_value(serde_json::json!({
-        // A killed worker's leases come back after max(lease_timeout_ms, 2 x timeout_ms).
-        "spider": "name: shop\nstart_urls: []\nper_host_concurrency: 4\nper_host_delay_ms: 0\ntimeout_ms: 2000\nlease_timeout_ms: 4000\n",
+        // A killed worker's leases come back after max(lease_timeout_ms, 2 x timeout_ms). The
+        // pause below (quiet, then 3 s) must stay shorter than the lease timeout: a paused
+        // (SIGSTOPped) worker's leases that expire meanwhile are leased again by the other
+        // worker and fetched twice after the resume, which the count of duplicates at the end
+        // does not allow for (4 s was too short on a loaded CI machine).
+        "spider": "name: shop\nstart_urls: []\nper_host_concurrency: 4\nper_host_delay_ms: 0\ntimeout_ms: 2000\nlease_timeout_ms: 10000\n",
         "program": {"project": "shop", "command": [python, "-m", "scrapy", "crawl", "demo",
                     "-a", format!("start_url={}", fleet.site.start_url())],
                     "workers": 2, "env": {"PYTHONUNBUFFERED": "1"}},
