@@ -874,6 +874,9 @@ impl Programs {
     /// `over`) and reported.
     fn end(&self, run: &RunId, worker: u32, event: WorkerEvent, report: &Reporter) {
         self.forget(run, worker);
+        // A worker that ended otherwise (one being prepared that failed) is not detaching
+        // any more: a later run of it must not be reported as stopped by a detach.
+        self.detaching.lock().remove(&(run.clone(), worker));
         if matches!(event, WorkerEvent::Exited { detached: true, .. }) {
             self.detached_ends
                 .lock()
@@ -893,6 +896,7 @@ impl Programs {
     pub(crate) fn release(&self, run: &RunId) {
         self.over.lock().remove(run);
         self.detached_ends.lock().retain(|(r, ..)| r != run);
+        self.detaching.lock().retain(|(r, _)| r != run);
         let now = std::time::Instant::now();
         let mut released = self.released.lock();
         released.retain(|_, at| now.duration_since(*at) < RELEASED_KEPT);

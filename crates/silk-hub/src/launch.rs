@@ -252,7 +252,7 @@ async fn release_agents(hub: &HubCore, record: &RunRecord) {
 }
 
 /// An allocation error of a run limited to `pools`, saying so.
-pub(crate) fn in_pools(error: String, pools: &[String]) -> String {
+fn in_pools(error: String, pools: &[String]) -> String {
     if pools.is_empty() {
         error
     } else {

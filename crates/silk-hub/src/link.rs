@@ -52,9 +52,7 @@ impl AgentLink {
         let now = self.clock.now_ms();
         let registry = self.registry.lock();
         let mut live = registry.live_agents(now, &LabelFilter::any());
-        live.retain(|a| {
-            allocated.contains(a) || (!registry.is_drained(a) && registry.in_pools(a, pools))
-        });
+        live.retain(|a| allocated.contains(a) || registry.is_open(a, pools));
         live
     }
 

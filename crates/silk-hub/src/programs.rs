@@ -361,14 +361,19 @@ async fn tell_all(cx: &RunContext, run: &Arc<Run>, action: ProgramAction) {
     agents.sort();
     agents.dedup();
     for agent in agents {
-        let command = Command::Program {
-            run: run.id.clone(),
-            action: action.clone(),
-            reply_to: Some(cx.hub_id.to_string()),
-        };
-        if let Err(e) = cx.agents.send_command(&agent, command).await {
-            tracing::warn!(run = %run.id, agent = %agent, error = %e, "program control not sent");
-        }
+        tell(cx, run, &agent, action.clone()).await;
+    }
+}
+
+/// Sends `action` on the run's workers to one agent (logged when it cannot be sent).
+async fn tell(cx: &RunContext, run: &Run, agent: &AgentId, action: ProgramAction) {
+    let command = Command::Program {
+        run: run.id.clone(),
+        action,
+        reply_to: Some(cx.hub_id.to_string()),
+    };
+    if let Err(e) = cx.agents.send_command(agent, command).await {
+        tracing::warn!(run = %run.id, agent = %agent, error = %e, "program control not sent");
     }
 }
 
@@ -490,14 +495,7 @@ async fn restart_detached(cx: &RunContext, run: &Arc<Run>, report: &WorkerReport
     };
     send_start(cx, run, &p, &report.agent, vec![report.worker], &public_url).await;
     if desired == Desired::Pause {
-        let command = Command::Program {
-            run: run.id.clone(),
-            action: ProgramAction::Pause,
-            reply_to: Some(cx.hub_id.to_string()),
-        };
-        if let Err(e) = cx.agents.send_command(&report.agent, command).await {
-            tracing::warn!(run = %run.id, agent = %report.agent, error = %e, "program control not sent");
-        }
+        tell(cx, run, &report.agent, ProgramAction::Pause).await;
     }
     run.wake.notify_one();
     true

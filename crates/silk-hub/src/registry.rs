@@ -191,11 +191,6 @@ impl AgentRegistry {
         self.drained.contains(id)
     }
 
-    /// The drained agents, sorted.
-    pub fn drained(&self) -> Vec<AgentId> {
-        self.drained.iter().cloned().collect()
-    }
-
     /// Replaces the drained set (as read from the store).
     pub fn replace_drained(&mut self, drained: std::collections::BTreeSet<AgentId>) {
         self.drained = drained;
@@ -205,13 +200,19 @@ impl AgentRegistry {
     /// (not drained), sorted.
     pub fn open_agents(&self, now_ms: u64, pools: &[String]) -> Vec<AgentId> {
         let mut live = self.live_agents(now_ms, &LabelFilter::any());
-        live.retain(|a| !self.drained.contains(a) && self.in_pools(a, pools));
+        live.retain(|a| self.is_open(a, pools));
         live
+    }
+
+    /// Whether an agent may take new work of a run of `pools`: not drained, and in one of
+    /// `pools` (its `pool` label; any agent when `pools` is empty). Liveness aside.
+    pub fn is_open(&self, id: &AgentId, pools: &[String]) -> bool {
+        !self.drained.contains(id) && self.in_pools(id, pools)
     }
 
     /// Whether a registered agent is in one of `pools` (its `pool` label); every agent is when
     /// `pools` is empty.
-    pub fn in_pools(&self, id: &AgentId, pools: &[String]) -> bool {
+    fn in_pools(&self, id: &AgentId, pools: &[String]) -> bool {
         pools.is_empty()
             || self
                 .agents
