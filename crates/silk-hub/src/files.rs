@@ -26,9 +26,6 @@ pub struct KnownAgent {
     pub register: Register,
     /// When the agent sent it (agent clock).
     pub sent_ms: u64,
-    /// Being drained (`silk agents drain`): no new work for it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub drained: bool,
 }
 
 /// The hub's data dir.

@@ -125,7 +125,7 @@ impl Hub {
             match serde_json::from_value::<KnownAgent>(row.register.clone()) {
                 Ok(agent) => {
                     registry.restore(&agent.register, agent.sent_ms, now);
-                    registry.set_drained(&agent.register.agent, agent.drained);
+                    registry.set_drained(&agent.register.agent, row.drained);
                 }
                 Err(e) => {
                     tracing::warn!(agent = %row.id, error = %e, "stored agent unreadable; skipped")
@@ -665,27 +665,13 @@ impl HubHandle {
 
     /// Drains agent `id` (`drained: true`: it takes no new work — it is not picked for new
     /// runs or reassignments, `random` runs send it no requests — and finishes the runs that
-    /// hold it) or ends its drain. Kept in the agent's stored document, so every hub of the
-    /// store and a restarted hub agree (another hub sees it within a few seconds). The agent
+    /// hold it) or ends its drain. Kept in the store (the agent's `drained`), so every hub of
+    /// the store and a restarted hub agree (another hub sees it within a few seconds). The agent
     /// must be known to the store.
     pub async fn drain_agent(&self, id: &AgentId, drained: bool) -> Result<AgentView, HubError> {
-        let row = self
-            .store()
-            .get_agent(id.as_str())
-            .await?
-            .ok_or_else(|| HubError::NoSuchAgent(id.to_string()))?;
-        let mut known: KnownAgent = serde_json::from_value(row.register.clone())
-            .map_err(|e| HubError::Store(format!("agent `{id}`: stored document: {e}")))?;
-        known.drained = drained;
-        let register = serde_json::to_value(&known)
-            .map_err(|e| HubError::Store(format!("agent `{id}`: {e}")))?;
-        self.store()
-            .put_agent(&silk_store::AgentRow {
-                register,
-                updated_ms: self.shared.clock.now_ms(),
-                ..row
-            })
-            .await?;
+        if !self.store().set_agent_drained(id.as_str(), drained).await? {
+            return Err(HubError::NoSuchAgent(id.to_string()));
+        }
         self.shared.registry.lock().set_drained(id, drained);
         tracing::info!(agent = %id, drained, "agent drain changed");
         self.agents()

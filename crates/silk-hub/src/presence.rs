@@ -34,23 +34,17 @@ async fn on_register(hub: &HubCore, delivery: &Delivery) {
         }
         RegisterOutcome::Refreshed => {}
     }
-    // A drain lives in the agent's stored document: a registration keeps it (read from the
-    // store, which another hub may have changed since this one last looked).
-    let drained = match hub.store.get_agent(register.agent.as_str()).await {
-        Ok(Some(row)) => stored_drained(&row),
-        Ok(None) => false,
-        Err(_) => hub.registry.lock().is_drained(&register.agent),
-    };
+    // The stored agent's drain is its own column, which storing a registration keeps.
     let known = KnownAgent {
         register: register.clone(),
         sent_ms: envelope.sent_ms,
-        drained,
     };
     let row = serde_json::to_value(&known).map(|register| AgentRow {
         id: known.register.agent.to_string(),
         register,
         sent_ms: envelope.sent_ms,
         updated_ms: now,
+        drained: false,
     });
     match row {
         Ok(row) => {
@@ -184,14 +178,6 @@ pub(crate) async fn subscription_loop(shared: Arc<HubCore>, subject: Subject, op
     }
 }
 
-/// Whether an agent's stored document says it is drained (an unreadable one: no).
-pub(crate) fn stored_drained(row: &AgentRow) -> bool {
-    row.register
-        .get("drained")
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false)
-}
-
 /// How often the drained agents are read again from the store (another hub may have changed
 /// them).
 const DRAIN_SYNC: Duration = Duration::from_secs(2);
@@ -207,14 +193,15 @@ pub(crate) async fn drain_sync_loop(shared: Arc<HubCore>) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
+        let changes = shared.registry.lock().drain_changes();
         match shared.store.list_agents().await {
             Ok(rows) => {
                 let drained = rows
                     .iter()
-                    .filter(|r| stored_drained(r))
+                    .filter(|r| r.drained)
                     .map(|r| silk_core::AgentId::new(r.id.clone()))
                     .collect();
-                shared.registry.lock().replace_drained(drained);
+                shared.registry.lock().replace_drained(drained, changes);
             }
             Err(e) => tracing::debug!(error = %e, "drained agents not read from the store"),
         }

@@ -161,8 +161,11 @@ pub struct AgentRegistry {
     unregistered: BTreeMap<AgentId, u64>,
     /// Agents being drained: no new work (not picked for new runs or reassignments, no
     /// requests of `random` runs); the runs that hold them keep them until they end. Kept in
-    /// the store (`KnownAgent::drained`), read again every few seconds, so every hub agrees.
+    /// the store (`AgentRow::drained`), read again every few seconds, so every hub agrees.
     drained: std::collections::BTreeSet<AgentId>,
+    /// Counts the drains set here (`set_drained`), so that a set read from the store before
+    /// one of them does not undo it (`replace_drained`).
+    drain_changes: u64,
 }
 
 impl AgentRegistry {
@@ -174,11 +177,13 @@ impl AgentRegistry {
             agents: BTreeMap::new(),
             unregistered: BTreeMap::new(),
             drained: std::collections::BTreeSet::new(),
+            drain_changes: 0,
         })
     }
 
     /// Marks an agent drained (or not); whether that changed anything.
     pub fn set_drained(&mut self, id: &AgentId, drained: bool) -> bool {
+        self.drain_changes += 1;
         if drained {
             self.drained.insert(id.clone())
         } else {
@@ -186,14 +191,25 @@ impl AgentRegistry {
         }
     }
 
-    /// Whether an agent is drained.
-    pub fn is_drained(&self, id: &AgentId) -> bool {
-        self.drained.contains(id)
+    /// Where the drains set here stand: pass it to [`replace_drained`](Self::replace_drained)
+    /// with a set read from the store after this call.
+    pub fn drain_changes(&self) -> u64 {
+        self.drain_changes
     }
 
-    /// Replaces the drained set (as read from the store).
-    pub fn replace_drained(&mut self, drained: std::collections::BTreeSet<AgentId>) {
+    /// Replaces the drained set with one read from the store, unless a drain was set here
+    /// since `changes` (then the set read may predate it; the next read will not). Whether it
+    /// was replaced.
+    pub fn replace_drained(
+        &mut self,
+        drained: std::collections::BTreeSet<AgentId>,
+        changes: u64,
+    ) -> bool {
+        if self.drain_changes != changes {
+            return false;
+        }
         self.drained = drained;
+        true
     }
 
     /// The live agents at `now_ms` of `pools` (any agent when empty) that may take new work

@@ -424,3 +424,21 @@ fn a_transition_says_when_the_agent_was_last_heard_and_a_restored_one_was_not() 
     let stored = dead.iter().find(|t| t.agent.as_str() == "stored").unwrap();
     assert_eq!(stored.last_heard_ms, Some(now));
 }
+
+#[test]
+fn drained_agents_are_closed_and_a_stale_store_read_does_not_undo_a_drain() {
+    let (mut r, clock) = setup(&[("a", &[("pool", "eu")]), ("b", &[])]);
+    let now = clock.now_ms();
+    assert_eq!(r.open_agents(now, &[]), ids(&["a", "b"]));
+    assert_eq!(r.open_agents(now, &["eu".into()]), ids(&["a"]));
+    // A read of the store begins, then a drain is set here: the read may predate it.
+    let before = r.drain_changes();
+    assert!(r.set_drained(&AgentId::new("a"), true));
+    assert!(!r.replace_drained(Default::default(), before));
+    assert_eq!(r.open_agents(now, &[]), ids(&["b"]), "the drain holds");
+    // A read begun after it replaces the set (another hub ended the drain, drained b).
+    let after = r.drain_changes();
+    assert!(r.replace_drained([AgentId::new("b")].into(), after));
+    assert_eq!(r.open_agents(now, &[]), ids(&["a"]));
+    assert!(!r.is_open(&AgentId::new("b"), &[]));
+}

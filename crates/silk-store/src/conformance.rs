@@ -49,6 +49,7 @@ macro_rules! store_conformance_tests {
         $crate::store_conformance_tests!(@each $factory;
             open_empty_and_ping, jobs_crud, jobs_conflicts, jobs_values_round_trip,
             runs_upsert, runs_filter_and_order, delete_run_removes_its_data, agents_upsert,
+            agent_drain_survives_put,
             allocations_replace_atomically, logs_append_in_order, logs_level_filter,
             logs_text_filter, logs_time_range, logs_cursor_paging, logs_limit_cap,
             logs_retention, logs_concurrent_appends_and_follow, logs_bad_batch_is_atomic,
@@ -129,6 +130,7 @@ fn agent(id: &str, sent_ms: u64) -> AgentRow {
         register: json!({"id": id, "labels": {"region": "eu"}, "slots": 4}),
         sent_ms,
         updated_ms: sent_ms + 1,
+        drained: false,
     }
 }
 
@@ -490,6 +492,38 @@ pub async fn agents_upsert(f: &dyn StoreFactory) {
     assert!(s.delete_agent("b").await.expect("delete_agent"));
     assert!(!s.delete_agent("b").await.expect("delete_agent again"));
     assert_eq!(s.list_agents().await.expect("list_agents").len(), 2);
+}
+
+/// An agent's drain: set and ended on its own; storing the agent again keeps it (a hub storing
+/// a registration does not undo a drain another hub set); a new agent takes its row's value.
+pub async fn agent_drain_survives_put(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    s.put_agent(&agent("a", T0)).await.expect("put_agent");
+    assert!(s.set_agent_drained("a", true).await.expect("drain"));
+    assert!(
+        !s.set_agent_drained("zz", true)
+            .await
+            .expect("drain unknown")
+    );
+    assert!(s.get_agent("a").await.expect("get").expect("a").drained);
+    s.put_agent(&agent("a", T0 + 5))
+        .await
+        .expect("put_agent again");
+    let a = s.get_agent("a").await.expect("get").expect("a");
+    assert!(a.drained, "a put keeps the drain");
+    assert_eq!(a.sent_ms, T0 + 5, "and replaces the rest");
+    assert!(s.set_agent_drained("a", false).await.expect("undrain"));
+    assert!(!s.get_agent("a").await.expect("get").expect("a").drained);
+    let mut b = agent("b", T0);
+    b.drained = true;
+    s.put_agent(&b).await.expect("put new drained");
+    let list = s.list_agents().await.expect("list");
+    let drained: Vec<&str> = list
+        .iter()
+        .filter(|a| a.drained)
+        .map(|a| a.id.as_str())
+        .collect();
+    assert_eq!(drained, ["b"]);
 }
 
 /// Allocations: put replaces the run's whole set atomically; bad input changes nothing.

@@ -29,7 +29,7 @@
 //! - `jobs` — key `id`, unique `name`; `enabled`, `spec` (JSON), `created_ms`, `updated_ms`,
 //!   `next_fire_ms`, `last_fire_ms`, `queued`.
 //! - `runs` — key `id`; `job_id`, `state`, `created_ms`, `finished_ms`, `record` (JSON).
-//! - `agents` — key `id`; `register` (JSON), `sent_ms`, `updated_ms`.
+//! - `agents` — key `id`; `register` (JSON), `sent_ms`, `updated_ms`, `drained` (0/1).
 //! - `allocations` — key (`run_id`, `agent_id`); `confirmed_ms`.
 //! - `log_lines` — key `id`; `run_id`, `ts_ms`, `level` (0 trace … 4 error), `source`,
 //!   `message`.

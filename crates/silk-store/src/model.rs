@@ -76,6 +76,10 @@ pub struct AgentRow {
     pub sent_ms: u64,
     /// When the hub stored it.
     pub updated_ms: u64,
+    /// Drained (`silk agents drain`): no new work for it. Changed only by
+    /// `set_agent_drained`.
+    #[serde(default)]
+    pub drained: bool,
 }
 
 /// One agent in a run's confirmed allocation.

@@ -54,6 +54,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0004_alerts",
         sql: include_str!("../migrations/0004_alerts.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_agent_drain",
+        sql: include_str!("../migrations/0005_agent_drain.sql"),
+    },
 ];
 
 /// The table that records applied migrations (created at open if missing).
@@ -493,7 +498,7 @@ macro_rules! impl_meta_store {
             }
         }
 
-        const AGENT_COLS: &str = "id, register, sent_ms, updated_ms";
+        const AGENT_COLS: &str = "id, register, sent_ms, updated_ms, drained";
 
         fn agent_from_row(row: &DbRow) -> Result<AgentRow, StoreError> {
             let id: String = Cols::new(row, "agent", "?").get("id")?;
@@ -502,6 +507,7 @@ macro_rules! impl_meta_store {
                 register: c.json("register")?,
                 sent_ms: c.u64("sent_ms")?,
                 updated_ms: c.u64("updated_ms")?,
+                drained: c.u64("drained")? != 0,
                 id,
             })
         }
@@ -872,17 +878,26 @@ macro_rules! impl_meta_store {
                 let sent_ms = to_db(agent.sent_ms, || w("sent_ms"))?;
                 let updated_ms = to_db(agent.updated_ms, || w("updated_ms"))?;
                 let query = sqlx::query(
-                    "INSERT INTO agents (id, register, sent_ms, updated_ms) \
-                     VALUES ($1, $2, $3, $4) \
+                    "INSERT INTO agents (id, register, sent_ms, updated_ms, drained) \
+                     VALUES ($1, $2, $3, $4, $5) \
                      ON CONFLICT (id) DO UPDATE SET register = excluded.register, \
                      sent_ms = excluded.sent_ms, updated_ms = excluded.updated_ms",
                 )
                 .bind(&agent.id)
                 .bind(&register)
                 .bind(sent_ms)
-                .bind(updated_ms);
+                .bind(updated_ms)
+                .bind(i64::from(agent.drained));
                 execute(&self.pool, query, "put_agent").await?;
                 Ok(())
+            }
+
+            async fn set_agent_drained(&self, id: &str, drained: bool) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                let query = sqlx::query("UPDATE agents SET drained = $1 WHERE id = $2")
+                    .bind(i64::from(drained))
+                    .bind(id);
+                Ok(execute(&self.pool, query, "set_agent_drained").await? > 0)
             }
 
             async fn get_agent(&self, id: &str) -> Result<Option<AgentRow>, StoreError> {

@@ -86,8 +86,14 @@ pub trait MetaStore:
 
     // ---- agents -----------------------------------------------------------------------
 
-    /// Inserts the agent, or replaces the agent with the same id.
+    /// Inserts the agent, or replaces the agent with the same id — all but its `drained`,
+    /// which only a new agent takes from `agent` (a drain is changed by
+    /// [`set_agent_drained`](Self::set_agent_drained) alone, so that storing a registration
+    /// never undoes a drain set meanwhile).
     async fn put_agent(&self, agent: &AgentRow) -> Result<(), StoreError>;
+
+    /// Sets or ends the agent's drain. Whether the agent exists.
+    async fn set_agent_drained(&self, id: &str, drained: bool) -> Result<bool, StoreError>;
 
     /// The agent with this id.
     async fn get_agent(&self, id: &str) -> Result<Option<AgentRow>, StoreError>;

@@ -45,6 +45,7 @@ async fn open_by_url_forms() {
         register: serde_json::json!({}),
         sent_ms: 1,
         updated_ms: 2,
+        drained: false,
     })
     .await
     .expect("put_agent");
