@@ -62,6 +62,8 @@ pub enum OutcomeCode {
     AgentStopping,
     /// The agent holding the request died.
     AgentLost,
+    /// The host is (or resolves only to) an address the run may not reach.
+    PrivateAddress,
     /// A code this build does not know (from a newer agent): its text, as sent.
     Other(String),
 }
@@ -109,6 +111,7 @@ impl OutcomeCode {
             OutcomeCode::NoDownloader => "no_downloader",
             OutcomeCode::AgentStopping => "agent_stopping",
             OutcomeCode::AgentLost => "agent_lost",
+            OutcomeCode::PrivateAddress => "private_address",
             OutcomeCode::Other(text) => text,
         };
         Cow::Borrowed(name)
@@ -139,6 +142,7 @@ impl OutcomeCode {
             "no_downloader" => OutcomeCode::NoDownloader,
             "agent_stopping" => OutcomeCode::AgentStopping,
             "agent_lost" => OutcomeCode::AgentLost,
+            "private_address" => OutcomeCode::PrivateAddress,
             other => {
                 let status = |digits: &str| {
                     (digits.len() == 3 && digits.bytes().all(|b| b.is_ascii_digit()))
@@ -184,7 +188,8 @@ impl OutcomeCode {
             | OutcomeCode::InvalidRedirect
             | OutcomeCode::TooManyRedirects
             | OutcomeCode::RedirectWithoutLocation(_)
-            | OutcomeCode::ParseBudget => Disposition::Failed,
+            | OutcomeCode::ParseBudget
+            | OutcomeCode::PrivateAddress => Disposition::Failed,
             // The sender knows (a status in `retry_statuses`, a transient network error).
             OutcomeCode::Timeout
             | OutcomeCode::Connect
@@ -286,6 +291,7 @@ mod tests {
         "no_downloader",
         "agent_stopping",
         "agent_lost",
+        "private_address",
     ];
 
     #[test]

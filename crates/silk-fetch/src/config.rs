@@ -45,6 +45,11 @@ pub struct FetchConfig {
     /// server). They are trusted in addition to the system roots, never instead of them. A
     /// value without a parsable certificate makes `Fetcher::new` fail with `invalid_config`.
     pub extra_root_certs_pem: Vec<String>,
+    /// Which addresses may be reached (see [`crate::net`]): `None` = any (`silk crawl` on
+    /// one's own machine); a policy keeps the fetches off private ranges except those it
+    /// allows, checked on the addresses connected to (the site's or the proxy's), so a
+    /// refused request fails with `private_address`.
+    pub address_policy: Option<crate::net::AddressPolicy>,
 }
 
 impl std::fmt::Debug for FetchConfig {
@@ -74,6 +79,7 @@ impl std::fmt::Debug for FetchConfig {
             .field("proxy_max_failures", &self.proxy_max_failures)
             .field("proxy_cooldown_ms", &self.proxy_cooldown_ms)
             .field("extra_root_certs_pem", &self.extra_root_certs_pem.len())
+            .field("address_policy", &self.address_policy)
             .finish()
     }
 }
@@ -93,6 +99,7 @@ impl Default for FetchConfig {
             proxy_max_failures: 3,
             proxy_cooldown_ms: 60_000,
             extra_root_certs_pem: Vec::new(),
+            address_policy: None,
         }
     }
 }

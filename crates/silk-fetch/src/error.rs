@@ -67,6 +67,9 @@ pub enum ErrorKind {
     InvalidUrl,
     /// A configuration value or a parsing/extraction rule is invalid.
     InvalidConfig,
+    /// The host is (or resolves only to) an address the run may not reach (loopback,
+    /// link-local, private ranges; see [`crate::net`]).
+    PrivateAddress,
 }
 
 impl ErrorKind {
@@ -83,6 +86,7 @@ impl ErrorKind {
             ErrorKind::Proxy => "proxy",
             ErrorKind::InvalidUrl => "invalid_url",
             ErrorKind::InvalidConfig => "invalid_config",
+            ErrorKind::PrivateAddress => "private_address",
         }
     }
 }
@@ -140,6 +144,9 @@ pub enum FetchError {
     /// key (`extract.price.css: invalid selector …`, `proxy[1]: …`).
     #[error("{}", problems.join("; "))]
     InvalidConfig { problems: Vec<String> },
+    /// See [`ErrorKind::PrivateAddress`]; `reason` names the host and the address.
+    #[error("{url}: {reason} (not allowed for this run)")]
+    PrivateAddress { url: String, reason: String },
 }
 
 impl FetchError {
@@ -156,6 +163,7 @@ impl FetchError {
             FetchError::Proxy { .. } => ErrorKind::Proxy,
             FetchError::InvalidUrl { .. } => ErrorKind::InvalidUrl,
             FetchError::InvalidConfig { .. } => ErrorKind::InvalidConfig,
+            FetchError::PrivateAddress { .. } => ErrorKind::PrivateAddress,
         }
     }
 
@@ -173,7 +181,8 @@ impl FetchError {
             | ErrorKind::BodyTooLarge
             | ErrorKind::Protocol
             | ErrorKind::InvalidUrl
-            | ErrorKind::InvalidConfig => Retry::Permanent,
+            | ErrorKind::InvalidConfig
+            | ErrorKind::PrivateAddress => Retry::Permanent,
         }
     }
 }

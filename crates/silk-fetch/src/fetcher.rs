@@ -15,6 +15,7 @@
 use crate::coding::{CodingError, ContentDecoder};
 use crate::config::FetchConfig;
 use crate::error::{FetchError, Retry};
+use crate::net::{Denied, GuardedResolver};
 use crate::proxy::ProxyPool;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -202,6 +203,12 @@ impl Fetcher {
                 .pool_idle_timeout(Duration::from_millis(config.pool_idle_timeout_ms))
                 .tcp_nodelay(true)
                 .tls_certs_merge(roots.clone());
+            let b = match &config.address_policy {
+                Some(policy) => b.dns_resolver(GuardedResolver {
+                    policy: Arc::new(policy.clone()),
+                }),
+                None => b,
+            };
             match &jar {
                 Some(jar) => b.cookie_provider(jar.clone()),
                 None => b,
@@ -280,7 +287,28 @@ impl Fetcher {
         let client = &self.inner.clients[proxy.unwrap_or(0)];
         let budget_ms = self.inner.config.timeout_ms;
         let started = Instant::now();
-        let attempt = self.fetch_inner(client, req, url, proxy, limit, started);
+        let attempt = async {
+            if let Some(policy) = &self.inner.config.address_policy {
+                let refused = |d: Denied| FetchError::PrivateAddress {
+                    url: req.url.clone(),
+                    reason: d.to_string(),
+                };
+                match proxy {
+                    // The proxy connects to the site: its address is checked (a name by the
+                    // resolver, as it is connected to), the site's here.
+                    Some(i) => {
+                        crate::net::check_literal(policy, self.inner.proxies.url(i))
+                            .map_err(refused)?;
+                        crate::net::check_host(policy, &url)
+                            .await
+                            .map_err(refused)?;
+                    }
+                    None => crate::net::check_literal(policy, &url).map_err(refused)?,
+                }
+            }
+            self.fetch_inner(client, req, url, proxy, limit, started)
+                .await
+        };
         let result = match tokio::time::timeout(Duration::from_millis(budget_ms), attempt).await {
             Ok(r) => r,
             Err(_) => Err(FetchError::Timeout {
@@ -513,6 +541,16 @@ fn classify(
     received: u64,
 ) -> FetchError {
     let url = url.to_owned();
+    let mut source = e.source();
+    while let Some(s) = source {
+        if let Some(denied) = s.downcast_ref::<Denied>() {
+            return FetchError::PrivateAddress {
+                url,
+                reason: denied.to_string(),
+            };
+        }
+        source = s.source();
+    }
     if e.is_timeout() {
         return FetchError::Timeout {
             url,
