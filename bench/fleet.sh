@@ -94,7 +94,7 @@ for mode in $MODES; do
       ;;
     up1|up2)
       n=${mode#up}
-      "$BIN" up --agents "$n" --capacity "$CAPACITY" --data-dir "$D/data" --no-auth \
+      "$BIN" up --agents "$n" --allow-network 127.0.0.0/8 --capacity "$CAPACITY" --data-dir "$D/data" --no-auth \
         --listen "127.0.0.1:$API_PORT" >"$D/up.log" 2>&1 &
       UP=$!; PIDS+=("$UP")
       wait_for "$D/up.log" "silk is up"; wait_agents "$n"
@@ -119,7 +119,7 @@ for mode in $MODES; do
       HUB=$!; PIDS+=("$HUB")
       wait_for "$D/hub.log" "silk hub: API on"
       for k in 1 2; do
-        "$BIN" agent --bus "nats://127.0.0.1:$NATS_PORT" --id "bench-$k" --capacity "$CAPACITY" \
+        "$BIN" agent --bus "nats://127.0.0.1:$NATS_PORT" --allow-network 127.0.0.0/8 --id "bench-$k" --capacity "$CAPACITY" \
           ${SHARED:+--namespace "bench$$"} \
           --data-dir "$D/agent-$k" >"$D/agent-$k.log" 2>&1 &
         PIDS+=("$!")

@@ -28,7 +28,7 @@ rss_mb() { awk '/VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
 hub_port="$(free_port)"; site_port="$(free_port)"; router_port="$(free_port)"
 "$SILK" demo-site --port "$site_port" --hosts 1 --pages 100000 --no-timings >/dev/null 2>&1 &
 pids+=($!)
-"$SILK" up --agents 1 --listen "127.0.0.1:$hub_port" --data-dir "$work/data" >"$work/up.log" 2>&1 &
+"$SILK" up --agents 1 --allow-network 127.0.0.0/8 --listen "127.0.0.1:$hub_port" --data-dir "$work/data" >"$work/up.log" 2>&1 &
 hub_pid=$!; pids+=($hub_pid)
 wait_port "$hub_port"; wait_port "$site_port"
 for _ in $(seq 1 100); do [ -s "$work/data/hub/admin.token" ] && break; sleep 0.05; done

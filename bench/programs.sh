@@ -151,7 +151,7 @@ run_silk() { # $1: name, $2: kill (0/1), $3: BENCH_MODE (silk; silk-dc: download
   local dir=$OUT/$1.silk api_port=$((PORT + 50))
   mkdir -p "$dir"
   start_site "$1"
-  "$SILK" up --agents 2 --listen "127.0.0.1:$api_port" --data-dir "$dir" > "$dir/up.log" 2>&1 &
+  "$SILK" up --agents 2 --allow-network 127.0.0.0/8 --listen "127.0.0.1:$api_port" --data-dir "$dir" > "$dir/up.log" 2>&1 &
   local up=$!
   for _ in $(seq 1 100); do [ -s "$dir/hub/admin.token" ] && break; sleep 0.1; done
   export SILK_SERVER=http://127.0.0.1:$api_port SILK_TOKEN; SILK_TOKEN=$(cat "$dir/hub/admin.token")

@@ -21,7 +21,7 @@ git init -q -b main work
   git -c user.name=b -c user.email=b@b add -A && git -c user.name=b -c user.email=b@b commit -qm first &&
   git remote add origin "$W/srv/shop.git" && git push -q origin main)
 PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-"$SILK" up --agents 1 --data-dir .silk --listen "127.0.0.1:$PORT" > up.log 2>&1 &
+"$SILK" up --agents 1 --allow-network 127.0.0.0/8 --data-dir .silk --listen "127.0.0.1:$PORT" > up.log 2>&1 &
 UP=$!
 for _ in $(seq 200); do
   [ -f .silk/hub/admin.token ] && curl -sf "http://127.0.0.1:$PORT/readyz" > /dev/null && break

@@ -16,7 +16,7 @@ if [ ! -x "$VENV/bin/st" ]; then
 fi
 work="$(mktemp -d)"
 port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-"$SILK" up --agents 1 --listen "127.0.0.1:$port" --data-dir "$work/data" >"$work/up.log" 2>&1 &
+"$SILK" up --agents 1 --allow-network 127.0.0.0/8 --listen "127.0.0.1:$port" --data-dir "$work/data" >"$work/up.log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 100); do

@@ -188,6 +188,7 @@ impl Agent {
                 clock.clone(),
                 events.clone(),
                 config.command_policy(),
+                config.address_policy(),
             ),
             permits: Arc::new(Semaphore::new(config.capacity as usize)),
             counters: AgentCounters::default(),

@@ -99,6 +99,13 @@ pub struct AgentConfig {
     /// 0 = never detach. At least twice `heartbeat_interval_ms` otherwise (hubs beacon every
     /// heartbeat interval).
     pub detach_after_ms: u64,
+    /// Address ranges that runs' fetches may reach although private. Runs on an agent never
+    /// reach loopback, link-local (cloud metadata at 169.254.169.254), RFC 1918, CGNAT,
+    /// ULA, unspecified or multicast addresses — checked on the addresses connected to,
+    /// after DNS, for sites and proxies — except in these ranges (`silk agent
+    /// --allow-network 10.1.0.0/16`; `0.0.0.0/0` and `::/0` open everything). A refused
+    /// request fails with `private_address`.
+    pub allow_networks: Vec<ipnet::IpNet>,
 }
 
 impl Default for AgentConfig {
@@ -131,6 +138,7 @@ impl Default for AgentConfig {
             container_cli: "podman".into(),
             container_args: Vec::new(),
             detach_after_ms: 60_000,
+            allow_networks: Vec::new(),
         }
     }
 }
@@ -210,6 +218,11 @@ impl AgentConfig {
             p.extend(def.problems(name));
         }
         p
+    }
+
+    /// Which addresses the runs' fetches may reach.
+    pub fn address_policy(&self) -> silk_fetch::AddressPolicy {
+        silk_fetch::AddressPolicy::new(self.allow_networks.clone())
     }
 
     /// Which commands the agent runs.

@@ -20,7 +20,7 @@ pub use silk_api::downloader::{
 };
 use silk_core::spider::Spider;
 use silk_core::{RunId, SpiderSpec};
-use silk_fetch::{Extractor, FetchConfig, FetchError, Fetcher, ProxyPool};
+use silk_fetch::{AddressPolicy, Extractor, FetchConfig, FetchError, Fetcher, ProxyPool};
 
 /// Ban detection of a run.
 #[derive(Debug, Clone)]
@@ -81,6 +81,7 @@ pub(crate) fn compile(
     config: &DownloaderConfig,
     run: &RunId,
     commands: &CommandPolicy,
+    network: &AddressPolicy,
 ) -> Result<CompiledConfig, AgentError> {
     let this = config;
     let mut p: Vec<String> = this.problems();
@@ -150,6 +151,7 @@ pub(crate) fn compile(
     }
     fetch.proxy_max_failures = proxies.switch_after_failures;
     fetch.proxy_cooldown_ms = proxies.cooldown_ms;
+    fetch.address_policy = Some(network.clone());
     let fetcher = match Fetcher::new(fetch.clone()) {
         Ok(f) => Some(f),
         Err(FetchError::InvalidConfig { problems }) => {
@@ -230,7 +232,7 @@ mod tests {
         };
         let run = RunId::new("r1");
         from_json(&run, v)
-            .and_then(|c| compile(&c, &run, &raw))
+            .and_then(|c| compile(&c, &run, &raw, &AddressPolicy::default()))
             .map_err(|e| e.to_string())
     }
 
@@ -242,18 +244,28 @@ mod tests {
             json!({"spider": YAML, "proxies": {"provider": "touch pwned"},
             "redial": {"command": ["pppoe-start"]}}),
         );
-        let err = compile(&raw, &run, &CommandPolicy::default())
-            .unwrap_err()
-            .to_string();
+        let err = compile(
+            &raw,
+            &run,
+            &CommandPolicy::default(),
+            &AddressPolicy::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             err.contains("proxies.provider: raw commands are not allowed")
                 && err.contains("redial.command: raw commands are not allowed"),
             "{err}"
         );
         let named = config(json!({"spider": YAML, "proxies": {"provider": {"command": "p"}}}));
-        let err = compile(&named, &run, &CommandPolicy::default())
-            .unwrap_err()
-            .to_string();
+        let err = compile(
+            &named,
+            &run,
+            &CommandPolicy::default(),
+            &AddressPolicy::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("no command `p` is defined"), "{err}");
         let mut policy = CommandPolicy::default();
         policy.defined.insert(
@@ -263,7 +275,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let compiled = compile(&named, &run, &policy).unwrap();
+        let compiled = compile(&named, &run, &policy, &AddressPolicy::default()).unwrap();
         assert_eq!(compiled.provider.unwrap().timeout_ms, 10_000);
     }
 

@@ -19,6 +19,7 @@ use crate::stats::{AgentEvent, ReleaseReason, RunCounters, RunStats};
 use crate::store::{AllocationStore, StoredAllocation};
 use parking_lot::Mutex;
 use silk_core::{Clock, RunId};
+use silk_fetch::AddressPolicy;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
@@ -139,15 +140,18 @@ pub(crate) struct RunTable {
     /// Which commands runs may use (also checked when stored allocations are reloaded: an
     /// agent restarted without a command drops the runs that need it).
     commands: CommandPolicy,
+    /// The addresses runs' fetches may reach (the agent's `allow_networks`).
+    network: AddressPolicy,
 }
 
 fn compile(
     run: &RunId,
     raw: &serde_json::Value,
     commands: &CommandPolicy,
+    network: &AddressPolicy,
 ) -> Result<CompiledConfig, AgentError> {
     downloader_config::from_json(run, raw.clone())
-        .and_then(|c| downloader_config::compile(&c, run, commands))
+        .and_then(|c| downloader_config::compile(&c, run, commands, network))
 }
 
 impl RunTable {
@@ -156,9 +160,11 @@ impl RunTable {
         clock: Arc<dyn Clock>,
         events: Events,
         commands: CommandPolicy,
+        network: AddressPolicy,
     ) -> Self {
         Self {
             commands,
+            network,
             runs: Mutex::new(HashMap::new()),
             refused: Mutex::new(HashMap::new()),
             store: AllocationStore::new(data_dir),
@@ -181,7 +187,7 @@ impl RunTable {
         let now = self.clock.now_ms();
         let mut dropped = false;
         for (run, entry) in stored {
-            match compile(&run, &entry.config, &self.commands) {
+            match compile(&run, &entry.config, &self.commands, &self.network) {
                 Ok(compiled) => {
                     let alloc =
                         RunSlot::new(run.clone(), entry.config, compiled, now, entry.allocated_ms);
@@ -251,7 +257,7 @@ impl RunTable {
             });
             return Allocated::Existing(alloc);
         }
-        match compile(run, &config, &self.commands) {
+        match compile(run, &config, &self.commands, &self.network) {
             Err(e) => {
                 let reason = e.to_string();
                 tracing::error!(run = %run, error = %reason, "allocation refused");

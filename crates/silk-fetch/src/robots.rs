@@ -313,6 +313,11 @@ impl RobotsCache {
                     return unavailable();
                 }
                 Ok(_) => return ok(Robots::allow_all()),
+                // Not a site that is down: the request itself will be refused the same way
+                // (or its host is fine and only robots.txt redirected somewhere private).
+                Err(e) if e.kind() == crate::ErrorKind::PrivateAddress => {
+                    return ok(Robots::allow_all());
+                }
                 Err(e) => {
                     tracing::info!(url = %target, error = %e, "robots.txt unreachable; host disallowed for now");
                     return unavailable();

@@ -753,3 +753,29 @@ async fn a_hub_that_loses_a_runs_lease_lets_the_run_go_and_adopts_it_when_it_is_
     );
     hub.shutdown().await;
 }
+
+/// An agent that does not allow loopback refuses a run's loopback site: the start page fails
+/// with `private_address` (for good, no retries) and nothing reaches the site.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_does_not_reach_private_addresses_it_does_not_allow() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(5, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let config = silk_agent::AgentConfig {
+        allow_networks: Vec::new(),
+        ..agent_config(dir.path(), "a1")
+    };
+    let _a = start_agent_with(config, &bus).await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let run = hub
+        .submit(request(&site, Strategy::Fixed(1), OnAgentLost::Fail))
+        .await
+        .unwrap();
+    let done = within("the run", 60, hub.wait_run(&run.id)).await.unwrap();
+    assert_eq!(done.stats.success, 0, "{:?}", done.stats);
+    assert!(done.stats.failed >= 1, "{:?}", done.stats);
+    assert_eq!(done.stats.retries, 0, "a private address is not retried");
+    assert_eq!(site.stats().total_requests, 0, "nothing reached the site");
+    hub.shutdown().await;
+}

@@ -40,13 +40,33 @@ pub(crate) fn load_commands(path: Option<&Path>) -> Result<BTreeMap<String, Comm
     parse_commands(&text).map_err(|e| format!("commands {}: {e}", path.display()))
 }
 
+/// The ranges of `allow_networks` (comma-separated CIDRs, as many values as given); the
+/// error names the value.
+pub(crate) fn allow_networks(s: &Settings) -> Result<Vec<ipnet::IpNet>, String> {
+    s.list("allow_networks")
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse::<ipnet::IpNet>()
+                .or_else(|_| v.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    format!("allow_networks: `{v}` is no address range (CIDR such as 10.1.0.0/16)")
+                })
+        })
+        .collect()
+}
+
 /// An agent's config from the settings `silk agent` and `silk up` share.
 pub(crate) fn agent_config(
     s: &Settings,
     data_dir: PathBuf,
     commands: BTreeMap<String, CommandDef>,
+    allow_networks: Vec<ipnet::IpNet>,
 ) -> AgentConfig {
     let mut config = AgentConfig::new(data_dir);
+    config.allow_networks = allow_networks;
     config.commands = commands;
     config.capacity = u32::try_from(s.count("capacity")).unwrap_or(u32::MAX);
     config.heartbeat_interval_ms = s.ms("heartbeat_interval");
@@ -126,7 +146,19 @@ pub async fn run(s: Settings) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let mut config = agent_config(&s, s.path("data_dir").unwrap_or_default(), commands);
+    let networks = match allow_networks(&s) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mut config = agent_config(
+        &s,
+        s.path("data_dir").unwrap_or_default(),
+        commands,
+        networks,
+    );
     config.id = id;
     config.labels = labels;
     config.allow_raw_commands = s.switch("allow_raw_commands");

@@ -239,12 +239,28 @@ pub async fn up(s: Settings) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    let mut networks = match crate::agent::allow_networks(&s) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if s.switch("demo") {
+        // The demo site is served on loopback.
+        networks.extend(
+            ["127.0.0.0/8", "::1/128"]
+                .iter()
+                .filter_map(|n| n.parse::<ipnet::IpNet>().ok()),
+        );
+    }
     let mut agents = Vec::new();
     for k in 1..=agents_n {
         let mut config = crate::agent::agent_config(
             &s,
             data_dir.join("agents").join(format!("local-{k}")),
             commands.clone(),
+            networks.clone(),
         );
         config.id = Some(AgentId::new(format!("local-{k}")));
         config.allow_raw_commands = true;

@@ -104,6 +104,11 @@ fn agent_refuses_bad_settings() {
         ("--namespace", "Bad NS", "error: namespace:"),
         ("--labels", "=x", "error: labels: `=x` has no key"),
         (
+            "--allow-network",
+            "10.0.0.0/33",
+            "error: allow_networks: `10.0.0.0/33` is no address range",
+        ),
+        (
             "--capacity",
             "0",
             "error: --capacity: capacity: 0 is below the least allowed, 1",

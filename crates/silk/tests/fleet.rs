@@ -172,6 +172,7 @@ impl Fleet {
             .arg("16")
             .arg("--data-dir")
             .arg(self.path(id))
+            .args(["--allow-network", "127.0.0.0/8"])
             .arg("--allow-programs");
         let log = self.path(&format!("{id}.log"));
         self.agents

@@ -64,6 +64,8 @@ pub fn agent_config(dir: &Path, id: &str) -> AgentConfig {
         backoff_initial_ms: 10,
         backoff_max_ms: 100,
         shutdown_grace_ms: 5_000,
+        // The test sites are on loopback, which agents do not reach unless allowed.
+        allow_networks: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
         ..AgentConfig::new(dir)
     }
 }

@@ -124,6 +124,8 @@ pub fn agent_config(dir: &Path, id: &str) -> AgentConfig {
         capacity: 16,
         heartbeat_interval_ms: HEARTBEAT_MS,
         shutdown_grace_ms: 0,
+        // The test sites are on loopback, which agents do not reach unless allowed.
+        allow_networks: vec!["127.0.0.0/8".parse().unwrap(), "::1/128".parse().unwrap()],
         ..AgentConfig::new(dir.join(id))
     }
 }

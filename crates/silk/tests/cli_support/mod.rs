@@ -170,7 +170,9 @@ impl Platform {
         let mut cmd = silk();
         cmd.env("RUST_LOG", "info")
             .current_dir(dir.path())
-            .args(["up", "--agents", "2", "--data-dir", ".silk", "--listen"])
+            // The test sites are on loopback, which agents do not reach unless allowed.
+            .args(["up", "--agents", "2", "--allow-network", "127.0.0.0/8"])
+            .args(["--data-dir", ".silk", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .args(up_args);
         let mut up = Proc::spawn(cmd, "silk up", &dir.path().join("up.log"));
