@@ -13,7 +13,9 @@
 //!
 //! Restarts: a version left `building` by a hub that stopped or died (its lease expired,
 //! taken by another hub, or its own after a restart) is queued again, at most
-//! [`MAX_ATTEMPTS`] times, then failed with the reason. A hub that stops mid-build queues
+//! [`MAX_ATTEMPTS`] times, then failed with the reason — decided under the project's lease on
+//! the version read again, so a build that just ended is never queued again and a hub whose
+//! expired lease was taken over cannot record its result. A hub that stops mid-build queues
 //! the version again itself.
 
 use crate::project::{
@@ -70,8 +72,9 @@ async fn recover(shared: &Arc<HubCore>) -> Result<(), crate::error::HubError> {
         if shared.builds.local.lock().contains_key(&row.build_id) {
             continue;
         }
-        let mut doc = version_doc(&row)?;
-        let lease = store.get_lease(&build_lease(&row.project)).await?;
+        let doc = version_doc(&row)?;
+        let lease_name = build_lease(&row.project);
+        let lease = store.get_lease(&lease_name).await?;
         let orphan = match &lease {
             None => true,
             Some(l) => l.expires_ms <= now || Some(&l.holder) != doc.hub.as_ref() || l.holder == me,
@@ -79,6 +82,31 @@ async fn recover(shared: &Arc<HubCore>) -> Result<(), crate::error::HubError> {
         if !orphan {
             continue;
         }
+        // Decide and write under the project's lease, on the version read again: the build may
+        // have ended since the list was read (a ready version must not be queued again), and
+        // a hub whose lease this takes over can no longer record its result.
+        if !store
+            .acquire_lease(&lease_name, me, shared.config.ownership_ttl_ms)
+            .await?
+        {
+            continue;
+        }
+        let release = async || {
+            if !shared.builds.building_here(&row.project) {
+                let _ = store.release_lease(&lease_name, me).await;
+            }
+        };
+        let fresh = store.get_version(&row.project, &row.version).await?;
+        let fresh = fresh.filter(|v| {
+            v.build_id == row.build_id
+                && v.state == "building"
+                && !shared.builds.local.lock().contains_key(&v.build_id)
+        });
+        let Some(row) = fresh else {
+            release().await;
+            continue;
+        };
+        let mut doc = version_doc(&row)?;
         let hub = doc.hub.clone().unwrap_or_else(|| "?".into());
         let (state, reason) = if doc.attempts >= MAX_ATTEMPTS {
             (
@@ -106,7 +134,11 @@ async fn recover(shared: &Arc<HubCore>) -> Result<(), crate::error::HubError> {
             row.created_ms,
             &doc,
         );
-        store.put_version(&fixed).await?;
+        let written = store.put_version_held(&fixed, &lease_name, me).await;
+        release().await;
+        if !written? {
+            continue;
+        }
         if state == VersionState::Failed {
             alert_failed(shared, &row, &doc).await;
         }
