@@ -105,7 +105,7 @@ pub struct AgentConfig {
     /// after DNS, for sites and proxies — except in these ranges (`silk agent
     /// --allow-network 10.1.0.0/16`; `0.0.0.0/0` and `::/0` open everything). A refused
     /// request fails with `private_address`.
-    pub allow_networks: Vec<ipnet::IpNet>,
+    pub allow_networks: Vec<silk_core::net::IpNet>,
 }
 
 impl Default for AgentConfig {

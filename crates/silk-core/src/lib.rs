@@ -10,6 +10,7 @@ pub mod clock;
 pub mod command;
 pub mod error;
 pub mod ids;
+pub mod net;
 pub mod outcome;
 pub mod request;
 pub mod spider;

@@ -1,20 +1,23 @@
-//! Which network addresses a fetch may reach: an [`AddressPolicy`] keeps the runs of a shared
-//! platform off the machines' own networks (loopback, link-local — cloud metadata lives at
+//! Which network addresses the platform's outgoing requests may reach: an [`AddressPolicy`]
+//! keeps the runs of a shared platform (their fetches on agents, their webhook sinks on hubs)
+//! off the machines' own networks (loopback, link-local — cloud metadata lives at
 //! 169.254.169.254 —, RFC 1918, CGNAT, ULA, unspecified, multicast) unless an admin allowed a
 //! range. `silk crawl` on one's own machine has no policy and reaches anything.
 //!
-//! The check happens where the connection is made: a [`Fetcher`](crate::Fetcher) with a
-//! policy resolves names with [`GuardedResolver`], which hands the HTTP client only the
-//! addresses it checked — the client connects to one of them, with no second lookup, so a
-//! name that resolves to a public address when checked and to a private one a moment later
-//! (DNS rebinding) cannot slip through. An IP literal in a URL or a proxy is checked before
-//! anything is sent. Redirects are not followed by the fetcher: each target is a request of
-//! its own and goes through the same checks.
+//! The check happens where the connection is made: an HTTP client under a policy resolves
+//! names with `GuardedResolver` (feature `http`), which hands the client only the addresses
+//! it checked — the client connects to one of them, with no second lookup, so a name that
+//! resolves to a public address when checked and to a private one a moment later (DNS
+//! rebinding) cannot slip through. An IP literal in a URL or a proxy is checked before
+//! anything is sent ([`check_literal`]); a client that follows redirects checks each target
+//! (`guard_client`). The fetcher does not follow redirects: each target is a request of its
+//! own and goes through the same checks.
 
-use ipnet::IpNet;
+pub use ipnet::IpNet;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+#[cfg(feature = "http")]
+use std::{net::SocketAddr, sync::Arc};
 
 /// The ranges a run under a policy may not reach unless allowed: unspecified and "this
 /// network", RFC 1918, CGNAT (RFC 6598), loopback, link-local, IETF protocol assignments,
@@ -122,7 +125,7 @@ impl AddressPolicy {
 }
 
 /// A host that resolved only to addresses an [`AddressPolicy`] denies (or an IP literal it
-/// denies). The fetcher turns it into [`FetchError::PrivateAddress`](crate::FetchError).
+/// denies). The fetcher turns it into its `private_address` failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denied {
     /// The host name (or literal) asked for.
@@ -147,14 +150,26 @@ impl fmt::Display for Denied {
 
 impl std::error::Error for Denied {}
 
-/// The DNS resolver of a fetcher with a policy: the system's resolver (`getaddrinfo`, as the
-/// HTTP client's own), keeping only the addresses the policy permits. A name with none left
-/// fails with [`Denied`]; the client connects only to what this returns.
+/// The DNS resolver of an HTTP client with a policy: the system's resolver (`getaddrinfo`, as
+/// the HTTP client's own), keeping only the addresses the policy permits. A name with none
+/// left fails with [`Denied`]; the client connects only to what this returns.
+#[cfg(feature = "http")]
 #[derive(Debug, Clone)]
-pub(crate) struct GuardedResolver {
-    pub(crate) policy: Arc<AddressPolicy>,
+pub struct GuardedResolver {
+    policy: Arc<AddressPolicy>,
 }
 
+#[cfg(feature = "http")]
+impl GuardedResolver {
+    /// A resolver that keeps to `policy`.
+    pub fn new(policy: AddressPolicy) -> Self {
+        Self {
+            policy: Arc::new(policy),
+        }
+    }
+}
+
+#[cfg(feature = "http")]
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let policy = self.policy.clone();
@@ -179,8 +194,44 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
+/// The [`Denied`] in an error's source chain (an HTTP client's error for a refused name).
+pub fn denied_in<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e Denied> {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(denied) = e.downcast_ref::<Denied>() {
+            return Some(denied);
+        }
+        source = e.source();
+    }
+    None
+}
+
+/// Guards an HTTP client that follows redirects (a webhook's, say) with `policy`: names are
+/// resolved by the guarded resolver (only permitted addresses are connected to), and each
+/// redirect's target is checked (IP literals; names when they resolve), at most
+/// `max_redirects` of them. Check the first URL with [`check_literal`] before sending.
+#[cfg(feature = "http")]
+pub fn guard_client(
+    builder: reqwest::ClientBuilder,
+    policy: &AddressPolicy,
+    max_redirects: usize,
+) -> reqwest::ClientBuilder {
+    let redirects = policy.clone();
+    builder
+        .dns_resolver(GuardedResolver::new(policy.clone()))
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() > max_redirects {
+                return attempt.error(format!("more than {max_redirects} redirects"));
+            }
+            match check_literal(&redirects, attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(denied) => attempt.error(denied),
+            }
+        }))
+}
+
 /// Checks a URL's host when it is an IP literal (a name is checked when it resolves).
-pub(crate) fn check_literal(policy: &AddressPolicy, url: &url::Url) -> Result<(), Denied> {
+pub fn check_literal(policy: &AddressPolicy, url: &url::Url) -> Result<(), Denied> {
     let ip = match url.host() {
         Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
         Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
@@ -199,7 +250,7 @@ pub(crate) fn check_literal(policy: &AddressPolicy, url: &url::Url) -> Result<()
 /// Checks a host by resolving it (for a request's target behind a proxy, which the proxy
 /// connects to: this lookup is a check only, so unlike a direct fetch it does not pin the
 /// address the proxy will use). A name that does not resolve passes (the proxy answers).
-pub(crate) async fn check_host(policy: &AddressPolicy, url: &url::Url) -> Result<(), Denied> {
+pub async fn check_host(policy: &AddressPolicy, url: &url::Url) -> Result<(), Denied> {
     check_literal(policy, url)?;
     let Some(url::Host::Domain(host)) = url.host() else {
         return Ok(());
@@ -303,12 +354,11 @@ mod tests {
         assert!(check_literal(&policy, &url("http://93.184.215.14/")).is_ok());
     }
 
+    #[cfg(feature = "http")]
     #[tokio::test]
     async fn the_resolver_refuses_a_name_of_private_addresses_only() {
         use reqwest::dns::Resolve;
-        let guarded = GuardedResolver {
-            policy: Arc::new(AddressPolicy::default()),
-        };
+        let guarded = GuardedResolver::new(AddressPolicy::default());
         let name: reqwest::dns::Name = "localhost".parse().unwrap();
         let err = match guarded.resolve(name).await {
             Ok(addrs) => panic!("localhost resolved to {:?}", addrs.collect::<Vec<_>>()),
@@ -317,12 +367,10 @@ mod tests {
         let denied = err.downcast_ref::<Denied>().expect("a Denied error");
         assert_eq!(denied.host, "localhost");
         assert!(denied.address.is_loopback());
-        let open = GuardedResolver {
-            policy: Arc::new(AddressPolicy::new(vec![
-                "127.0.0.0/8".parse().unwrap(),
-                "::1/128".parse().unwrap(),
-            ])),
-        };
+        let open = GuardedResolver::new(AddressPolicy::new(vec![
+            "127.0.0.0/8".parse().unwrap(),
+            "::1/128".parse().unwrap(),
+        ]));
         let addrs: Vec<SocketAddr> = open
             .resolve("localhost".parse().unwrap())
             .await

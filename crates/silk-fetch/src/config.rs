@@ -45,11 +45,11 @@ pub struct FetchConfig {
     /// server). They are trusted in addition to the system roots, never instead of them. A
     /// value without a parsable certificate makes `Fetcher::new` fail with `invalid_config`.
     pub extra_root_certs_pem: Vec<String>,
-    /// Which addresses may be reached (see [`crate::net`]): `None` = any (`silk crawl` on
+    /// Which addresses may be reached (see `silk_core::net`): `None` = any (`silk crawl` on
     /// one's own machine); a policy keeps the fetches off private ranges except those it
     /// allows, checked on the addresses connected to (the site's or the proxy's), so a
     /// refused request fails with `private_address`.
-    pub address_policy: Option<crate::net::AddressPolicy>,
+    pub address_policy: Option<silk_core::net::AddressPolicy>,
 }
 
 impl std::fmt::Debug for FetchConfig {

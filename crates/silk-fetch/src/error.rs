@@ -68,7 +68,7 @@ pub enum ErrorKind {
     /// A configuration value or a parsing/extraction rule is invalid.
     InvalidConfig,
     /// The host is (or resolves only to) an address the run may not reach (loopback,
-    /// link-local, private ranges; see [`crate::net`]).
+    /// link-local, private ranges; see `silk_core::net`).
     PrivateAddress,
 }
 

@@ -15,11 +15,11 @@
 use crate::coding::{CodingError, ContentDecoder};
 use crate::config::FetchConfig;
 use crate::error::{FetchError, Retry};
-use crate::net::{Denied, GuardedResolver};
 use crate::proxy::ProxyPool;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
+use silk_core::net::{Denied, GuardedResolver};
 use silk_core::{Method, Request};
 use std::error::Error as _;
 use std::sync::Arc;
@@ -204,9 +204,7 @@ impl Fetcher {
                 .tcp_nodelay(true)
                 .tls_certs_merge(roots.clone());
             let b = match &config.address_policy {
-                Some(policy) => b.dns_resolver(GuardedResolver {
-                    policy: Arc::new(policy.clone()),
-                }),
+                Some(policy) => b.dns_resolver(GuardedResolver::new(policy.clone())),
                 None => b,
             };
             match &jar {
@@ -297,13 +295,13 @@ impl Fetcher {
                     // The proxy connects to the site: its address is checked (a name by the
                     // resolver, as it is connected to), the site's here.
                     Some(i) => {
-                        crate::net::check_literal(policy, self.inner.proxies.url(i))
+                        silk_core::net::check_literal(policy, self.inner.proxies.url(i))
                             .map_err(refused)?;
-                        crate::net::check_host(policy, &url)
+                        silk_core::net::check_host(policy, &url)
                             .await
                             .map_err(refused)?;
                     }
-                    None => crate::net::check_literal(policy, &url).map_err(refused)?,
+                    None => silk_core::net::check_literal(policy, &url).map_err(refused)?,
                 }
             }
             self.fetch_inner(client, req, url, proxy, limit, started)
@@ -541,15 +539,11 @@ fn classify(
     received: u64,
 ) -> FetchError {
     let url = url.to_owned();
-    let mut source = e.source();
-    while let Some(s) = source {
-        if let Some(denied) = s.downcast_ref::<Denied>() {
-            return FetchError::PrivateAddress {
-                url,
-                reason: denied.to_string(),
-            };
-        }
-        source = s.source();
+    if let Some(denied) = silk_core::net::denied_in(e) {
+        return FetchError::PrivateAddress {
+            url,
+            reason: denied.to_string(),
+        };
     }
     if e.is_timeout() {
         return FetchError::Timeout {

@@ -8,8 +8,8 @@
 //! - [`Extractor`] ([`extract`]): links and item fields from a spider's rules, in one
 //!   streaming pass where possible.
 //! - [`RobotsCache`] ([`robots`]): robots.txt per host, fetched once, with crawl-delay.
-//! - [`AddressPolicy`] ([`net`]): the private ranges a platform run may not reach, checked on
-//!   the addresses the connection is made to.
+//! - Under an [`AddressPolicy`] (`silk_core::net`), a fetcher reaches no private range it does
+//!   not allow, checked on the addresses the connection is made to.
 //!
 //! This crate decides nothing about *what* to crawl: dedup, depth, allowed domains,
 //! politeness and retries belong to the frontier and the crawl loop; this crate reports
@@ -22,7 +22,6 @@ mod entities;
 pub mod error;
 pub mod extract;
 pub mod fetcher;
-pub mod net;
 pub mod proxy;
 pub mod robots;
 pub mod verdict;
@@ -32,7 +31,7 @@ pub use decode::{decode_html, decode_html_cow, sniff_encoding};
 pub use error::{ErrorKind, FetchError, Retry};
 pub use extract::{Extractor, Page, Wants};
 pub use fetcher::{Fetch, Fetcher, Response};
-pub use net::AddressPolicy;
 pub use proxy::ProxyPool;
 pub use robots::{Robots, RobotsCache, RobotsVerdict};
+pub use silk_core::net::AddressPolicy;
 pub use verdict::{Harvest, Verdict, harvest, judge, robots_verdict, wants};

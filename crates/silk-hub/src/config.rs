@@ -71,6 +71,10 @@ pub struct HubConfig {
     pub public_url: Option<String>,
     /// What a run gets when its request or spider leaves a setting out.
     pub run_defaults: RunDefaults,
+    /// Private address ranges that runs' webhook sinks may reach (loopback, link-local,
+    /// RFC 1918, CGNAT, ULA, unspecified and multicast addresses are refused otherwise,
+    /// after DNS and on every redirect): `silk hub --allow-network CIDR`.
+    pub allow_networks: Vec<silk_core::net::IpNet>,
 }
 
 /// The settings a run gets when its request (`max_pending`, `stall_timeout_ms`) or its spider
@@ -125,6 +129,7 @@ impl HubConfig {
             alerts: AlertSettings::default(),
             public_url: None,
             run_defaults: RunDefaults::default(),
+            allow_networks: Vec::new(),
         }
     }
 }

@@ -76,6 +76,9 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
             )));
         }
     }
+    if let Some(w) = request.sinks.as_ref().and_then(|s| s.webhook.as_ref()) {
+        crate::sinks::check_webhook(&hub.config, &w.url)?;
+    }
     let defaults = hub.config.run_defaults;
     let unset = |key: &str| !silk_core::spider::SpiderSpec::sets(&request.spider, key);
     let lease_timeout_ms = unset("lease_timeout_ms").then_some(defaults.lease_timeout_ms);

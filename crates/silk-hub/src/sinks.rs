@@ -94,8 +94,13 @@ impl Target {
                     request = request.header(k, v);
                 }
                 let answer = request.send().await.map_err(|e| {
-                    // reqwest's error names the URL, never the headers.
-                    format!("POST failed: {e}")
+                    match silk_core::net::denied_in(&e) {
+                        Some(denied) => format!(
+                            "POST refused: {denied} (not allowed for runs of this hub: allow_networks)"
+                        ),
+                        // reqwest's error names the URL, never the headers.
+                        None => format!("POST failed: {e}"),
+                    }
                 })?;
                 if answer.status().is_success() {
                     Ok(())
@@ -105,6 +110,24 @@ impl Target {
             }
         }
     }
+}
+
+/// The addresses webhook sinks may reach.
+fn webhook_policy(config: &crate::HubConfig) -> silk_core::net::AddressPolicy {
+    silk_core::net::AddressPolicy::new(config.allow_networks.clone())
+}
+
+/// Refuses a webhook sink whose URL is a private IP literal not allowed by the hub (a name
+/// is checked as it resolves, at each delivery).
+pub(crate) fn check_webhook(config: &crate::HubConfig, url: &str) -> Result<(), HubError> {
+    let Ok(url) = reqwest::Url::parse(url) else {
+        return Ok(()); // the request's own check names a bad URL
+    };
+    silk_core::net::check_literal(&webhook_policy(config), &url).map_err(|denied| {
+        HubError::BadRun(format!(
+            "sinks.webhook.url: {denied} (not allowed for runs of this hub: allow_networks)"
+        ))
+    })
 }
 
 /// Starts the sink tasks of a run that has sinks (new, resumed, or ended with items not yet
@@ -117,8 +140,8 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
         targets.push(Target::Sql);
     }
     if let Some(w) = &record.sinks.webhook {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
+        let builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        let client = silk_core::net::guard_client(builder, &webhook_policy(&shared.config), 5)
             .build()
             .map_err(|e| HubError::BadRun(format!("sinks.webhook: {e}")))?;
         targets.push(Target::Webhook(w.clone(), client));

@@ -994,6 +994,86 @@ async fn a_run_with_a_redis_frontier_keeps_its_items_in_the_store_for_its_sinks(
     sinks_get_every_item_once(Some(redis)).await;
 }
 
+/// A hub that does not allow loopback keeps webhook sinks off it: a literal address is
+/// refused when the run starts (400, naming the field), a name that resolves to loopback at
+/// each delivery (the run log says why); the receiver hears nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhook_sinks_do_not_reach_private_addresses_the_hub_does_not_allow() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(5, 0).await;
+    let config = silk_hub::HubConfig {
+        allow_networks: Vec::new(),
+        ..hub_config(dir.path())
+    };
+    let hub = Hub::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
+        .await
+        .expect("hub starts");
+    let _a = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = calls.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move || {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { axum::http::StatusCode::OK }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let job = |name: &str, hook: String| {
+        serde_json::from_value::<JobSpec>(json!({
+            "name": name, "spider": SPIDER, "args": site_args(&site),
+            "sinks": {"webhook": {"url": hook}}
+        }))
+        .unwrap()
+    };
+    let literal = hub
+        .create_job(job("literal", format!("http://127.0.0.1:{port}/hook")))
+        .await
+        .unwrap();
+    let refused = hub
+        .trigger(&literal.id, Default::default())
+        .await
+        .unwrap_err();
+    let said = refused.to_string();
+    assert!(
+        said.contains("sinks.webhook.url: 127.0.0.1 is a private address"),
+        "{said}"
+    );
+    let named = hub
+        .create_job(job("named", format!("http://localhost:{port}/hook")))
+        .await
+        .unwrap();
+    let run = hub.trigger(&named.id, Default::default()).await.unwrap();
+    let api = Api::serve(&hub).await;
+    until("the refusal in the run log", async || {
+        let page = api
+            .client
+            .logs(
+                run.id.as_str(),
+                &LogParams {
+                    q: Some("POST refused".into()),
+                    ..LogParams::default()
+                },
+            )
+            .await
+            .ok()?;
+        page.lines
+            .iter()
+            .any(|l| {
+                l.message
+                    .contains("localhost resolves to a private address")
+            })
+            .then_some(())
+    })
+    .await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 0);
+    hub.shutdown().await;
+}
+
 async fn sinks_get_every_item_once(frontier_url: Option<String>) {
     let dir = TempDir::new().unwrap();
     let bus = bus();

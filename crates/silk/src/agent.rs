@@ -42,15 +42,18 @@ pub(crate) fn load_commands(path: Option<&Path>) -> Result<BTreeMap<String, Comm
 
 /// The ranges of `allow_networks` (comma-separated CIDRs, as many values as given); the
 /// error names the value.
-pub(crate) fn allow_networks(s: &Settings) -> Result<Vec<ipnet::IpNet>, String> {
+pub(crate) fn allow_networks(s: &Settings) -> Result<Vec<silk_core::net::IpNet>, String> {
     s.list("allow_networks")
         .iter()
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .map(|v| {
-            v.parse::<ipnet::IpNet>()
-                .or_else(|_| v.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            v.parse::<silk_core::net::IpNet>()
+                .or_else(|_| {
+                    v.parse::<std::net::IpAddr>()
+                        .map(silk_core::net::IpNet::from)
+                })
                 .map_err(|_| {
                     format!("allow_networks: `{v}` is no address range (CIDR such as 10.1.0.0/16)")
                 })
@@ -63,7 +66,7 @@ pub(crate) fn agent_config(
     s: &Settings,
     data_dir: PathBuf,
     commands: BTreeMap<String, CommandDef>,
-    allow_networks: Vec<ipnet::IpNet>,
+    allow_networks: Vec<silk_core::net::IpNet>,
 ) -> AgentConfig {
     let mut config = AgentConfig::new(data_dir);
     config.allow_networks = allow_networks;

@@ -230,7 +230,15 @@ pub async fn up(s: Settings) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(code) => return Ok(code),
     };
+    let mut networks = match crate::agent::allow_networks(&s) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let mut config = hub_config(&s, data_dir.join("hub"), router.as_ref());
+    config.allow_networks = networks.clone();
     config.public_url = Some(public_url(&s, listener.local_addr()?));
     let hub = match Hub::start(config, bus.clone(), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
@@ -239,19 +247,12 @@ pub async fn up(s: Settings) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let mut networks = match crate::agent::allow_networks(&s) {
-        Ok(n) => n,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
-    };
     if s.switch("demo") {
         // The demo site is served on loopback.
         networks.extend(
             ["127.0.0.0/8", "::1/128"]
                 .iter()
-                .filter_map(|n| n.parse::<ipnet::IpNet>().ok()),
+                .filter_map(|n| n.parse::<silk_core::net::IpNet>().ok()),
         );
     }
     let mut agents = Vec::new();
@@ -419,6 +420,13 @@ pub async fn hub(s: Settings) -> anyhow::Result<ExitCode> {
     };
     let data_dir = s.path("data_dir").unwrap_or_default();
     let mut config = hub_config(&s, data_dir, router.as_ref());
+    config.allow_networks = match crate::agent::allow_networks(&s) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     config.public_url = Some(public_url(&s, listener.local_addr()?));
     config.hub_id = s.text("id");
     config.ownership_ttl_ms = s.ms("ownership_ttl");
