@@ -21,8 +21,8 @@ use std::{net::SocketAddr, sync::Arc};
 
 /// The ranges a run under a policy may not reach unless allowed: unspecified and "this
 /// network", RFC 1918, CGNAT (RFC 6598), loopback, link-local, IETF protocol assignments,
-/// benchmarking, multicast, reserved and broadcast; IPv6 unspecified, loopback, ULA,
-/// link-local, the old site-local, multicast. IPv6 forms that embed an IPv4 address
+/// benchmarking, multicast, reserved and broadcast; IPv6 unspecified, loopback, local-use
+/// NAT64 (RFC 8215), ULA, link-local, the old site-local, multicast. IPv6 forms that embed an IPv4 address
 /// (IPv4-mapped and -compatible, NAT64, 6to4) are judged by that address.
 const SPECIAL_V4: &[(Ipv4Addr, u8)] = &[
     (Ipv4Addr::new(0, 0, 0, 0), 8),
@@ -41,6 +41,7 @@ const SPECIAL_V4: &[(Ipv4Addr, u8)] = &[
 const SPECIAL_V6: &[(Ipv6Addr, u8)] = &[
     (Ipv6Addr::UNSPECIFIED, 128),
     (Ipv6Addr::LOCALHOST, 128),
+    (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48),
     (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),
     (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),
     (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10),
@@ -217,7 +218,9 @@ pub fn guard_client(
     max_redirects: usize,
 ) -> reqwest::ClientBuilder {
     let redirects = policy.clone();
+    // No system proxy (`HTTP_PROXY`, …): a proxy would resolve and reach names itself.
     builder
+        .no_proxy()
         .dns_resolver(GuardedResolver::new(policy.clone()))
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() > max_redirects {
@@ -303,6 +306,7 @@ mod tests {
             "::127.0.0.1",
             "64:ff9b::a9fe:a9fe",
             "2002:c0a8:0101::1",
+            "64:ff9b:1::a00:1",
         ];
         let policy = AddressPolicy::default();
         for a in denied {

@@ -91,54 +91,13 @@ async fn recover(shared: &Arc<HubCore>) -> Result<(), crate::error::HubError> {
         {
             continue;
         }
-        let release = async || {
-            if !shared.builds.building_here(&row.project) {
-                let _ = store.release_lease(&lease_name, me).await;
-            }
-        };
-        let fresh = store.get_version(&row.project, &row.version).await?;
-        let fresh = fresh.filter(|v| {
-            v.build_id == row.build_id
-                && v.state == "building"
-                && !shared.builds.local.lock().contains_key(&v.build_id)
-        });
-        let Some(row) = fresh else {
-            release().await;
+        let decided = requeue_held(shared, &row, &lease_name).await;
+        if !shared.builds.building_here(&row.project) {
+            let _ = store.release_lease(&lease_name, me).await;
+        }
+        let Some((row, doc, state, reason)) = decided? else {
             continue;
         };
-        let mut doc = version_doc(&row)?;
-        let hub = doc.hub.clone().unwrap_or_else(|| "?".into());
-        let (state, reason) = if doc.attempts >= MAX_ATTEMPTS {
-            (
-                VersionState::Failed,
-                format!(
-                    "the build was interrupted {} times (its hub stopped or died; last {hub})",
-                    doc.attempts
-                ),
-            )
-        } else {
-            (
-                VersionState::Queued,
-                format!("hub {hub} stopped during the build; queued again"),
-            )
-        };
-        doc.reason = Some(reason.clone());
-        if state == VersionState::Failed {
-            doc.finished_ms = Some(shared.clock.now_ms());
-        }
-        let fixed = version_row(
-            &row.project,
-            &row.version,
-            &row.build_id,
-            state,
-            row.created_ms,
-            &doc,
-        );
-        let written = store.put_version_held(&fixed, &lease_name, me).await;
-        release().await;
-        if !written? {
-            continue;
-        }
         if state == VersionState::Failed {
             alert_failed(shared, &row, &doc).await;
         }
@@ -150,6 +109,61 @@ async fn recover(shared: &Arc<HubCore>) -> Result<(), crate::error::HubError> {
         }
     }
     Ok(())
+}
+
+/// Under the project's build lease `lease` (held by this hub): reads the version again and,
+/// if it is still the orphaned build (`building`, same build id, not building here), queues
+/// it again or fails it for good; the written row, its document, state and reason, or `None`
+/// when there was nothing to do (or the lease was lost meanwhile).
+async fn requeue_held(
+    shared: &HubCore,
+    listed: &VersionRow,
+    lease: &str,
+) -> Result<Option<(VersionRow, VersionDoc, VersionState, String)>, crate::error::HubError> {
+    let store = &shared.store;
+    let fresh = store.get_version(&listed.project, &listed.version).await?;
+    let Some(row) = fresh.filter(|v| {
+        v.build_id == listed.build_id
+            && v.state == "building"
+            && !shared.builds.local.lock().contains_key(&v.build_id)
+    }) else {
+        return Ok(None);
+    };
+    let mut doc = version_doc(&row)?;
+    let hub = doc.hub.clone().unwrap_or_else(|| "?".into());
+    let (state, reason) = if doc.attempts >= MAX_ATTEMPTS {
+        (
+            VersionState::Failed,
+            format!(
+                "the build was interrupted {} times (its hub stopped or died; last {hub})",
+                doc.attempts
+            ),
+        )
+    } else {
+        (
+            VersionState::Queued,
+            format!("hub {hub} stopped during the build; queued again"),
+        )
+    };
+    doc.reason = Some(reason.clone());
+    if state == VersionState::Failed {
+        doc.finished_ms = Some(shared.clock.now_ms());
+    }
+    let fixed = version_row(
+        &row.project,
+        &row.version,
+        &row.build_id,
+        state,
+        row.created_ms,
+        &doc,
+    );
+    if !store
+        .put_version_held(&fixed, lease, shared.hub_id.as_str())
+        .await?
+    {
+        return Ok(None);
+    }
+    Ok(Some((row, doc, state, reason)))
 }
 
 /// Tells the alerts that a version failed to build for good.
@@ -350,8 +364,10 @@ async fn run_build(shared: Arc<HubCore>, row: VersionRow, mut doc: VersionDoc) {
             tracing::error!(project = %row.project, version = %row.version, error = %e, "build result not stored; the version will be built again");
         }
     }
-    let _ = shared.store.release_lease(&lease, me).await;
+    // Not building here before the lease goes: a recovery pass that takes the lease in
+    // between must see that and let it go.
     shared.builds.local.lock().remove(&row.build_id);
+    let _ = shared.store.release_lease(&lease, me).await;
     shared.builds.changed.send_modify(|n| *n += 1);
     if state == VersionState::Ready {
         retention(&shared, &row.project).await;

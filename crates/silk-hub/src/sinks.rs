@@ -86,6 +86,9 @@ impl Target {
                     "items": keyed.iter().map(|(k, v)| serde_json::json!({"key": k, "item": v})).collect::<Vec<_>>(),
                 });
                 let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
+                // An IP literal is connected to without a lookup: checked here, on every
+                // delivery (also of a run started before this hub's allow_networks changed).
+                check_webhook(&shared.config, &w.url).map_err(|e| e.to_string())?;
                 let mut request = client
                     .post(&w.url)
                     .header(reqwest::header::CONTENT_TYPE, "application/json")

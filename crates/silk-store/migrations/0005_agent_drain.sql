@@ -3,3 +3,6 @@
 -- Portable SQL like 0001.
 
 ALTER TABLE agents ADD COLUMN drained BIGINT NOT NULL DEFAULT 0;
+
+-- A drain set before this version lived in the registration document (compact JSON).
+UPDATE agents SET drained = 1 WHERE register LIKE '%"drained":true%';
