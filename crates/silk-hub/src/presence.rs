@@ -194,13 +194,9 @@ pub(crate) async fn drain_sync_loop(shared: Arc<HubCore>) {
             _ = tick.tick() => {}
         }
         let changes = shared.registry.lock().drain_changes();
-        match shared.store.list_agents().await {
-            Ok(rows) => {
-                let drained = rows
-                    .iter()
-                    .filter(|r| r.drained)
-                    .map(|r| silk_core::AgentId::new(r.id.clone()))
-                    .collect();
+        match shared.store.list_drained_agents().await {
+            Ok(ids) => {
+                let drained = ids.into_iter().map(silk_core::AgentId::new).collect();
                 shared.registry.lock().replace_drained(drained, changes);
             }
             Err(e) => tracing::debug!(error = %e, "drained agents not read from the store"),

@@ -524,6 +524,7 @@ pub async fn agent_drain_survives_put(f: &dyn StoreFactory) {
         .map(|a| a.id.as_str())
         .collect();
     assert_eq!(drained, ["b"]);
+    assert_eq!(s.list_drained_agents().await.expect("drained ids"), ["b"]);
 }
 
 /// Allocations: put replaces the run's whole set atomically; bad input changes nothing.

@@ -900,6 +900,15 @@ macro_rules! impl_meta_store {
                 Ok(execute(&self.pool, query, "set_agent_drained").await? > 0)
             }
 
+            async fn list_drained_agents(&self) -> Result<Vec<String>, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                let sql = format!("SELECT id FROM agents WHERE drained <> 0 ORDER BY id{}", $c);
+                fetch_list(&self.pool, sqlx::query(&sql), "list_drained_agents", |row| {
+                    Cols::new(row, "agent", "?").get("id")
+                })
+                .await
+            }
+
             async fn get_agent(&self, id: &str) -> Result<Option<AgentRow>, StoreError> {
                 let _clock = $crate::held::hold_clock();
                 let sql = format!("SELECT {AGENT_COLS} FROM agents WHERE id = $1");

@@ -95,6 +95,9 @@ pub trait MetaStore:
     /// Sets or ends the agent's drain. Whether the agent exists.
     async fn set_agent_drained(&self, id: &str, drained: bool) -> Result<bool, StoreError>;
 
+    /// The ids of the drained agents, sorted (read often by every hub: ids only).
+    async fn list_drained_agents(&self) -> Result<Vec<String>, StoreError>;
+
     /// The agent with this id.
     async fn get_agent(&self, id: &str) -> Result<Option<AgentRow>, StoreError>;
 
