@@ -22,6 +22,7 @@ use crate::model::{
 };
 use crate::projects::{ARTIFACT_CHUNK, ProjectRow, VersionRow, build_log_key};
 use crate::store::MetaStore;
+use crate::tenants::{DEFAULT_TENANT, TenantRow};
 use async_trait::async_trait;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -60,7 +61,7 @@ macro_rules! store_conformance_tests {
             reopen_keeps_data, concurrent_open, projects_crud, versions_queue_and_lease,
             project_delete_takes_its_versions_logs_and_deliveries, artifacts_in_chunks,
             settings_first_value_wins, alert_rules_crud, alerts_outbox,
-            ended_runs_noticed_once);
+            ended_runs_noticed_once, tenants_scope_their_objects);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -99,6 +100,7 @@ fn job(id: &str, name: &str) -> JobRow {
         next_fire_ms: None,
         last_fire_ms: None,
         queued: 0,
+        tenant: DEFAULT_TENANT.to_owned(),
     }
 }
 
@@ -110,6 +112,7 @@ fn run(id: &str, job_id: Option<&str>, state: &str, created_ms: u64) -> RunRow {
         created_ms,
         finished_ms: None,
         record: json!({"id": id, "stats": {"pages": 0}}),
+        tenant: DEFAULT_TENANT.to_owned(),
     }
 }
 
@@ -118,7 +121,8 @@ fn token(id: &str, created_ms: u64) -> TokenRow {
         id: id.to_owned(),
         name: format!("token {id}"),
         hash: format!("{:0>64}", id.len()),
-        admin: false,
+        tenant: DEFAULT_TENANT.to_owned(),
+        role: "member".to_owned(),
         created_ms,
         last_used_ms: None,
     }
@@ -255,10 +259,10 @@ pub async fn jobs_crud(f: &dyn StoreFactory) {
     }
     assert_eq!(s.get_job("j1").await.expect("get_job"), Some(a.clone()));
     assert_eq!(
-        s.get_job_by_name("Backfill").await.expect("by name"),
+        s.get_job_by_name(DEFAULT_TENANT, "Backfill").await.expect("by name"),
         Some(b.clone())
     );
-    assert_eq!(s.get_job_by_name("backfill").await.expect("by name"), None);
+    assert_eq!(s.get_job_by_name(DEFAULT_TENANT, "backfill").await.expect("by name"), None);
     let names = pluck(s.list_jobs().await.expect("list_jobs"), |j| j.name);
     assert_eq!(names, ["Backfill", "hourly-a", "nightly"]);
 
@@ -272,9 +276,9 @@ pub async fn jobs_crud(f: &dyn StoreFactory) {
     a2.queued = 3;
     s.update_job(&a2).await.expect("update_job");
     assert_eq!(s.get_job("j1").await.expect("get_job"), Some(a2.clone()));
-    assert_eq!(s.get_job_by_name("nightly").await.expect("by name"), None);
+    assert_eq!(s.get_job_by_name(DEFAULT_TENANT, "nightly").await.expect("by name"), None);
     assert_eq!(
-        s.get_job_by_name("nightly-2").await.expect("by name"),
+        s.get_job_by_name(DEFAULT_TENANT, "nightly-2").await.expect("by name"),
         Some(a2)
     );
 
@@ -375,6 +379,7 @@ pub async fn runs_filter_and_order(f: &dyn StoreFactory) {
     }
     let filter = |job_id: Option<&str>, states: &[&str], limit, newest_first| RunFilter {
         job_id: job_id.map(str::to_owned),
+        tenant: None,
         states: states.iter().map(|&state| state.to_owned()).collect(),
         limit,
         newest_first,
@@ -1055,7 +1060,7 @@ pub async fn logs_bad_batch_is_atomic(f: &dyn StoreFactory) {
 pub async fn tokens_lifecycle(f: &dyn StoreFactory) {
     let s = f.open().await;
     let mut admin = token("t-admin", T0);
-    admin.admin = true;
+    admin.role = "admin".to_owned();
     let user = token("t-user", T0 + 5);
     let early = token("t-early", T0 - 5);
     for t in [&admin, &user, &early] {
@@ -2188,4 +2193,102 @@ pub async fn ended_runs_noticed_once(f: &dyn StoreFactory) {
     finished.finished_ms = Some(T0 + 40);
     s.put_run(&finished).await.unwrap();
     assert_eq!(ids(s.unnoticed_runs(10).await.unwrap()), ["late", "open"]);
+}
+
+/// Tenants: `default` exists; create (conflict on a name), list by name, update; job names
+/// are unique within a tenant only; runs and log searches filter by tenant; a token keeps
+/// its tenant and role; a tenant that still owns a job, run or token is not deleted.
+pub async fn tenants_scope_their_objects(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let tenant = |name: &str| TenantRow {
+        name: name.to_owned(),
+        doc: json!({"weight": 1}),
+        created_ms: T0,
+        updated_ms: T0,
+    };
+    let names = |rows: Vec<TenantRow>| rows.into_iter().map(|t| t.name).collect::<Vec<_>>();
+    assert_eq!(names(s.list_tenants().await.expect("list")), [DEFAULT_TENANT]);
+    s.create_tenant(&tenant("acme")).await.expect("create");
+    s.create_tenant(&tenant("Zeta")).await.expect("create");
+    let res = s.create_tenant(&tenant("acme")).await;
+    expect_err(res, "Conflict", &["acme"], "duplicate tenant");
+    assert_eq!(
+        names(s.list_tenants().await.expect("list")),
+        ["Zeta", "acme", DEFAULT_TENANT]
+    );
+    let mut acme = tenant("acme");
+    acme.doc = json!({"weight": 3});
+    acme.updated_ms = T0 + 1;
+    s.update_tenant(&acme).await.expect("update");
+    assert_eq!(s.get_tenant("acme").await.expect("get"), Some(acme));
+    let res = s.update_tenant(&tenant("nobody")).await;
+    expect_err(res, "NotFound", &["nobody"], "update of a missing tenant");
+
+    // The same job name in two tenants; not twice in one.
+    let mut theirs = job("j-acme", "nightly");
+    theirs.tenant = "acme".to_owned();
+    s.create_job(&job("j-default", "nightly")).await.expect("job");
+    s.create_job(&theirs).await.expect("same name, other tenant");
+    let mut again = job("j-acme-2", "nightly");
+    again.tenant = "acme".to_owned();
+    let res = s.create_job(&again).await;
+    expect_err(res, "Conflict", &["nightly"], "a name twice in a tenant");
+    assert_eq!(
+        s.get_job_by_name("acme", "nightly").await.expect("by name"),
+        Some(theirs)
+    );
+    assert_eq!(
+        s.get_job_by_name("Zeta", "nightly").await.expect("by name"),
+        None
+    );
+
+    // Runs and their logs, by tenant.
+    let mut r = run("r-acme", Some("j-acme"), "running", T0);
+    r.tenant = "acme".to_owned();
+    s.put_run(&r).await.expect("run");
+    s.put_run(&run("r-default", Some("j-default"), "running", T0 + 1))
+        .await
+        .expect("run");
+    assert_eq!(s.get_run("r-acme").await.expect("get").expect("run").tenant, "acme");
+    let filter = RunFilter {
+        tenant: Some("acme".to_owned()),
+        ..RunFilter::default()
+    };
+    let ids = pluck(s.list_runs(&filter).await.expect("list"), |r| r.id);
+    assert_eq!(ids, ["r-acme"]);
+    assert_eq!(s.count_runs(&filter).await.expect("count"), 1);
+    let lines = [
+        line("r-acme", T0, Level::Info, "acme line"),
+        line("r-default", T0, Level::Info, "default line"),
+        line(&build_log_key("b1"), T0, Level::Info, "build line"),
+    ];
+    s.append_logs(&lines).await.expect("append");
+    let search = LogSearch {
+        tenant: Some("acme".to_owned()),
+        limit: 10,
+        ..LogSearch::default()
+    };
+    let found = pluck(s.search_logs(&search).await.expect("search"), |l| l.message);
+    assert_eq!(found, ["acme line"]);
+
+    // Tokens keep tenant and role.
+    let mut t = token("t-acme", T0);
+    t.tenant = "acme".to_owned();
+    t.role = "owner".to_owned();
+    s.create_token(&t).await.expect("token");
+    assert_eq!(s.get_token("t-acme").await.expect("get"), Some(t));
+
+    // Deleting: refused while the tenant owns something, then done.
+    let res = s.delete_tenant("acme").await;
+    expect_err(res, "Conflict", &["acme", "jobs"], "a tenant with a job");
+    assert!(s.delete_job("j-acme").await.expect("delete job"));
+    let res = s.delete_tenant("acme").await;
+    expect_err(res, "Conflict", &["acme", "runs"], "a tenant with a run");
+    assert!(s.delete_run("r-acme").await.expect("delete run"));
+    let res = s.delete_tenant("acme").await;
+    expect_err(res, "Conflict", &["acme", "tokens"], "a tenant with a token");
+    assert!(s.delete_token("t-acme").await.expect("delete token"));
+    assert!(s.delete_tenant("acme").await.expect("delete"));
+    assert!(!s.delete_tenant("acme").await.expect("delete again"));
+    assert_eq!(s.get_tenant("acme").await.expect("get"), None);
 }

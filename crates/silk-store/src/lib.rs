@@ -81,6 +81,7 @@ mod sql_alerts;
 mod sql_projects;
 mod sqlite;
 pub mod store;
+pub mod tenants;
 pub mod testing;
 
 pub use alerts::{ALERT_PENDING, AlertFilter, AlertRow, AlertRuleRow, AlertStore};
@@ -92,6 +93,7 @@ pub use model::{
 pub use projects::{ARTIFACT_CHUNK, DocRow, ProjectRow, ProjectStore, VersionRow, build_log_key};
 pub use redact::redact_url;
 pub use store::MetaStore;
+pub use tenants::{DEFAULT_TENANT, TenantRow, TenantStore};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -17,8 +17,10 @@ pub const MAX_PAGE: u32 = 1000;
 pub struct JobRow {
     /// The job's id (primary key).
     pub id: String,
-    /// The job's name, unique among jobs.
+    /// The job's name, unique among its tenant's jobs.
     pub name: String,
+    /// The tenant the job belongs to.
+    pub tenant: String,
     /// Whether the scheduler fires the job.
     pub enabled: bool,
     /// The hub's job document (spider, schedule, run options…).
@@ -42,6 +44,8 @@ pub struct RunRow {
     pub id: String,
     /// The job the run was started for, if any.
     pub job_id: Option<String>,
+    /// The tenant the run belongs to (its job's).
+    pub tenant: String,
     /// The run's state (`queued`, `running`, `finished`, …; the hub's vocabulary).
     pub state: String,
     /// When the run was created.
@@ -57,6 +61,8 @@ pub struct RunRow {
 pub struct RunFilter {
     /// Only the runs of this job.
     pub job_id: Option<String>,
+    /// Only the runs of this tenant.
+    pub tenant: Option<String>,
     /// Only runs in one of these states; empty means any state.
     pub states: Vec<String>,
     /// At most this many runs (ignored by `count_runs`).
@@ -268,6 +274,8 @@ pub struct LogSearch {
     pub run_id: Option<String>,
     /// Only lines of this job's runs (its id).
     pub job_id: Option<String>,
+    /// Only lines of this tenant's runs (not build logs).
+    pub tenant: Option<String>,
     /// Only lines at this level or above.
     pub min_level: Option<Level>,
     /// Only lines whose message contains this text, ignoring case (as [`LogQuery::text`]).
@@ -291,8 +299,11 @@ pub struct TokenRow {
     pub name: String,
     /// Hex SHA-256 of the token's secret, computed by the caller.
     pub hash: String,
-    /// Whether the token may administer (tokens, jobs…).
-    pub admin: bool,
+    /// The tenant the token belongs to.
+    pub tenant: String,
+    /// Its role in the tenant (`admin`, `owner`, `member`, `viewer`; the hub's vocabulary).
+    /// The store also keeps whether it is `admin` in a column of its own.
+    pub role: String,
     /// When the token was created.
     pub created_ms: u64,
     /// When the token was last used, if ever.

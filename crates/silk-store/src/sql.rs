@@ -59,6 +59,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0005_agent_drain",
         sql: include_str!("../migrations/0005_agent_drain.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_tenants",
+        sql: include_str!("../migrations/0006_tenants.sql"),
+    },
 ];
 
 /// The table that records applied migrations (created at open if missing).
@@ -270,16 +275,17 @@ macro_rules! impl_meta_store {
             let created_ms = to_db(run.created_ms, || w("created_ms"))?;
             let finished_ms = opt_to_db(run.finished_ms, || w("finished_ms"))?;
             let (source, op) = match held {
-                None => ("VALUES ($1, $2, $3, $4, $5, $6)", "put_run"),
+                None => ("VALUES ($1, $2, $3, $4, $5, $6, $7)", "put_run"),
                 Some(_) => (
-                    "SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS \
-                     (SELECT 1 FROM leases WHERE name = $7 AND holder = $8)",
+                    "SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS \
+                     (SELECT 1 FROM leases WHERE name = $8 AND holder = $9)",
                     "put_run_held",
                 ),
             };
             let sql = format!(
-                "INSERT INTO runs (id, job_id, state, created_ms, finished_ms, record) {source} \
-                 ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, \
+                "INSERT INTO runs (id, job_id, state, created_ms, finished_ms, record, tenant) \
+                 {source} ON CONFLICT (id) DO UPDATE SET job_id = excluded.job_id, \
+                 tenant = excluded.tenant, \
                  state = excluded.state, created_ms = excluded.created_ms, \
                  finished_ms = excluded.finished_ms, record = excluded.record"
             );
@@ -289,7 +295,8 @@ macro_rules! impl_meta_store {
                 .bind(&run.state)
                 .bind(created_ms)
                 .bind(finished_ms)
-                .bind(&record);
+                .bind(&record)
+                .bind(&run.tenant);
             if let Some((lease, holder)) = held {
                 query = query.bind(lease).bind(holder);
             }
@@ -408,7 +415,7 @@ macro_rules! impl_meta_store {
         }
 
         const JOB_COLS: &str = "id, name, enabled, spec, created_ms, updated_ms, next_fire_ms, \
-                                last_fire_ms, queued";
+                                last_fire_ms, queued, tenant";
 
         fn job_from_row(row: &DbRow) -> Result<JobRow, StoreError> {
             let id: String = Cols::new(row, "job", "?").get("id")?;
@@ -426,6 +433,7 @@ macro_rules! impl_meta_store {
                 next_fire_ms: c.opt_u64("next_fire_ms")?,
                 last_fire_ms: c.opt_u64("last_fire_ms")?,
                 queued,
+                tenant: c.get("tenant")?,
                 id,
             })
         }
@@ -451,7 +459,7 @@ macro_rules! impl_meta_store {
                 })
             }
 
-            /// Binds `$1` to `$9` of `query`: the columns of `job` in [`JOB_COLS`] order.
+            /// Binds `$1` to `$10` of `query`: the columns of `job` in [`JOB_COLS`] order.
             fn bind<'q>(&'q self, job: &'q JobRow, query: Query<'q>) -> Query<'q> {
                 query
                     .bind(&job.id)
@@ -463,10 +471,11 @@ macro_rules! impl_meta_store {
                     .bind(self.next_fire_ms)
                     .bind(self.last_fire_ms)
                     .bind(i64::from(job.queued))
+                    .bind(&job.tenant)
             }
         }
 
-        const RUN_COLS: &str = "id, job_id, state, created_ms, finished_ms, record";
+        const RUN_COLS: &str = "id, job_id, state, created_ms, finished_ms, record, tenant";
 
         fn run_from_row(row: &DbRow) -> Result<RunRow, StoreError> {
             let id: String = Cols::new(row, "run", "?").get("id")?;
@@ -477,6 +486,7 @@ macro_rules! impl_meta_store {
                 created_ms: c.u64("created_ms")?,
                 finished_ms: c.opt_u64("finished_ms")?,
                 record: c.json("record")?,
+                tenant: c.get("tenant")?,
                 id,
             })
         }
@@ -486,6 +496,10 @@ macro_rules! impl_meta_store {
             let mut sep = " WHERE ";
             if let Some(job_id) = &filter.job_id {
                 qb.push(sep).push("job_id = ").push_bind(job_id.as_str());
+                sep = " AND ";
+            }
+            if let Some(tenant) = &filter.tenant {
+                qb.push(sep).push("tenant = ").push_bind(tenant.as_str());
                 sep = " AND ";
             }
             if !filter.states.is_empty() {
@@ -545,7 +559,7 @@ macro_rules! impl_meta_store {
             })
         }
 
-        const TOKEN_COLS: &str = "id, name, hash, admin, created_ms, last_used_ms";
+        const TOKEN_COLS: &str = "id, name, hash, tenant, role, created_ms, last_used_ms";
 
         fn token_from_row(row: &DbRow) -> Result<TokenRow, StoreError> {
             let id: String = Cols::new(row, "token", "?").get("id")?;
@@ -553,7 +567,8 @@ macro_rules! impl_meta_store {
             Ok(TokenRow {
                 name: c.get("name")?,
                 hash: c.get("hash")?,
-                admin: c.bool("admin")?,
+                tenant: c.get("tenant")?,
+                role: c.get("role")?,
                 created_ms: c.u64("created_ms")?,
                 last_used_ms: c.opt_u64("last_used_ms")?,
                 id,
@@ -736,7 +751,7 @@ macro_rules! impl_meta_store {
                 const OP: &str = "create_job";
                 let b = JobBinds::new(job)?;
                 let sql = format!(
-                    "INSERT INTO jobs ({JOB_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                    "INSERT INTO jobs ({JOB_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
                 );
                 let res = b.bind(job, sqlx::query(&sql)).execute(&self.pool).await;
                 match res {
@@ -759,8 +774,8 @@ macro_rules! impl_meta_store {
                 let b = JobBinds::new(job)?;
                 let update = sqlx::query(
                     "UPDATE jobs SET name = $2, enabled = $3, spec = $4, created_ms = $5, \
-                     updated_ms = $6, next_fire_ms = $7, last_fire_ms = $8, queued = $9 \
-                     WHERE id = $1",
+                     updated_ms = $6, next_fire_ms = $7, last_fire_ms = $8, queued = $9, \
+                     tenant = $10 WHERE id = $1",
                 );
                 let res = b.bind(job, update).execute(&self.pool).await;
                 match res {
@@ -782,10 +797,14 @@ macro_rules! impl_meta_store {
                 fetch_opt(&self.pool, query, "get_job", job_from_row).await
             }
 
-            async fn get_job_by_name(&self, name: &str) -> Result<Option<JobRow>, StoreError> {
+            async fn get_job_by_name(
+                &self,
+                tenant: &str,
+                name: &str,
+            ) -> Result<Option<JobRow>, StoreError> {
                 let _clock = $crate::held::hold_clock();
-                let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE name = $1");
-                let query = sqlx::query(&sql).bind(name);
+                let sql = format!("SELECT {JOB_COLS} FROM jobs WHERE tenant = $1 AND name = $2");
+                let query = sqlx::query(&sql).bind(tenant).bind(name);
                 fetch_opt(&self.pool, query, "get_job_by_name", job_from_row).await
             }
 
@@ -1079,6 +1098,11 @@ macro_rules! impl_meta_store {
                         .push_bind(job.as_str())
                         .push(")");
                 }
+                if let Some(tenant) = &search.tenant {
+                    qb.push(" AND run_id IN (SELECT id FROM runs WHERE tenant = ")
+                        .push_bind(tenant.as_str())
+                        .push(")");
+                }
                 push_log_filters(&mut qb, search.min_level, search.text.as_deref(), since, until);
                 if let Some(before) = search.before_id {
                     qb.push(" AND id < ").push_bind(before);
@@ -1124,15 +1148,17 @@ macro_rules! impl_meta_store {
                 let created_ms = to_db(token.created_ms, || w("created_ms"))?;
                 let last_used_ms = opt_to_db(token.last_used_ms, || w("last_used_ms"))?;
                 let res = sqlx::query(
-                    "INSERT INTO tokens (id, name, hash, admin, created_ms, last_used_ms) \
-                     VALUES ($1, $2, $3, $4, $5, $6)",
+                    "INSERT INTO tokens (id, name, hash, admin, created_ms, last_used_ms, tenant, \
+                     role) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 )
                 .bind(&token.id)
                 .bind(&token.name)
                 .bind(&token.hash)
-                .bind(i64::from(token.admin))
+                .bind(i64::from(token.role == "admin"))
                 .bind(created_ms)
                 .bind(last_used_ms)
+                .bind(&token.tenant)
+                .bind(&token.role)
                 .execute(&self.pool)
                 .await;
                 match res {
@@ -1400,6 +1426,72 @@ mod tests {
     fn pattern_escapes_like_wildcards() {
         assert_eq!(contains_pattern("50%_off!"), "%50!%!_off!!%");
         assert_eq!(contains_pattern(""), "%%");
+    }
+
+    /// A store made before tenants (schema 5, with a job, a run, an admin and a plain
+    /// token) opened by this build: everything belongs to `default`, the admin stays admin.
+    #[tokio::test]
+    async fn data_before_tenants_moves_to_the_default_tenant() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("old.db");
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("connect");
+        sqlx::Executor::execute(&mut conn, sqlx::raw_sql(MIGRATIONS_TABLE))
+            .await
+            .expect("history");
+        for m in MIGRATIONS.iter().filter(|m| m.version <= 5) {
+            sqlx::Executor::execute(&mut conn, sqlx::raw_sql(m.sql))
+                .await
+                .expect(m.name);
+            sqlx::query(
+                "INSERT INTO silk_migrations (version, name, checksum, applied_ms) \
+                 VALUES ($1, $2, $3, 0)",
+            )
+            .bind(m.version)
+            .bind(m.name)
+            .bind(checksum(m.sql))
+            .execute(&mut conn)
+            .await
+            .expect("record");
+        }
+        let old = "INSERT INTO jobs (id, name, enabled, spec, created_ms, updated_ms, queued) \
+                   VALUES ('j1', 'nightly', 1, '{}', 1, 1, 0); \
+                   INSERT INTO runs (id, job_id, state, created_ms, record) \
+                   VALUES ('r1', 'j1', 'succeeded', 1, '{}'); \
+                   INSERT INTO tokens (id, name, hash, admin, created_ms) \
+                   VALUES ('a1', 'root', 'h', 1, 1), ('m1', 'ci', 'h', 0, 2);";
+        sqlx::Executor::execute(&mut conn, sqlx::raw_sql(old))
+            .await
+            .expect("old rows");
+        conn.close().await.expect("close");
+
+        let store = crate::open_sqlite(&path).await.expect("migrates");
+        let job = store.get_job("j1").await.expect("job").expect("kept");
+        assert_eq!(job.tenant, crate::DEFAULT_TENANT);
+        let by_name = store.get_job_by_name(crate::DEFAULT_TENANT, "nightly").await;
+        assert_eq!(by_name.expect("by name"), Some(job));
+        let run = store.get_run("r1").await.expect("run").expect("kept");
+        assert_eq!(run.tenant, crate::DEFAULT_TENANT);
+        let roles: Vec<(String, String, String)> = store
+            .list_tokens()
+            .await
+            .expect("tokens")
+            .into_iter()
+            .map(|t| (t.id, t.tenant, t.role))
+            .collect();
+        let d = crate::DEFAULT_TENANT.to_owned();
+        assert_eq!(
+            roles,
+            [
+                ("a1".to_owned(), d.clone(), "admin".to_owned()),
+                ("m1".to_owned(), d.clone(), "member".to_owned())
+            ]
+        );
+        let tenants = store.list_tenants().await.expect("tenants");
+        assert_eq!(tenants.len(), 1);
+        assert_eq!(tenants[0].name, d);
+        store.close().await;
     }
 
     #[test]

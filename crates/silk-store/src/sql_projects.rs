@@ -476,6 +476,73 @@ macro_rules! impl_project_store {
                     .map_err(|e| StoreError::query(OP, e))
             }
         }
+
+        const TENANTS: DocTable = DocTable {
+            table: "tenants",
+            what: "tenant",
+        };
+
+        fn tenant_from_row(row: &DbRow) -> Result<$crate::projects::DocRow, StoreError> {
+            doc_from_row(row, TENANTS)
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::tenants::TenantStore for $store {
+            async fn create_tenant(
+                &self,
+                tenant: &$crate::tenants::TenantRow,
+            ) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
+                create_doc(&self.pool, TENANTS, tenant, "create_tenant").await
+            }
+
+            async fn update_tenant(
+                &self,
+                tenant: &$crate::tenants::TenantRow,
+            ) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
+                update_doc(&self.pool, TENANTS, tenant, "update_tenant").await
+            }
+
+            async fn get_tenant(
+                &self,
+                name: &str,
+            ) -> Result<Option<$crate::tenants::TenantRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                let sql = format!("SELECT {DOC_COLS} FROM tenants WHERE name = $1");
+                let query = sqlx::query(&sql).bind(name);
+                fetch_opt(&self.pool, query, "get_tenant", tenant_from_row).await
+            }
+
+            async fn list_tenants(&self) -> Result<Vec<$crate::tenants::TenantRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                let sql = format!("SELECT {DOC_COLS} FROM tenants ORDER BY name{}", $c);
+                fetch_list(&self.pool, sqlx::query(&sql), "list_tenants", tenant_from_row).await
+            }
+
+            async fn delete_tenant(&self, name: &str) -> Result<bool, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                const OP: &str = "delete_tenant";
+                let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
+                for table in ["jobs", "runs", "tokens"] {
+                    let sql = format!("SELECT COUNT(*) FROM {table} WHERE tenant = $1");
+                    let count: i64 = sqlx::query_scalar(&sql)
+                        .bind(name)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(|e| StoreError::query(OP, e))?;
+                    if count > 0 {
+                        return Err(StoreError::Conflict {
+                            what: format!("tenant {name:?} still has {count} {table}"),
+                        });
+                    }
+                }
+                let query = sqlx::query("DELETE FROM tenants WHERE name = $1").bind(name);
+                let deleted = execute(&mut *tx, query, OP).await?;
+                tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
+                Ok(deleted > 0)
+            }
+        }
     };
 }
 

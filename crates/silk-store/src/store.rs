@@ -15,7 +15,12 @@ use async_trait::async_trait;
 /// [`crate::alerts::AlertStore`] part.
 #[async_trait]
 pub trait MetaStore:
-    crate::projects::ProjectStore + crate::alerts::AlertStore + Send + Sync + std::fmt::Debug
+    crate::projects::ProjectStore
+    + crate::alerts::AlertStore
+    + crate::tenants::TenantStore
+    + Send
+    + Sync
+    + std::fmt::Debug
 {
     /// `"sqlite"` or `"postgres"`.
     fn backend(&self) -> &'static str;
@@ -44,8 +49,9 @@ pub trait MetaStore:
     /// The job with this id.
     async fn get_job(&self, id: &str) -> Result<Option<JobRow>, StoreError>;
 
-    /// The job with this name.
-    async fn get_job_by_name(&self, name: &str) -> Result<Option<JobRow>, StoreError>;
+    /// The job of `tenant` with this name.
+    async fn get_job_by_name(&self, tenant: &str, name: &str)
+    -> Result<Option<JobRow>, StoreError>;
 
     /// All jobs, by name.
     async fn list_jobs(&self) -> Result<Vec<JobRow>, StoreError>;

@@ -27,6 +27,7 @@ async fn the_clock_stands_still_while_a_store_call_runs() {
             next_fire_ms: None,
             last_fire_ms: None,
             queued: 0,
+            tenant: silk_store::DEFAULT_TENANT.to_owned(),
         };
         store.create_job(&job).await.expect("create");
         assert_eq!(store.list_jobs().await.expect("list").len() as u64, i + 1);

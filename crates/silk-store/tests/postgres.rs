@@ -84,6 +84,7 @@ async fn tables_live_in_the_search_path_schema() {
             "seq_counters",
             "settings",
             "silk_migrations",
+            "tenants",
             "tokens",
             "versions"
         ]
