@@ -16,6 +16,7 @@ use crate::projects::{
     BuildLog, BuildLogParams, BuildRequest, NewProject, ProjectRequest, ProjectView, VersionView,
 };
 use crate::runs::{ItemsPage, ItemsParams, RestartRequest, RunRequest, RunView, RunsParams};
+use crate::tenants::{TenantRequest, TenantView};
 use crate::tokens::{NewToken, TokenRequest, TokenView};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -170,6 +171,7 @@ pub struct Client {
     base: Url,
     http: reqwest::Client,
     token: Option<String>,
+    tenant: Option<reqwest::header::HeaderValue>,
     timeout: Duration,
 }
 
@@ -205,8 +207,19 @@ impl Client {
             base,
             http,
             token,
+            tenant: None,
             timeout: DEFAULT_REQUEST_TIMEOUT,
         })
+    }
+
+    /// The client acting in `tenant` (header `X-Silk-Tenant`; an admin token's choice, any
+    /// other token may name only its own tenant).
+    pub fn with_tenant(mut self, tenant: &str) -> Result<Self, ClientError> {
+        let value = reqwest::header::HeaderValue::from_str(tenant).map_err(|_| {
+            ClientError::Setup(format!("tenant `{tenant}`: not valid in an HTTP header"))
+        })?;
+        self.tenant = Some(value);
+        Ok(self)
     }
 
     /// The client with another time limit per request.
@@ -537,21 +550,40 @@ impl Client {
             .parse("an agent")
     }
 
-    /// `GET /api/v1/tokens` (admin).
+    /// `GET /api/v1/tenants`: every tenant (admin), or the caller's.
+    pub async fn tenants(&self) -> Result<Vec<TenantView>, ClientError> {
+        self.get(&["api", "v1", "tenants"])
+            .await?
+            .parse("a list of tenants")
+    }
+
+    /// `POST /api/v1/tenants` (admin).
+    pub async fn create_tenant(&self, request: &TenantRequest) -> Result<TenantView, ClientError> {
+        self.post(&["api", "v1", "tenants"], &to_json(request)?)
+            .await?
+            .parse("a tenant")
+    }
+
+    /// `DELETE /api/v1/tenants/{name}` (admin): only a tenant that owns nothing.
+    pub async fn delete_tenant(&self, name: &str) -> Result<(), ClientError> {
+        self.delete(&["api", "v1", "tenants", name]).await.map(drop)
+    }
+
+    /// `GET /api/v1/tokens` (admin, or an owner: its tenant's).
     pub async fn tokens(&self) -> Result<Vec<TokenView>, ClientError> {
         self.get(&["api", "v1", "tokens"])
             .await?
             .parse("a list of tokens")
     }
 
-    /// `POST /api/v1/tokens` (admin): the only answer that holds the token's secret.
+    /// `POST /api/v1/tokens` (admin, or an owner in its tenant): the only answer that holds the token's secret.
     pub async fn create_token(&self, request: &TokenRequest) -> Result<NewToken, ClientError> {
         self.post(&["api", "v1", "tokens"], &to_json(request)?)
             .await?
             .parse("a new token")
     }
 
-    /// `DELETE /api/v1/tokens/{id}` (admin).
+    /// `DELETE /api/v1/tokens/{id}` (admin, or an owner: its tenant's).
     pub async fn delete_token(&self, id: &str) -> Result<(), ClientError> {
         self.delete(&["api", "v1", "tokens", id]).await.map(drop)
     }
@@ -747,6 +779,10 @@ impl Client {
 
     /// The request with the token (marked sensitive: never logged).
     fn authorized(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        let request = match &self.tenant {
+            Some(tenant) => request.header(crate::tenants::TENANT_HEADER, tenant.clone()),
+            None => request,
+        };
         let Some(token) = &self.token else {
             return request;
         };

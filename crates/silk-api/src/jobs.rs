@@ -137,6 +137,10 @@ pub struct PendingRetry {
 pub struct Job {
     /// The job id.
     pub id: String,
+    /// The tenant it belongs to.
+    #[serde(default = "crate::tenants::default_tenant")]
+    #[schema(required = true)]
+    pub tenant: String,
     /// The definition.
     #[serde(flatten)]
     pub spec: JobSpec,

@@ -3,7 +3,7 @@
 //! - [`ErrorCode`], the one set of machine-readable error codes with the HTTP status each one
 //!   is answered with, and [`ApiError`], the body of every error answer;
 //! - the request and response types of the hub's API: [`runs`], [`jobs`], [`agents`],
-//!   [`tokens`], [`logs`], [`projects`], [`alerts`], with a run's [`health`] thresholds; their OpenAPI schemas are
+//!   [`tokens`], [`tenants`], [`logs`], [`projects`], [`alerts`], with a run's [`health`] thresholds; their OpenAPI schemas are
 //!   derived here (the hub's document is made from them);
 //! - [`downloader`], the schema of a run's downloader config (what the hub checks at submit
 //!   and the agents compile);
@@ -25,6 +25,7 @@ pub mod logs;
 pub mod programs;
 pub mod projects;
 pub mod runs;
+pub mod tenants;
 pub mod tokens;
 
 use serde::{Deserialize, Serialize};

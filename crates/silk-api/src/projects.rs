@@ -86,6 +86,10 @@ pub struct ProjectRequest {
 pub struct ProjectView {
     /// Its name.
     pub name: String,
+    /// The tenant it belongs to.
+    #[serde(default = "crate::tenants::default_tenant")]
+    #[schema(required = true)]
+    pub tenant: String,
     /// The repository.
     pub git_url: String,
     /// The git user.

@@ -367,6 +367,10 @@ pub struct RunView {
     pub items_path: Option<PathBuf>,
     /// The counters.
     pub stats: RunStats,
+    /// The tenant it belongs to (its job's, or its submitter's).
+    #[serde(default = "crate::tenants::default_tenant")]
+    #[schema(required = true)]
+    pub tenant: String,
     /// The job it is a run of.
     pub job_id: Option<String>,
     /// The job's name.

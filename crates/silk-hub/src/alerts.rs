@@ -295,6 +295,7 @@ async fn previous_failed(
     };
     let filter = RunFilter {
         job_id: Some(job_id.clone()),
+        tenant: None,
         states: vec!["succeeded".into(), "failed".into()],
         limit: Some(50),
         newest_first: true,

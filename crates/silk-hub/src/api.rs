@@ -42,7 +42,7 @@
 mod alerts;
 mod projects;
 
-use crate::auth::Principal;
+use crate::auth::{Principal, Role};
 use crate::error::HubError;
 use crate::hub::{HubHandle, RunQuery};
 use axum::Json;
@@ -65,6 +65,7 @@ use silk_api::programs::{
 use silk_api::runs::{
     ItemsPage, ItemsParams, RestartRequest, RunRequest, RunState, RunView, RunsParams,
 };
+use silk_api::tenants::{TenantRequest, TenantView};
 use silk_api::tokens::{NewToken, TokenRequest, TokenView};
 use silk_core::RunId;
 use silk_store::{Level, LogQuery};
@@ -202,6 +203,8 @@ fn api_routes() -> (
         .routes(routes!(fetch_for_run))
         .routes(routes!(list_tokens, create_token))
         .routes(routes!(delete_token))
+        .routes(routes!(list_tenants, create_tenant))
+        .routes(routes!(get_tenant, delete_tenant))
         .merge(projects::routes())
         .merge(alerts::routes())
         .split_for_parts();
@@ -274,12 +277,14 @@ async fn authenticate(
             tracing::warn!(method = %request.method(), path = %request.uri().path(), "{why}");
             return ApiError::new(ErrorCode::Forbidden, why).into_response();
         }
-        request.extensions_mut().insert(Principal {
-            token_id: "none".into(),
-            admin: true,
-            run: None,
-        });
-        return next.run(request).await;
+        let asked = asked_tenant(&request);
+        return match act_in_tenant(&hub, Principal::local_admin(), asked).await {
+            Ok(principal) => {
+                request.extensions_mut().insert(principal);
+                next.run(request).await
+            }
+            Err(e) => e.into_response(),
+        };
     }
     let header = request
         .headers()
@@ -311,7 +316,8 @@ async fn authenticate(
                 }
                 request.extensions_mut().insert(Principal {
                     token_id: format!("run:{}", scope.run),
-                    admin: false,
+                    role: crate::auth::Role::Member,
+                    tenant: scope.tenant,
                     run: Some(scope.run),
                 });
                 next.run(request).await
@@ -324,14 +330,76 @@ async fn authenticate(
             Err(e) => ApiError::from(e).into_response(),
         };
     }
-    match hub.authenticate(token).await {
-        Ok(Some(principal)) => {
-            request.extensions_mut().insert(principal);
-            next.run(request).await
+    let principal = match hub.authenticate(token).await {
+        Ok(Some(principal)) => principal,
+        Ok(None) => {
+            return ApiError::new(ErrorCode::Unauthorized, "invalid token").into_response();
         }
-        Ok(None) => ApiError::new(ErrorCode::Unauthorized, "invalid token").into_response(),
-        Err(e) => ApiError::from(e).into_response(),
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let principal = match act_in_tenant(&hub, principal, asked_tenant(&request)).await {
+        Ok(principal) => principal,
+        Err(e) => return e.into_response(),
+    };
+    if principal.role == crate::auth::Role::Viewer
+        && !matches!(
+            *request.method(),
+            axum::http::Method::GET | axum::http::Method::HEAD
+        )
+    {
+        tracing::warn!(token = %principal.token_id, method = %request.method(), path = %request.uri().path(), "refused: a viewer token only reads");
+        return ApiError::new(
+            ErrorCode::Forbidden,
+            "a viewer token only reads (GET); this needs a member, an owner or an admin",
+        )
+        .into_response();
     }
+    request.extensions_mut().insert(principal);
+    next.run(request).await
+}
+
+/// The tenant the request's `X-Silk-Tenant` header names, if any (trimmed).
+fn asked_tenant(request: &Request) -> Option<String> {
+    request
+        .headers()
+        .get(silk_api::tenants::TENANT_HEADER)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}").trim().to_owned())
+}
+
+/// The tenant a request acts in: the token's own, or for an admin the one the
+/// `X-Silk-Tenant` header names (which must exist: `404` otherwise). Any other token
+/// naming another tenant is refused (`403`).
+async fn act_in_tenant(
+    hub: &HubHandle,
+    mut principal: Principal,
+    asked: Option<String>,
+) -> ApiResult<Principal> {
+    let Some(tenant) = asked else {
+        return Ok(principal);
+    };
+    let tenant = tenant.as_str();
+    if tenant.is_empty() || tenant == principal.tenant {
+        return Ok(principal);
+    }
+    if !principal.is_admin() {
+        tracing::warn!(token = %principal.token_id, "refused: X-Silk-Tenant names another tenant");
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!(
+                "X-Silk-Tenant: this token acts only in its own tenant `{}`",
+                principal.tenant
+            ),
+        ));
+    }
+    if !silk_api::tenants::valid_tenant_name(tenant) {
+        return Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "X-Silk-Tenant: not a tenant name",
+        ));
+    }
+    hub.tenant(tenant).await?;
+    principal.tenant = tenant.to_owned();
+    Ok(principal)
 }
 
 /// Whether a run token of `scope` may call `method path`: its run (read), its items, its
@@ -391,13 +459,41 @@ fn cross_site(request: &Request) -> Option<String> {
     }
 }
 
-fn require_admin(principal: &Principal) -> ApiResult<()> {
-    require_admin_for(principal, "manage tokens")
+/// Refuses a token below `role`, naming what it may not do.
+pub(crate) fn require_role(
+    principal: &Principal,
+    role: crate::auth::Role,
+    what: &str,
+) -> ApiResult<()> {
+    if principal.role >= role {
+        Ok(())
+    } else {
+        tracing::warn!(token = %principal.token_id, "refused: only an {role} token may {what}");
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("only an {role} (or admin) token may {what}"),
+        ))
+    }
+}
+
+/// The run `id` if it belongs to the principal's tenant; another tenant's run is no run
+/// (`404`, as if it did not exist).
+pub(crate) async fn own_run(
+    hub: &HubHandle,
+    principal: &Principal,
+    id: &str,
+) -> ApiResult<(RunId, RunView)> {
+    let id = run_id(id)?;
+    let view = hub.run(&id).await?;
+    if view.tenant != principal.tenant {
+        return Err(HubError::NoSuchRun(id).into());
+    }
+    Ok((id, view))
 }
 
 /// Refuses a token that is not an admin's, naming what only an admin may do.
 pub(crate) fn require_admin_for(principal: &Principal, what: &str) -> ApiResult<()> {
-    if principal.admin {
+    if principal.is_admin() {
         Ok(())
     } else {
         tracing::warn!(token = %principal.token_id, "refused: only an admin token may {what}");
@@ -411,7 +507,7 @@ pub(crate) fn require_admin_for(principal: &Principal, what: &str) -> ApiResult<
 /// Refuses a program from a token that is not an admin's: a program's command runs on the
 /// agents (until tenants and their pools, only admins define what runs there).
 fn check_program(principal: &Principal, program: bool) -> ApiResult<()> {
-    if program && !principal.admin {
+    if program && !principal.is_admin() {
         tracing::warn!(token = %principal.token_id, "refused: a program from a non-admin token");
         return Err(ApiError::new(
             ErrorCode::Forbidden,
@@ -441,7 +537,7 @@ fn check_commands(
     if fields.is_empty() {
         return Ok(());
     }
-    if !principal.admin {
+    if !principal.is_admin() {
         tracing::warn!(token = %principal.token_id, fields = %fields.join(", "), "raw command refused: not an admin token");
         return Err(ApiError::new(
             ErrorCode::Forbidden,
@@ -589,8 +685,13 @@ async fn undrain_agent(
 
 /// Every job, by name.
 #[utoipa::path(get, path = "/api/v1/jobs", responses((status = 200, body = [Job])))]
-async fn list_jobs(State(hub): State<HubHandle>) -> ApiResult<Json<Vec<Job>>> {
-    Ok(Json(hub.jobs().await?))
+async fn list_jobs(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> ApiResult<Json<Vec<Job>>> {
+    let mut jobs = hub.jobs().await?;
+    jobs.retain(|j| j.tenant == principal.tenant);
+    Ok(Json(jobs))
 }
 
 /// Creates a job.
@@ -604,15 +705,19 @@ async fn create_job(
     let spec: JobSpec = parse_body(&body)?;
     check_commands(&principal, spec.downloader.as_ref())?;
     check_program(&principal, spec.program.is_some())?;
-    let job = hub.create_job(spec).await?;
+    let job = hub.create_job_in(&principal.tenant, spec).await?;
     Ok((StatusCode::CREATED, Json(job)).into_response())
 }
 
 /// A job, by id or name.
 #[utoipa::path(get, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
     responses((status = 200, body = Job), (status = 404, body = silk_api::ApiError)))]
-async fn get_job(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    Ok(Json(hub.job(&id).await?))
+async fn get_job(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Job>> {
+    Ok(Json(hub.job_in(&principal.tenant, &id).await?))
 }
 
 /// Changes a job: a JSON merge patch of `JobSpec` fields (`null` resets one).
@@ -633,14 +738,20 @@ async fn patch_job(
             .get("downloader")
             .and_then(serde_json::Value::as_object),
     )?;
-    Ok(Json(hub.update_job(&id, &patch).await?))
+    let job = hub.job_in(&principal.tenant, &id).await?;
+    Ok(Json(hub.update_job(&job.id, &patch).await?))
 }
 
 /// Deletes a job (its runs stay).
 #[utoipa::path(delete, path = "/api/v1/jobs/{id}", params(("id" = String, Path, description = "job id or name")),
     responses((status = 204), (status = 404, body = silk_api::ApiError)))]
-async fn delete_job(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<StatusCode> {
-    hub.delete_job(&id).await?;
+async fn delete_job(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let job = hub.job_in(&principal.tenant, &id).await?;
+    hub.delete_job(&job.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -666,10 +777,12 @@ fn parse_states(text: Option<&str>) -> ApiResult<Vec<RunState>> {
     responses((status = 200, body = [RunView]), (status = 404, body = silk_api::ApiError)))]
 async fn job_runs(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Query(params): Query<RunsParams>,
 ) -> ApiResult<Json<Vec<RunView>>> {
-    Ok(Json(hub.job_runs(&id, params.limit).await?))
+    let job = hub.job_in(&principal.tenant, &id).await?;
+    Ok(Json(hub.job_runs(&job.id, params.limit).await?))
 }
 
 /// Triggers a run of the job now.
@@ -678,11 +791,13 @@ async fn job_runs(
     responses((status = 201, body = RunView), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn trigger_job(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Response> {
     let trigger: TriggerRequest = parse_optional_body(&body)?;
-    let view = hub.trigger(&id, trigger).await?;
+    let job = hub.job_in(&principal.tenant, &id).await?;
+    let view = hub.trigger(&job.id, trigger).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
@@ -690,14 +805,16 @@ async fn trigger_job(
 #[utoipa::path(get, path = "/api/v1/runs", params(RunsParams), responses((status = 200, body = [RunView])))]
 async fn list_runs(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Query(params): Query<RunsParams>,
 ) -> ApiResult<Json<Vec<RunView>>> {
     let job_id = match &params.job {
-        Some(j) => Some(hub.job(j).await?.id),
+        Some(j) => Some(hub.job_in(&principal.tenant, j).await?.id),
         None => None,
     };
     let query = RunQuery {
         job_id,
+        tenant: Some(principal.tenant.clone()),
         states: parse_states(params.state.as_deref())?,
         limit: params.limit,
     };
@@ -715,15 +832,19 @@ async fn submit_run(
     let request: RunRequest = parse_body(&body)?;
     check_commands(&principal, request.downloader.as_ref())?;
     check_program(&principal, request.program.is_some())?;
-    let view = hub.submit(request).await?;
+    let view = hub.submit_in(&principal.tenant, request).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
 /// A run with its counters.
 #[utoipa::path(get, path = "/api/v1/runs/{id}", params(("id" = String, Path, description = "run id")),
     responses((status = 200, body = RunView), (status = 404, body = silk_api::ApiError)))]
-async fn get_run(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiResult<Json<RunView>> {
-    Ok(Json(hub.run(&run_id(&id)?).await?))
+async fn get_run(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunView>> {
+    Ok(Json(own_run(&hub, &principal, &id).await?.1))
 }
 
 /// Pauses a running run: no new dispatch; requests out finish.
@@ -731,9 +852,11 @@ async fn get_run(State(hub): State<HubHandle>, Path(id): Path<String>) -> ApiRes
     responses((status = 200, body = RunView), (status = 409, body = silk_api::ApiError)))]
 async fn pause_run(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunView>> {
-    Ok(Json(hub.pause(&run_id(&id)?).await?))
+    let (id, _) = own_run(&hub, &principal, &id).await?;
+    Ok(Json(hub.pause(&id).await?))
 }
 
 /// Resumes a paused run.
@@ -741,9 +864,11 @@ async fn pause_run(
     responses((status = 200, body = RunView), (status = 409, body = silk_api::ApiError)))]
 async fn resume_run(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunView>> {
-    Ok(Json(hub.resume(&run_id(&id)?).await?))
+    let (id, _) = own_run(&hub, &principal, &id).await?;
+    Ok(Json(hub.resume(&id).await?))
 }
 
 /// Cancels a run; answers once it is recorded as cancelled.
@@ -751,9 +876,11 @@ async fn resume_run(
     responses((status = 200, body = RunView), (status = 409, body = silk_api::ApiError)))]
 async fn cancel_run(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<RunView>> {
-    Ok(Json(hub.cancel(&run_id(&id)?).await?))
+    let (id, _) = own_run(&hub, &principal, &id).await?;
+    Ok(Json(hub.cancel(&id).await?))
 }
 
 /// Restarts a run: stops it if active, then starts a new run of the same spider.
@@ -762,11 +889,13 @@ async fn cancel_run(
     responses((status = 201, body = RunView), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn restart_run(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Response> {
     let request: RestartRequest = parse_optional_body(&body)?;
-    let view = hub.restart(&run_id(&id)?, request.keep_frontier).await?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
+    let view = hub.restart(&id, request.keep_frontier).await?;
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
@@ -802,11 +931,11 @@ fn parse_level(text: Option<&str>) -> ApiResult<Option<Level>> {
     responses((status = 200, body = LogPage), (status = 404, body = silk_api::ApiError)))]
 async fn run_logs(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Query(params): Query<LogParams>,
 ) -> ApiResult<Json<LogPage>> {
-    let id = run_id(&id)?;
-    hub.run(&id).await?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
     let newest_first = match params.order.as_deref() {
         None | Some("asc") => false,
         Some("desc") => true,
@@ -839,16 +968,18 @@ async fn run_logs(
     responses((status = 200, body = LogPage), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
 async fn search_logs(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Query(params): Query<LogSearchParams>,
 ) -> ApiResult<Json<LogPage>> {
     let limit = params.limit.unwrap_or(100).clamp(1, 1000);
     let job_id = match params.job.as_deref().filter(|j| !j.is_empty()) {
-        Some(job) => Some(hub.job(job).await?.id),
+        Some(job) => Some(hub.job_in(&principal.tenant, job).await?.id),
         None => None,
     };
     let search = silk_store::LogSearch {
         run_id: params.run.filter(|r| !r.is_empty()),
         job_id,
+        tenant: Some(principal.tenant.clone()),
         min_level: parse_level(params.level.as_deref())?,
         text: params.q.filter(|q| !q.is_empty()),
         since_ms: stored_time(params.since_ms),
@@ -891,11 +1022,11 @@ fn log_page(
     responses((status = 200, content_type = "text/event-stream", description = "events `run`, `log`, `end`"), (status = 404, body = silk_api::ApiError)))]
 async fn run_events(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Query(params): Query<EventParams>,
 ) -> ApiResult<Response> {
-    let id = run_id(&id)?;
-    hub.run(&id).await?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
     let level = parse_level(params.level.as_deref())?;
     let logs = params.logs.unwrap_or(true);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Event>(256);
@@ -1021,10 +1152,11 @@ pub(crate) async fn send_log_lines(
     responses((status = 200, body = ItemsPage), (status = 404, body = silk_api::ApiError)))]
 async fn run_items(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Query(params): Query<ItemsParams>,
 ) -> ApiResult<Json<ItemsPage>> {
-    let id = run_id(&id)?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
     let limit = params.limit.unwrap_or(100).clamp(1, 1000) as usize;
     let cursor = params.cursor.unwrap_or(0);
     Ok(Json(hub.run_items(&id, cursor, limit).await?))
@@ -1037,10 +1169,11 @@ async fn run_items(
     responses((status = 200, body = ItemsAdded), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn push_run_items(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Json<ItemsAdded>> {
-    let id = run_id(&id)?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
     let batch: ItemsBatch = parse_body(&body)?;
     Ok(Json(hub.push_items(&id, batch).await?))
 }
@@ -1052,10 +1185,11 @@ async fn push_run_items(
     responses((status = 200, body = Enqueued), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn enqueue_run_requests(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Json<Enqueued>> {
-    let id = run_id(&id)?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
     let batch: EnqueueBatch = parse_body(&body)?;
     Ok(Json(hub.enqueue_requests(&id, batch).await?))
 }
@@ -1067,10 +1201,11 @@ async fn enqueue_run_requests(
     responses((status = 200, body = Leases), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn lease_run_requests(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Json<Leases>> {
-    let id = run_id(&id)?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
     let ask: LeaseAsk = parse_body(&body)?;
     Ok(Json(hub.lease_requests(&id, ask).await?))
 }
@@ -1082,10 +1217,11 @@ async fn lease_run_requests(
     responses((status = 200, body = Acked), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn ack_run_requests(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Json<Acked>> {
-    let id = run_id(&id)?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
     let batch: AckBatch = parse_body(&body)?;
     Ok(Json(hub.ack_requests(&id, batch).await?))
 }
@@ -1098,39 +1234,49 @@ async fn ack_run_requests(
     responses((status = 200, body = Fetched), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError), (status = 503, body = silk_api::ApiError)))]
 async fn fetch_for_run(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Json<Fetched>> {
-    let id = run_id(&id)?;
+    let (id, _) = own_run(&hub, &principal, &id).await?;
     let ask: FetchAsk = parse_body(&body)?;
     Ok(Json(hub.fetch_for_program(&id, ask).await?))
 }
 
-/// API tokens (admin only; no secrets).
+/// The tokens of the tenant (owner or admin; no secrets).
 #[utoipa::path(get, path = "/api/v1/tokens", responses((status = 200, body = [TokenView]), (status = 403, body = silk_api::ApiError)))]
 async fn list_tokens(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,
 ) -> ApiResult<Json<Vec<TokenView>>> {
-    require_admin(&principal)?;
-    Ok(Json(hub.tokens().await?))
+    require_role(&principal, Role::Owner, "manage tokens")?;
+    Ok(Json(hub.tokens(Some(&principal.tenant)).await?))
 }
 
-/// Creates a token (admin only); the answer is the only place its secret appears.
+/// Creates a token (an owner in its tenant, an admin in any; only an admin makes admin
+/// tokens); the answer is the only place its secret appears.
 #[utoipa::path(post, path = "/api/v1/tokens", request_body = TokenRequest,
-    responses((status = 201, body = NewToken), (status = 403, body = silk_api::ApiError)))]
+    responses((status = 201, body = NewToken), (status = 403, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
 async fn create_token(
     State(hub): State<HubHandle>,
     axum::Extension(principal): axum::Extension<Principal>,
     Body(body): Body,
 ) -> ApiResult<Response> {
-    require_admin(&principal)?;
+    require_role(&principal, Role::Owner, "manage tokens")?;
     let request: TokenRequest = parse_body(&body)?;
-    let token = hub.create_token(&request.name, request.admin).await?;
+    let role = request.role();
+    if role == Role::Admin {
+        require_admin_for(&principal, "make admin tokens")?;
+    }
+    let tenant = request.tenant.as_deref().unwrap_or(&principal.tenant);
+    if tenant != principal.tenant {
+        require_admin_for(&principal, "make tokens of another tenant")?;
+    }
+    let token = hub.create_token(&request.name, role, tenant).await?;
     Ok((StatusCode::CREATED, Json(token)).into_response())
 }
 
-/// Deletes a token (admin only).
+/// Deletes a token of the tenant (owner or admin; only an admin deletes an admin token).
 #[utoipa::path(delete, path = "/api/v1/tokens/{id}", params(("id" = String, Path, description = "token id")),
     responses((status = 204), (status = 403, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
 async fn delete_token(
@@ -1138,8 +1284,69 @@ async fn delete_token(
     axum::Extension(principal): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    require_admin(&principal)?;
+    require_role(&principal, Role::Owner, "manage tokens")?;
+    let token = hub.token(&id).await?;
+    if token.tenant != principal.tenant {
+        return Err(HubError::NoSuchToken(id).into());
+    }
+    if token.role == Role::Admin {
+        require_admin_for(&principal, "delete admin tokens")?;
+    }
     hub.delete_token(&id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Tenants: every one (admin), or the caller's own.
+#[utoipa::path(get, path = "/api/v1/tenants", responses((status = 200, body = [TenantView])))]
+async fn list_tenants(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> ApiResult<Json<Vec<TenantView>>> {
+    if principal.is_admin() {
+        Ok(Json(hub.tenants().await?))
+    } else {
+        Ok(Json(vec![hub.tenant(&principal.tenant).await?]))
+    }
+}
+
+/// Creates a tenant (admin only).
+#[utoipa::path(post, path = "/api/v1/tenants", request_body = TenantRequest,
+    responses((status = 201, body = TenantView), (status = 400, body = silk_api::ApiError), (status = 403, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
+async fn create_tenant(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Body(body): Body,
+) -> ApiResult<Response> {
+    require_admin_for(&principal, "create tenants")?;
+    let request: TenantRequest = parse_body(&body)?;
+    let tenant = hub.create_tenant(&request).await?;
+    Ok((StatusCode::CREATED, Json(tenant)).into_response())
+}
+
+/// A tenant (admin, or a token of that tenant).
+#[utoipa::path(get, path = "/api/v1/tenants/{name}", params(("name" = String, Path, description = "tenant name")),
+    responses((status = 200, body = TenantView), (status = 404, body = silk_api::ApiError)))]
+async fn get_tenant(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<TenantView>> {
+    if !principal.is_admin() && name != principal.tenant {
+        return Err(HubError::NoSuchTenant(name).into());
+    }
+    Ok(Json(hub.tenant(&name).await?))
+}
+
+/// Deletes a tenant that owns nothing (admin only; `409` naming what it still owns).
+#[utoipa::path(delete, path = "/api/v1/tenants/{name}", params(("name" = String, Path, description = "tenant name")),
+    responses((status = 204), (status = 403, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
+async fn delete_tenant(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
+    require_admin_for(&principal, "delete tenants")?;
+    hub.delete_tenant(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -1191,6 +1398,7 @@ async fn metrics(State(hub): State<HubHandle>) -> Response {
     let active = hub
         .runs(&RunQuery {
             job_id: None,
+            tenant: None,
             states: vec![
                 RunState::Pending,
                 RunState::Allocating,

@@ -1,7 +1,6 @@
 //! API tokens: bearer tokens `silk_<id>_<secret>`.
 //!
-//! The store keeps a token's id, name, whether it is an admin token, and the SHA-256 of its
-//! secret (hex) — never the secret. A request's token is parsed, its row looked up by id, and
+//! The store keeps a token's id, name, tenant, role, and the SHA-256 of its secret (hex) — never the secret. A request's token is parsed, its row looked up by id, and
 //! the hash of the presented secret compared with the stored one in constant time
 //! (`subtle`). The secret exists in clear only in the answer that created it and, for the
 //! admin token made at first start, in `DATA_DIR/admin.token` (mode 0600). Tokens never
@@ -12,7 +11,7 @@ use crate::hub::HubHandle;
 use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
-pub use silk_api::tokens::{NewToken, TokenView};
+pub use silk_api::tokens::{NewToken, Role, TokenView};
 use silk_store::TokenRow;
 use std::path::Path;
 use subtle::ConstantTimeEq;
@@ -25,10 +24,41 @@ pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 pub struct Principal {
     /// The token id (`none` without auth).
     pub token_id: String,
-    /// Whether it may manage tokens.
-    pub admin: bool,
+    /// Its role.
+    pub role: Role,
+    /// The tenant it acts in: its own, or for an admin the one `X-Silk-Tenant` names.
+    pub tenant: String,
     /// Set for a run token (`SILK_RUN_TOKEN`): it reaches only its run's program routes.
     pub run: Option<silk_core::RunId>,
+}
+
+impl Principal {
+    /// Whether it is the platform's admin.
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// The admin without tokens (`--no-auth`), in the default tenant.
+    pub fn local_admin() -> Principal {
+        Principal {
+            token_id: "none".into(),
+            role: Role::Admin,
+            tenant: silk_store::DEFAULT_TENANT.into(),
+            run: None,
+        }
+    }
+}
+
+/// The API's view of a stored token.
+fn token_view(t: TokenRow) -> TokenView {
+    TokenView {
+        role: Role::parse(&t.role).unwrap_or(Role::Viewer),
+        id: t.id,
+        name: t.name,
+        tenant: t.tenant,
+        created_ms: t.created_ms,
+        last_used_ms: t.last_used_ms,
+    }
 }
 
 fn hash_hex(secret: &str) -> String {
@@ -82,11 +112,19 @@ fn write_token_file(path: &Path, token: &str) -> Result<(), HubError> {
 }
 
 impl HubHandle {
-    /// Creates a token.
-    pub async fn create_token(&self, name: &str, admin: bool) -> Result<NewToken, HubError> {
+    /// Creates a token of `tenant` (which must exist) with `role`.
+    pub async fn create_token(
+        &self,
+        name: &str,
+        role: Role,
+        tenant: &str,
+    ) -> Result<NewToken, HubError> {
         let name = name.trim();
         if name.is_empty() || name.len() > 100 {
             return Err(HubError::BadRun("token name: 1 to 100 characters".into()));
+        }
+        if self.store().get_tenant(tenant).await?.is_none() {
+            return Err(HubError::NoSuchTenant(tenant.to_owned()));
         }
         let (id, secret) = new_secret();
         let now = self.shared().clock.now_ms();
@@ -94,12 +132,13 @@ impl HubHandle {
             id: id.clone(),
             name: name.to_owned(),
             hash: hash_hex(&secret),
-            admin,
+            tenant: tenant.to_owned(),
+            role: role.as_str().to_owned(),
             created_ms: now,
             last_used_ms: None,
         };
         self.store().create_token(&row).await?;
-        tracing::info!(token = %id, name, admin, "API token created");
+        tracing::info!(token = %id, name, tenant, role = %role, "API token created");
         Ok(NewToken {
             token: format!("silk_{id}_{secret}"),
             id,
@@ -108,21 +147,24 @@ impl HubHandle {
         })
     }
 
-    /// Every token (no secrets).
-    pub async fn tokens(&self) -> Result<Vec<TokenView>, HubError> {
+    /// Every token (no secrets), or those of `tenant`.
+    pub async fn tokens(&self, tenant: Option<&str>) -> Result<Vec<TokenView>, HubError> {
         Ok(self
             .store()
             .list_tokens()
             .await?
             .into_iter()
-            .map(|t| TokenView {
-                id: t.id,
-                name: t.name,
-                admin: t.admin,
-                created_ms: t.created_ms,
-                last_used_ms: t.last_used_ms,
-            })
+            .filter(|t| tenant.is_none_or(|tenant| t.tenant == tenant))
+            .map(token_view)
             .collect())
+    }
+
+    /// A token (no secret).
+    pub async fn token(&self, id: &str) -> Result<TokenView, HubError> {
+        match self.store().get_token(id).await? {
+            Some(row) => Ok(token_view(row)),
+            None => Err(HubError::NoSuchToken(id.to_owned())),
+        }
     }
 
     /// Deletes a token.
@@ -156,9 +198,14 @@ impl HubHandle {
         {
             let _ = self.store().touch_token(id, now).await;
         }
+        let Some(role) = Role::parse(&row.role) else {
+            tracing::warn!(token = %row.id, role = %row.role, "token refused: unknown role");
+            return Ok(None);
+        };
         Ok(Some(Principal {
             token_id: row.id,
-            admin: row.admin,
+            role,
+            tenant: row.tenant,
             run: None,
         }))
     }
@@ -170,7 +217,9 @@ impl HubHandle {
         if self.store().count_tokens().await? > 0 {
             return Ok(None);
         }
-        let token = self.create_token("admin", true).await?;
+        let token = self
+            .create_token("admin", Role::Admin, silk_store::DEFAULT_TENANT)
+            .await?;
         write_token_file(&self.data_dir().join(ADMIN_TOKEN_FILE), &token.token)?;
         Ok(Some(token.token))
     }

@@ -86,6 +86,12 @@ pub enum HubError {
     /// No such API token.
     #[error("no token `{0}`")]
     NoSuchToken(String),
+    /// No such tenant.
+    #[error("no tenant `{0}`")]
+    NoSuchTenant(String),
+    /// A tenant name or description that cannot be used.
+    #[error("bad tenant: {0}")]
+    BadTenant(String),
     /// The run is driven by another hub of the cluster (hubs sharing one store): send the
     /// action to that hub.
     #[error("run `{run}` is driven by hub `{hub}`: send this to that hub")]
@@ -155,9 +161,11 @@ impl HubError {
             HubError::Secrets(_) => ErrorCode::Storage,
             HubError::BadConfig(_) => ErrorCode::BadConfig,
             HubError::AllocationFailed { .. } => ErrorCode::AllocationFailed,
-            HubError::NoSuchRun(_) | HubError::NoSuchJob(_) | HubError::NoSuchToken(_) => {
-                ErrorCode::NotFound
-            }
+            HubError::NoSuchRun(_)
+            | HubError::NoSuchJob(_)
+            | HubError::NoSuchToken(_)
+            | HubError::NoSuchTenant(_) => ErrorCode::NotFound,
+            HubError::BadTenant(_) => ErrorCode::BadRequest,
             HubError::Conflict(_) => ErrorCode::Conflict,
             HubError::WrongState { .. } => ErrorCode::WrongState,
             HubError::OwnedElsewhere { .. } => ErrorCode::OwnedElsewhere,

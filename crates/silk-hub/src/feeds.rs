@@ -152,6 +152,7 @@ async fn start_fed_run(
         shared,
         crate::launch::NewRun {
             request: request.clone(),
+            tenant: job.tenant.clone(),
             job: Some((job.id.clone(), job.spec.name.clone())),
             attempt: 0,
             restart_of: None,
@@ -180,6 +181,7 @@ async fn start_fed_run(
 async fn stranded_fed_run(shared: &HubCore, job_id: &str) -> Result<Option<RunId>, HubError> {
     let filter = silk_store::RunFilter {
         job_id: Some(job_id.to_owned()),
+        tenant: None,
         states: Vec::new(),
         limit: Some(20),
         newest_first: true,

@@ -273,6 +273,8 @@ async fn open_secrets(
 pub struct RunQuery {
     /// Only this job's runs.
     pub job_id: Option<String>,
+    /// Only this tenant's runs.
+    pub tenant: Option<String>,
     /// Only runs in these states (any when empty).
     pub states: Vec<RunState>,
     /// At most this many (newest first); default 100.
@@ -284,6 +286,8 @@ pub struct RunQuery {
 pub struct RunScope {
     /// The run.
     pub run: RunId,
+    /// The run's tenant.
+    pub tenant: String,
     /// The project and version its program runs (their artifact may be fetched).
     pub version: Option<(String, String)>,
 }
@@ -293,12 +297,19 @@ impl HubHandle {
         &self.shared
     }
 
-    /// Submits an ad-hoc run: allocates it synchronously and starts it (see the module doc).
+    /// Submits an ad-hoc run of the tenant `default`: allocates it synchronously and
+    /// starts it (see the module doc).
     pub async fn submit(&self, request: RunRequest) -> Result<RunView, HubError> {
+        self.submit_in(silk_store::DEFAULT_TENANT, request).await
+    }
+
+    /// Submits an ad-hoc run of `tenant` (see [`HubHandle::submit`]).
+    pub async fn submit_in(&self, tenant: &str, request: RunRequest) -> Result<RunView, HubError> {
         start_run(
             &self.shared,
             NewRun {
                 request,
+                tenant: tenant.to_owned(),
                 job: None,
                 attempt: 0,
                 restart_of: None,
@@ -315,6 +326,7 @@ impl HubHandle {
     pub async fn runs(&self, query: &RunQuery) -> Result<Vec<RunView>, HubError> {
         let filter = RunFilter {
             job_id: query.job_id.clone(),
+            tenant: query.tenant.clone(),
             states: query.states.iter().map(|s| s.as_str().to_owned()).collect(),
             limit: Some(query.limit.unwrap_or(100).clamp(1, 10_000)),
             newest_first: true,
@@ -374,6 +386,7 @@ impl HubHandle {
         }
         Ok(Some(RunScope {
             run,
+            tenant: record.tenant,
             version: record.program.map(|p| (p.spec.project, p.version)),
         }))
     }
@@ -565,6 +578,7 @@ impl HubHandle {
             &self.shared,
             NewRun {
                 request,
+                tenant: old.tenant.clone(),
                 job,
                 attempt: 0,
                 restart_of: Some(id.clone()),
@@ -709,9 +723,14 @@ impl HubHandle {
         &self.shared.config.data_dir
     }
 
-    /// Creates a job.
+    /// Creates a job of the tenant `default`.
     pub async fn create_job(&self, spec: JobSpec) -> Result<Job, HubError> {
-        scheduler::create_job(&self.shared, spec).await
+        self.create_job_in(silk_store::DEFAULT_TENANT, spec).await
+    }
+
+    /// Creates a job of `tenant` (names are unique within a tenant).
+    pub async fn create_job_in(&self, tenant: &str, spec: JobSpec) -> Result<Job, HubError> {
+        scheduler::create_job(&self.shared, tenant, spec).await
     }
 
     /// Every job, by name.
@@ -719,9 +738,15 @@ impl HubHandle {
         scheduler::jobs(&self.shared).await
     }
 
-    /// A job by id or name.
-    pub async fn job(&self, id_or_name: &str) -> Result<Job, HubError> {
-        scheduler::load(&self.shared, id_or_name).await
+    /// A job by id, `TENANT/NAME`, or a name in the tenant `default`.
+    pub async fn job(&self, reference: &str) -> Result<Job, HubError> {
+        scheduler::load(&self.shared, reference).await
+    }
+
+    /// A job of `tenant` by id or name: another tenant's job answers
+    /// [`HubError::NoSuchJob`].
+    pub async fn job_in(&self, tenant: &str, id_or_name: &str) -> Result<Job, HubError> {
+        scheduler::load_in(&self.shared, tenant, id_or_name).await
     }
 
     /// Changes a job with a JSON merge patch (see [`patch_spec`](crate::jobs::patch_spec)).
@@ -756,6 +781,7 @@ impl HubHandle {
         let job = self.job(id_or_name).await?;
         self.runs(&RunQuery {
             job_id: Some(job.id),
+            tenant: None,
             states: Vec::new(),
             limit,
         })

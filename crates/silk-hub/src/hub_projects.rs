@@ -62,10 +62,16 @@ impl HubHandle {
     }
 
     /// The sealed document of `request` (secrets sealed; a missing webhook secret made).
-    fn seal(&self, request: &ProjectRequest, secret: &str) -> Result<ProjectDoc, HubError> {
+    fn seal(
+        &self,
+        tenant: &str,
+        request: &ProjectRequest,
+        secret: &str,
+    ) -> Result<ProjectDoc, HubError> {
         let pattern = check_project(request)?;
         let secrets = &self.shared().builds.secrets;
         Ok(ProjectDoc {
+            tenant: tenant.to_owned(),
             git_url: request.git_url.clone(),
             username: request.username.clone(),
             password_sealed: request
@@ -79,10 +85,15 @@ impl HubHandle {
         })
     }
 
-    /// Creates a project; the answer is the only place its webhook secret appears.
-    pub async fn create_project(&self, request: ProjectRequest) -> Result<NewProject, HubError> {
+    /// Creates a project of `tenant`; the answer is the only place its webhook secret
+    /// appears. Project names are unique over all tenants.
+    pub async fn create_project(
+        &self,
+        tenant: &str,
+        request: ProjectRequest,
+    ) -> Result<NewProject, HubError> {
         let secret = request.webhook_secret.clone().unwrap_or_else(new_secret);
-        let doc = self.seal(&request, &secret)?;
+        let doc = self.seal(tenant, &request, &secret)?;
         let now = self.shared().clock.now_ms();
         let row = ProjectRow {
             name: request.name.clone(),
@@ -170,7 +181,7 @@ impl HubHandle {
             // Checked with a placeholder: the sealed value is carried over below.
             request.password = Some(String::new());
         }
-        let mut new_doc = self.seal(&request, &secret)?;
+        let mut new_doc = self.seal(&doc.tenant, &request, &secret)?;
         if keep_password {
             new_doc.password_sealed = doc.password_sealed.clone();
         }

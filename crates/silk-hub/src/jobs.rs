@@ -157,6 +157,7 @@ pub(crate) fn job_row(job: &Job) -> Result<silk_store::JobRow, HubError> {
     Ok(silk_store::JobRow {
         id: job.id.clone(),
         name: job.spec.name.clone(),
+        tenant: job.tenant.clone(),
         enabled: job.spec.enabled,
         spec: serde_json::to_value(job)
             .map_err(|e| HubError::Store(format!("job `{}`: {e}", job.spec.name)))?,

@@ -22,6 +22,8 @@ use tokio::sync::mpsc;
 #[derive(Debug, Clone)]
 pub(crate) struct NewRun {
     pub(crate) request: RunRequest,
+    /// The tenant: the job's, or the submitter's.
+    pub(crate) tenant: String,
     /// The job (id, name).
     pub(crate) job: Option<(String, String)>,
     pub(crate) attempt: u32,
@@ -44,7 +46,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     // A program run: its version resolved now (`latest` is the newest ready one), its
     // spider the settings it was given, or the defaults.
     let program = match &request.program {
-        Some(spec) => Some(crate::programs::resolve(hub, spec).await?),
+        Some(spec) => Some(crate::programs::resolve(hub, &new.tenant, spec).await?),
         None => None,
     };
     if let Some(spec) = &request.program
@@ -85,6 +87,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     let max_retries = unset("max_retries").then_some(defaults.max_retries);
     let mut record = RunRecord {
         id: id.clone(),
+        tenant: new.tenant,
         spider: request.spider,
         spider_name: spider.spec.name.clone(),
         strategy: request.strategy.unwrap_or(Strategy::Random),

@@ -86,6 +86,7 @@ mod sinks;
 mod state;
 mod tailer;
 pub mod taskhub;
+mod tenants;
 mod ui;
 
 pub use allocation::{Allocation, AllocationError, Route, allocate};

@@ -294,6 +294,7 @@ mod tests {
             let row = silk_store::RunRow {
                 id: run.into(),
                 job_id: Some(job_id.into()),
+                tenant: silk_store::DEFAULT_TENANT.into(),
                 state: "succeeded".into(),
                 created_ms: 0,
                 finished_ms: None,

@@ -44,8 +44,13 @@ use std::time::Duration;
 const CANCEL_MARGIN_MS: u64 = 5_000;
 
 /// The version `spec` names, ready to run: `latest` is the newest `ready` one.
-pub(crate) async fn resolve(hub: &HubCore, spec: &ProgramSpec) -> Result<ProgramRun, HubError> {
-    if hub.store.get_project(&spec.project).await?.is_none() {
+pub(crate) async fn resolve(
+    hub: &HubCore,
+    tenant: &str,
+    spec: &ProgramSpec,
+) -> Result<ProgramRun, HubError> {
+    let project = hub.store.get_project(&spec.project).await?;
+    if project.is_none_or(|p| crate::project::tenant_of(&p.doc) != tenant) {
         return Err(HubError::BadRun(format!(
             "program.project: no project `{}`",
             spec.project

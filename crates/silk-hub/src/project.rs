@@ -17,6 +17,9 @@ use silk_store::{ProjectRow, VersionRow};
 /// What the store keeps of a project.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ProjectDoc {
+    /// The tenant it belongs to (documents from before tenants: `default`).
+    #[serde(default = "silk_api::tenants::default_tenant")]
+    pub tenant: String,
     pub git_url: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
@@ -108,6 +111,13 @@ impl ProjectDoc {
     }
 }
 
+/// The tenant of a stored project document (`default` when it names none).
+pub(crate) fn tenant_of(doc: &serde_json::Value) -> &str {
+    doc.get("tenant")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or(silk_store::DEFAULT_TENANT)
+}
+
 /// A project row's document; an error names the project.
 pub(crate) fn project_doc(row: &ProjectRow) -> Result<ProjectDoc, HubError> {
     serde_json::from_value(row.doc.clone())
@@ -118,6 +128,7 @@ pub(crate) fn project_doc(row: &ProjectRow) -> Result<ProjectDoc, HubError> {
 pub(crate) fn project_view(row: &ProjectRow, doc: &ProjectDoc) -> ProjectView {
     ProjectView {
         name: row.name.clone(),
+        tenant: doc.tenant.clone(),
         git_url: doc.git_url.clone(),
         username: doc.username.clone(),
         has_password: doc.password_sealed.is_some(),

@@ -92,6 +92,7 @@ const OPEN_STATES: [&str; 5] = ["pending", "allocating", "running", "paused", "s
 pub(crate) fn open_runs(job_id: Option<String>) -> RunFilter {
     RunFilter {
         job_id,
+        tenant: None,
         states: OPEN_STATES.map(String::from).to_vec(),
         limit: None,
         newest_first: false,
@@ -103,6 +104,7 @@ pub(crate) fn run_row(record: &RunRecord) -> Result<RunRow, HubError> {
     Ok(RunRow {
         id: record.id.to_string(),
         job_id: record.job_id.clone(),
+        tenant: record.tenant.clone(),
         state: record.state.as_str().to_owned(),
         created_ms: record.created_ms,
         finished_ms: record.finished_ms,

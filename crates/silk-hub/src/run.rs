@@ -158,6 +158,9 @@ pub(crate) fn check_request(request: &RunRequest) -> Result<Spider, HubError> {
 pub struct RunRecord {
     /// The run id.
     pub id: RunId,
+    /// The tenant it belongs to (records from before tenants: `default`).
+    #[serde(default = "silk_api::tenants::default_tenant")]
+    pub tenant: String,
     /// The spider's YAML text.
     pub spider: String,
     /// The spider's `name`.
@@ -306,6 +309,7 @@ pub fn run_view(record: &RunRecord, stats: RunStats, items_path: Option<PathBuf>
         finished_ms: record.finished_ms,
         items_path,
         stats,
+        tenant: record.tenant.clone(),
         job_id: record.job_id.clone(),
         job_name: record.job_name.clone(),
         attempt: record.attempt,

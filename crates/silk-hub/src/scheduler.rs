@@ -47,15 +47,34 @@ pub(crate) async fn scheduler(shared: Arc<HubCore>, mut ended: mpsc::UnboundedRe
     }
 }
 
-pub(crate) async fn load(shared: &HubCore, id_or_name: &str) -> Result<Job, HubError> {
+/// The job `reference` names: its id, `TENANT/NAME`, or a name of the tenant `default`.
+pub(crate) async fn load(shared: &HubCore, reference: &str) -> Result<Job, HubError> {
+    if let Some(row) = shared.store.get_job(reference).await? {
+        return job_from_row(row);
+    }
+    let (tenant, name) = reference
+        .split_once('/')
+        .unwrap_or((silk_store::DEFAULT_TENANT, reference));
+    match shared.store.get_job_by_name(tenant, name).await? {
+        Some(row) => job_from_row(row),
+        None => Err(HubError::NoSuchJob(reference.to_owned())),
+    }
+}
+
+/// The job of `tenant` with id or name `id_or_name`: another tenant's job is no job.
+pub(crate) async fn load_in(
+    shared: &HubCore,
+    tenant: &str,
+    id_or_name: &str,
+) -> Result<Job, HubError> {
     let row = match shared.store.get_job(id_or_name).await? {
-        Some(row) => row,
-        None => match shared.store.get_job_by_name(id_or_name).await? {
-            Some(row) => row,
-            None => return Err(HubError::NoSuchJob(id_or_name.to_owned())),
-        },
+        Some(row) if row.tenant == tenant => Some(row),
+        _ => shared.store.get_job_by_name(tenant, id_or_name).await?,
     };
-    job_from_row(row)
+    match row {
+        Some(row) => job_from_row(row),
+        None => Err(HubError::NoSuchJob(id_or_name.to_owned())),
+    }
 }
 
 async fn save(shared: &HubCore, job: &Job) -> Result<(), HubError> {
@@ -75,6 +94,7 @@ async fn start_job_run(
         shared,
         NewRun {
             request,
+            tenant: job.tenant.clone(),
             job: Some((job.id.clone(), job.spec.name.clone())),
             attempt,
             restart_of: None,
@@ -314,12 +334,20 @@ async fn runs_elsewhere(shared: &HubCore, job_id: &str) -> Result<Vec<RunId>, Hu
     Ok(out)
 }
 
-/// Creates a job.
-pub(crate) async fn create_job(shared: &HubCore, spec: JobSpec) -> Result<Job, HubError> {
+/// Creates a job of `tenant`.
+pub(crate) async fn create_job(
+    shared: &HubCore,
+    tenant: &str,
+    spec: JobSpec,
+) -> Result<Job, HubError> {
     let (spider_name, _) = validate_spec(&spec)?;
+    if shared.store.get_tenant(tenant).await?.is_none() {
+        return Err(HubError::NoSuchTenant(tenant.to_owned()));
+    }
     let now = shared.schedule_clock.now_ms();
     let mut job = Job {
         id: uuid::Uuid::now_v7().simple().to_string(),
+        tenant: tenant.to_owned(),
         spec,
         spider_name,
         created_ms: now,
@@ -335,7 +363,7 @@ pub(crate) async fn create_job(shared: &HubCore, spec: JobSpec) -> Result<Job, H
     let _guard = shared.jobs_lock.lock().await;
     if shared
         .store
-        .get_job_by_name(&job.spec.name)
+        .get_job_by_name(&job.tenant, &job.spec.name)
         .await?
         .is_some()
     {
@@ -381,7 +409,13 @@ pub(crate) async fn update_job(
     let mut job = load(shared, id_or_name).await?;
     let spec = patch_spec(&job.spec, patch)?;
     let (spider_name, _) = validate_spec(&spec)?;
-    if spec.name != job.spec.name && shared.store.get_job_by_name(&spec.name).await?.is_some() {
+    if spec.name != job.spec.name
+        && shared
+            .store
+            .get_job_by_name(&job.tenant, &spec.name)
+            .await?
+            .is_some()
+    {
         return Err(HubError::Conflict(format!(
             "a job named `{}` exists already",
             spec.name

@@ -561,7 +561,7 @@ async fn an_admin_makes_tokens_that_cannot_manage_tokens_and_deletes_them() {
         .client
         .create_token(&TokenRequest {
             name: "ci".into(),
-            admin: false,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -6,6 +6,7 @@ import { $ } from './dom.js';
 
 const POLL_MS = 2000;
 const TOKEN_KEY = 'silk.token';
+const TENANT_KEY = 'silk.tenant';
 // ---------------------------------------------------------------------------------------------
 // Token, API calls, the error line.
 
@@ -50,10 +51,33 @@ export function onUnauthorized(/** @type {(message: string) => void} */ handler)
   unauthorized = handler;
 }
 
+/** The tenant an admin acts in (`X-Silk-Tenant`); '' for the token's own. */
+export function tenant() {
+  try {
+    return localStorage.getItem(TENANT_KEY) || '';
+  } catch {
+    return memoryTenant;
+  }
+}
+
+let memoryTenant = '';
+
+export function setTenant(/** @type {string} */ name) {
+  memoryTenant = name;
+  try {
+    if (name) localStorage.setItem(TENANT_KEY, name);
+    else localStorage.removeItem(TENANT_KEY);
+  } catch {
+    // Storage disabled: the choice lives for this page only.
+  }
+}
+
 export function authHeaders(extra) {
   const headers = { ...extra };
   const t = token();
   if (t) headers.Authorization = `Bearer ${t}`;
+  const chosen = tenant();
+  if (chosen) headers['X-Silk-Tenant'] = chosen;
   return headers;
 }
 

@@ -18,7 +18,7 @@
 // This module is the entry (routing, sign-in, start); the others are `dom`, `format`, `api`,
 // `chart`, and one module per view under `views/`. No build step, no third-party code.
 
-import { clearError, onUnauthorized, setLive, setToken, token } from './api.js';
+import { api, clearError, onUnauthorized, setLive, setTenant, setToken, tenant, token } from './api.js';
 import { $, h } from './dom.js';
 import { viewAgents } from './views/agents.js';
 import { viewAlerts } from './views/alerts.js';
@@ -106,8 +106,44 @@ function takeTokenFromUrl() {
   history.replaceState(null, '', `${location.pathname}${location.search}#/`);
 }
 
+/**
+ * The tenant switcher: shown when the token sees more than one tenant (an admin's); the
+ * choice is sent as `X-Silk-Tenant` with every call.
+ */
+async function loadTenants() {
+  const box = $('#tenant-switch');
+  const select = /** @type {HTMLSelectElement} */ ($('#tenant'));
+  /** @type {Array<{name: string}>} */
+  let tenants;
+  try {
+    tenants = await api('GET', '/api/v1/tenants');
+  } catch (e) {
+    if (e && e.status === 404 && tenant()) {
+      // The chosen tenant is gone: back to the token's own.
+      setTenant('');
+      return loadTenants();
+    }
+    box.hidden = true;
+    return;
+  }
+  box.hidden = tenants.length < 2;
+  select.replaceChildren(
+    ...tenants.map((t) => {
+      const option = document.createElement('option');
+      option.value = t.name;
+      option.textContent = t.name;
+      return option;
+    }),
+  );
+  select.value = tenant() || 'default';
+}
+
 function start() {
   onUnauthorized(showLogin);
+  $('#tenant').addEventListener('change', (ev) => {
+    setTenant(/** @type {HTMLSelectElement} */ (ev.target).value);
+    route();
+  });
   takeTokenFromUrl();
   $('#sign-out').hidden = !token();
   $('#login-form').addEventListener('submit', (ev) => {
@@ -115,8 +151,10 @@ function start() {
     const t = $('#login-token').value.trim();
     if (!t) return;
     setToken(t);
+    setTenant('');
     $('#login-token').value = '';
     hideLogin();
+    loadTenants();
     route();
   });
   $('#sign-out').addEventListener('click', () => showLogin(''));
@@ -124,6 +162,7 @@ function start() {
     if (location.hash.includes('token=')) takeTokenFromUrl();
     route();
   });
+  if (token()) loadTenants();
   route();
 }
 

@@ -259,10 +259,17 @@ pub async fn jobs_crud(f: &dyn StoreFactory) {
     }
     assert_eq!(s.get_job("j1").await.expect("get_job"), Some(a.clone()));
     assert_eq!(
-        s.get_job_by_name(DEFAULT_TENANT, "Backfill").await.expect("by name"),
+        s.get_job_by_name(DEFAULT_TENANT, "Backfill")
+            .await
+            .expect("by name"),
         Some(b.clone())
     );
-    assert_eq!(s.get_job_by_name(DEFAULT_TENANT, "backfill").await.expect("by name"), None);
+    assert_eq!(
+        s.get_job_by_name(DEFAULT_TENANT, "backfill")
+            .await
+            .expect("by name"),
+        None
+    );
     let names = pluck(s.list_jobs().await.expect("list_jobs"), |j| j.name);
     assert_eq!(names, ["Backfill", "hourly-a", "nightly"]);
 
@@ -276,9 +283,16 @@ pub async fn jobs_crud(f: &dyn StoreFactory) {
     a2.queued = 3;
     s.update_job(&a2).await.expect("update_job");
     assert_eq!(s.get_job("j1").await.expect("get_job"), Some(a2.clone()));
-    assert_eq!(s.get_job_by_name(DEFAULT_TENANT, "nightly").await.expect("by name"), None);
     assert_eq!(
-        s.get_job_by_name(DEFAULT_TENANT, "nightly-2").await.expect("by name"),
+        s.get_job_by_name(DEFAULT_TENANT, "nightly")
+            .await
+            .expect("by name"),
+        None
+    );
+    assert_eq!(
+        s.get_job_by_name(DEFAULT_TENANT, "nightly-2")
+            .await
+            .expect("by name"),
         Some(a2)
     );
 
@@ -2207,7 +2221,10 @@ pub async fn tenants_scope_their_objects(f: &dyn StoreFactory) {
         updated_ms: T0,
     };
     let names = |rows: Vec<TenantRow>| rows.into_iter().map(|t| t.name).collect::<Vec<_>>();
-    assert_eq!(names(s.list_tenants().await.expect("list")), [DEFAULT_TENANT]);
+    assert_eq!(
+        names(s.list_tenants().await.expect("list")),
+        [DEFAULT_TENANT]
+    );
     s.create_tenant(&tenant("acme")).await.expect("create");
     s.create_tenant(&tenant("Zeta")).await.expect("create");
     let res = s.create_tenant(&tenant("acme")).await;
@@ -2227,8 +2244,12 @@ pub async fn tenants_scope_their_objects(f: &dyn StoreFactory) {
     // The same job name in two tenants; not twice in one.
     let mut theirs = job("j-acme", "nightly");
     theirs.tenant = "acme".to_owned();
-    s.create_job(&job("j-default", "nightly")).await.expect("job");
-    s.create_job(&theirs).await.expect("same name, other tenant");
+    s.create_job(&job("j-default", "nightly"))
+        .await
+        .expect("job");
+    s.create_job(&theirs)
+        .await
+        .expect("same name, other tenant");
     let mut again = job("j-acme-2", "nightly");
     again.tenant = "acme".to_owned();
     let res = s.create_job(&again).await;
@@ -2249,7 +2270,10 @@ pub async fn tenants_scope_their_objects(f: &dyn StoreFactory) {
     s.put_run(&run("r-default", Some("j-default"), "running", T0 + 1))
         .await
         .expect("run");
-    assert_eq!(s.get_run("r-acme").await.expect("get").expect("run").tenant, "acme");
+    assert_eq!(
+        s.get_run("r-acme").await.expect("get").expect("run").tenant,
+        "acme"
+    );
     let filter = RunFilter {
         tenant: Some("acme".to_owned()),
         ..RunFilter::default()
@@ -2286,7 +2310,12 @@ pub async fn tenants_scope_their_objects(f: &dyn StoreFactory) {
     expect_err(res, "Conflict", &["acme", "runs"], "a tenant with a run");
     assert!(s.delete_run("r-acme").await.expect("delete run"));
     let res = s.delete_tenant("acme").await;
-    expect_err(res, "Conflict", &["acme", "tokens"], "a tenant with a token");
+    expect_err(
+        res,
+        "Conflict",
+        &["acme", "tokens"],
+        "a tenant with a token",
+    );
     assert!(s.delete_token("t-acme").await.expect("delete token"));
     assert!(s.delete_tenant("acme").await.expect("delete"));
     assert!(!s.delete_tenant("acme").await.expect("delete again"));

@@ -1436,7 +1436,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("old.db");
         let url = format!("sqlite://{}?mode=rwc", path.display());
-        let mut conn = sqlx::SqliteConnection::connect(&url).await.expect("connect");
+        let mut conn = sqlx::SqliteConnection::connect(&url)
+            .await
+            .expect("connect");
         sqlx::Executor::execute(&mut conn, sqlx::raw_sql(MIGRATIONS_TABLE))
             .await
             .expect("history");
@@ -1469,7 +1471,9 @@ mod tests {
         let store = crate::open_sqlite(&path).await.expect("migrates");
         let job = store.get_job("j1").await.expect("job").expect("kept");
         assert_eq!(job.tenant, crate::DEFAULT_TENANT);
-        let by_name = store.get_job_by_name(crate::DEFAULT_TENANT, "nightly").await;
+        let by_name = store
+            .get_job_by_name(crate::DEFAULT_TENANT, "nightly")
+            .await;
         assert_eq!(by_name.expect("by name"), Some(job));
         let run = store.get_run("r1").await.expect("run").expect("kept");
         assert_eq!(run.tenant, crate::DEFAULT_TENANT);

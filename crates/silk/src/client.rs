@@ -2,12 +2,13 @@
 //! ad-hoc run), `silk runs` (list, show, pause, resume, cancel, restart, wait), `silk jobs`
 //! (list, show, create, update, delete, trigger, runs), `silk logs` (a run's log, `-f` follows
 //! it over the event stream), `silk items` (a run's items as JSON Lines), `silk agents` and
-//! `silk tokens`. `output::Table` prints the listings.
+//! `silk tokens` and `silk tenants`. `output::Table` prints the listings.
 //!
 //! Every command takes the same connection options ([`Conn`]): `--server` (`SILK_SERVER`),
 //! `--token`, else `SILK_TOKEN`, else the admin token a local hub wrote
 //! (`DATA_DIR/hub/admin.token`, then `DATA_DIR/admin.token`; `--data-dir`, default `.silk`),
-//! and `--json` (the API's answer as is, for scripts). The token is never printed.
+//! `--tenant` (`SILK_TENANT`: the tenant an admin acts in) and `--json` (the API's answer as
+//! is, for scripts). The token is never printed.
 //!
 //! [`Client`] is `silk-api`'s typed client with the token's source; answers are read into
 //! `silk-api`'s types (fields this build does not know are ignored). The hub answers errors as
@@ -24,6 +25,7 @@ mod output;
 mod projects;
 mod runs;
 mod sse;
+mod tenants;
 mod tokens;
 
 pub use agents::{AgentsArgs, agents};
@@ -33,6 +35,7 @@ pub use jobs::{JobsArgs, jobs};
 pub use logs::{LogsArgs, logs};
 pub use projects::{ProjectsArgs, VersionsArgs, projects, versions};
 pub use runs::{RunArgs, RunsArgs, run, runs};
+pub use tenants::{TenantsArgs, tenants};
 pub use tokens::{TokensArgs, tokens};
 
 use anyhow::Context;
@@ -66,6 +69,10 @@ pub struct Conn {
     /// Print the API's JSON answer as is instead of a table (for scripts).
     #[arg(long, global = true)]
     pub json: bool,
+    /// The tenant to act in (an admin token's choice; any other token acts in its own).
+    /// Sent as the X-Silk-Tenant header.
+    #[arg(long, global = true, value_name = "NAME", env = "SILK_TENANT")]
+    pub tenant: Option<String>,
 }
 
 /// Accepts `http(s)://HOST[:PORT][/PREFIX]`, or `HOST:PORT` as http.
@@ -237,7 +244,19 @@ impl Client {
     pub fn connect(conn: &Conn) -> anyhow::Result<Self> {
         let env = std::env::var(TOKEN_ENV).ok();
         let (token, source) = resolve_token(conn.token.as_deref(), env.as_deref(), &conn.data_dir)?;
-        Self::with_token(conn.server.clone(), token, source)
+        let mut client = Self::with_token(conn.server.clone(), token, source)?;
+        if let Some(tenant) = conn
+            .tenant
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+        {
+            client.api = client
+                .api
+                .with_tenant(tenant)
+                .map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+        }
+        Ok(client)
     }
 
     /// A client of the hub at `base` (`http://HOST:PORT`, possibly with a path prefix),

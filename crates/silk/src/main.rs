@@ -105,8 +105,11 @@ enum Command {
     Items(client::ItemsArgs),
     /// The agents known to the hub: list (state, load, last heartbeat), shutdown ID.
     Agents(client::AgentsArgs),
-    /// The hub's API tokens: list, create NAME (printed once), delete ID.
+    /// The tenant's API tokens: list, create NAME [--role ROLE] (printed once), delete ID.
     Tokens(client::TokensArgs),
+    /// Tenants (admin): list, create NAME, delete NAME. Every job, run, project and token
+    /// belongs to one; `--tenant NAME` makes an admin act in one.
+    Tenants(client::TenantsArgs),
     /// Alert rules (webhook, Slack, email on run failures, stalls, empty runs, dead agents,
     /// failed builds) and their deliveries.
     Alerts(client::AlertsArgs),
@@ -206,6 +209,7 @@ fn main() -> ExitCode {
             Command::Items(args) => client::items(args).await,
             Command::Agents(args) => client::agents(args).await,
             Command::Tokens(args) => client::tokens(args).await,
+            Command::Tenants(args) => client::tenants(args).await,
             Command::Alerts(args) => client::alerts(args).await,
             Command::Projects(args) => client::projects(args).await,
             Command::Versions(args) => client::versions(args).await,

@@ -23,6 +23,8 @@ use utoipa_axum::routes;
 
 /// What changing rules needs, said in a `403`.
 const ADMIN_ONLY: &str = "change alert rules (the hub sends to their addresses)";
+const READ_ADMIN_ONLY: &str =
+    "read alert rules and deliveries (they are the platform's, over every tenant)";
 
 /// The alerts' routes (all need a token).
 pub(crate) fn routes() -> OpenApiRouter<HubHandle> {
@@ -33,9 +35,14 @@ pub(crate) fn routes() -> OpenApiRouter<HubHandle> {
         .routes(routes!(deliveries))
 }
 
-/// Every alert rule, by name (no secrets).
-#[utoipa::path(get, path = "/api/v1/alerts/rules", responses((status = 200, body = [AlertRuleView])))]
-async fn list_rules(State(hub): State<HubHandle>) -> ApiResult<Json<Vec<AlertRuleView>>> {
+/// Every alert rule, by name (admin only: rules are the platform's and see every tenant's
+/// runs; no secrets).
+#[utoipa::path(get, path = "/api/v1/alerts/rules", responses((status = 200, body = [AlertRuleView]), (status = 403, body = silk_api::ApiError)))]
+async fn list_rules(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> ApiResult<Json<Vec<AlertRuleView>>> {
+    require_admin_for(&principal, READ_ADMIN_ONLY)?;
     Ok(Json(hub.alert_rules().await?))
 }
 
@@ -54,13 +61,15 @@ async fn create_rule(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-/// One alert rule (no secrets).
+/// One alert rule (admin only; no secrets).
 #[utoipa::path(get, path = "/api/v1/alerts/rules/{name}", params(("name" = String, Path, description = "rule name")),
-    responses((status = 200, body = AlertRuleView), (status = 404, body = silk_api::ApiError)))]
+    responses((status = 200, body = AlertRuleView), (status = 403, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
 async fn get_rule(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<AlertRuleView>> {
+    require_admin_for(&principal, READ_ADMIN_ONLY)?;
     Ok(Json(hub.alert_rule(&name).await?))
 }
 
@@ -108,12 +117,14 @@ async fn test_rule(
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }
 
-/// Deliveries, newest first.
+/// Deliveries, newest first (admin only).
 #[utoipa::path(get, path = "/api/v1/alerts/deliveries", params(DeliveriesParams),
-    responses((status = 200, body = [DeliveryView]), (status = 400, body = silk_api::ApiError)))]
+    responses((status = 200, body = [DeliveryView]), (status = 400, body = silk_api::ApiError), (status = 403, body = silk_api::ApiError)))]
 async fn deliveries(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Query(params): Query<DeliveriesParams>,
 ) -> ApiResult<Json<Vec<DeliveryView>>> {
+    require_admin_for(&principal, READ_ADMIN_ONLY)?;
     Ok(Json(hub.alert_deliveries(&params).await?))
 }

@@ -60,8 +60,23 @@ pub(crate) fn public_routes() -> OpenApiRouter<HubHandle> {
 
 /// Every project, by name (no passwords, no secrets).
 #[utoipa::path(get, path = "/api/v1/projects", responses((status = 200, body = [ProjectView])))]
-async fn list_projects(State(hub): State<HubHandle>) -> ApiResult<Json<Vec<ProjectView>>> {
-    Ok(Json(hub.projects().await?))
+async fn list_projects(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> ApiResult<Json<Vec<ProjectView>>> {
+    let mut projects = hub.projects().await?;
+    projects.retain(|p| p.tenant == principal.tenant);
+    Ok(Json(projects))
+}
+
+/// The project `name` if it belongs to the principal's tenant; another tenant's project is
+/// no project (`404`).
+async fn own_project(hub: &HubHandle, principal: &Principal, name: &str) -> ApiResult<ProjectView> {
+    let project = hub.project(name).await?;
+    if project.tenant != principal.tenant {
+        return Err(crate::error::HubError::NoSuchProject(name.to_owned()).into());
+    }
+    Ok(project)
 }
 
 /// Creates a project (admin only: its build command runs on the hub). The answer is the
@@ -79,7 +94,7 @@ async fn create_project(
         "create projects (a build command runs on the hub)",
     )?;
     let request: ProjectRequest = parse_body(&body)?;
-    let created = hub.create_project(request).await?;
+    let created = hub.create_project(&principal.tenant, request).await?;
     Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
@@ -88,9 +103,10 @@ async fn create_project(
     responses((status = 200, body = ProjectView), (status = 404, body = silk_api::ApiError)))]
 async fn get_project(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<ProjectView>> {
-    Ok(Json(hub.project(&name).await?))
+    Ok(Json(own_project(&hub, &principal, &name).await?))
 }
 
 /// Changes a project with a JSON merge patch of its request form (admin only); `password:
@@ -110,6 +126,7 @@ async fn patch_project(
         "change projects (a build command runs on the hub)",
     )?;
     let patch: serde_json::Value = parse_body(&body)?;
+    own_project(&hub, &principal, &name).await?;
     Ok(Json(hub.patch_project(&name, &patch).await?))
 }
 
@@ -122,6 +139,7 @@ async fn delete_project(
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     require_admin_for(&principal, "delete projects")?;
+    own_project(&hub, &principal, &name).await?;
     hub.delete_project(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -133,10 +151,12 @@ async fn delete_project(
         (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn build_project(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(name): Path<String>,
     Body(body): Body,
 ) -> ApiResult<Response> {
     let request: BuildRequest = parse_body(&body)?;
+    own_project(&hub, &principal, &name).await?;
     let view = hub.build_project(&name, &request).await?;
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }
@@ -146,8 +166,10 @@ async fn build_project(
     responses((status = 200, body = [VersionView]), (status = 404, body = silk_api::ApiError)))]
 async fn list_versions(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Vec<VersionView>>> {
+    own_project(&hub, &principal, &name).await?;
     Ok(Json(hub.versions(&name).await?))
 }
 
@@ -157,8 +179,10 @@ async fn list_versions(
     responses((status = 200, body = VersionView), (status = 404, body = silk_api::ApiError)))]
 async fn get_version(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<Json<VersionView>> {
+    own_project(&hub, &principal, &name).await?;
     Ok(Json(hub.version(&name, &version).await?))
 }
 
@@ -168,8 +192,10 @@ async fn get_version(
     responses((status = 204), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
 async fn delete_version(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
+    own_project(&hub, &principal, &name).await?;
     hub.delete_version(&name, &version).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -183,10 +209,12 @@ async fn delete_version(
         (status = 404, body = silk_api::ApiError)))]
 async fn version_log(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path((name, version)): Path<(String, String)>,
     Query(params): Query<BuildLogParams>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    own_project(&hub, &principal, &name).await?;
     let (build, state) = hub.version_build(&name, &version).await?;
     let sse = headers
         .get(header::ACCEPT)
@@ -302,8 +330,10 @@ async fn follow_log(
         (status = 404, body = silk_api::ApiError)))]
 async fn version_artifact(
     State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
     Path((name, version)): Path<(String, String)>,
 ) -> ApiResult<Response> {
+    own_project(&hub, &principal, &name).await?;
     let (sha256, bytes, chunks) = hub.artifact(&name, &version).await?;
     let chunks = u32::try_from(chunks).unwrap_or(u32::MAX);
     let sha = sha256.clone();

@@ -173,7 +173,7 @@ pub async fn member(admin: &silk_api::client::Client, base: &str) -> silk_api::c
     let made = admin
         .create_token(&silk_api::tokens::TokenRequest {
             name: "member".into(),
-            admin: false,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -1,9 +1,10 @@
-//! `silk tokens list|create NAME|delete ID`: the hub's API tokens (admin only).
+//! `silk tokens list|create NAME|delete ID`: the tenant's API tokens (an owner's or an
+//! admin's; `--tenant` for an admin acting in another tenant).
 
 use super::output::{Align, Table, ago, now_ms, out, print_json};
 use super::{Client, Conn, parse};
 use clap::{Args, Subcommand};
-use silk_api::tokens::{NewToken, TokenRequest, TokenView};
+use silk_api::tokens::{NewToken, Role, TokenRequest, TokenView};
 use std::process::ExitCode;
 
 /// Options of `silk tokens`.
@@ -18,14 +19,19 @@ pub struct TokensArgs {
 /// `silk tokens …`.
 #[derive(Debug, Subcommand)]
 pub enum TokensCommand {
-    /// List the tokens: id, name, admin, created, last used (never the secrets).
+    /// List the tenant's tokens: id, name, tenant, role, created, last used (never the
+    /// secrets).
     List,
     /// Create a token; it is printed once, alone on stdout, and cannot be shown again.
     Create {
         /// What the token is for (`ci`, `grafana`, …).
         name: String,
-        /// The token may manage tokens too.
-        #[arg(long)]
+        /// Its role: viewer (reads), member (jobs, runs, items), owner (also the tenant's
+        /// tokens), admin (the platform; only an admin makes one).
+        #[arg(long, value_name = "ROLE", default_value = "member", value_parser = parse_role)]
+        role: Role,
+        /// Same as `--role admin`.
+        #[arg(long, conflicts_with = "role")]
         admin: bool,
     },
     /// Delete a token (requests with it are refused from then on).
@@ -49,13 +55,16 @@ pub async fn tokens(args: TokensArgs) -> anyhow::Result<ExitCode> {
             let tokens: Vec<TokenView> = parse(&answer.value, "a list of tokens")?;
             print!("{}", tokens_table(&tokens, now_ms()).render());
         }
-        TokensCommand::Create { name, admin } => {
+        TokensCommand::Create { name, role, admin } => {
+            let role = if admin { Role::Admin } else { role };
             let answer = client
                 .post(
                     &["api", "v1", "tokens"],
                     &serde_json::to_value(TokenRequest {
                         name: name.clone(),
-                        admin,
+                        role: Some(role),
+                        tenant: None,
+                        admin: false,
                     })?,
                 )
                 .await?;
@@ -65,7 +74,7 @@ pub async fn tokens(args: TokensArgs) -> anyhow::Result<ExitCode> {
             }
             let made: NewToken = parse(&answer.value, "a new token")?;
             eprintln!(
-                "token {name} created (id {}); it is shown only this once:",
+                "token {name} ({role}) created (id {}); it is shown only this once:",
                 made.id
             );
             out(&format!("{}\n", made.token));
@@ -82,12 +91,17 @@ pub async fn tokens(args: TokensArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn parse_role(text: &str) -> Result<Role, String> {
+    Role::parse(text).ok_or_else(|| format!("`{text}`: expected viewer, member, owner or admin"))
+}
+
 fn tokens_table(tokens: &[TokenView], now_ms: u64) -> Table {
     use Align::Left;
     let mut table = Table::new(&[
         ("ID", Left),
         ("NAME", Left),
-        ("ADMIN", Left),
+        ("TENANT", Left),
+        ("ROLE", Left),
         ("CREATED", Left),
         ("LAST-USED", Left),
     ]);
@@ -96,7 +110,8 @@ fn tokens_table(tokens: &[TokenView], now_ms: u64) -> Table {
         table.row(vec![
             t.id.clone(),
             t.name.clone(),
-            if t.admin { "yes" } else { "no" }.into(),
+            t.tenant.clone(),
+            t.role.to_string(),
             when(Some(t.created_ms)),
             when(t.last_used_ms),
         ]);

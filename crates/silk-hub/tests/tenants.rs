@@ -1,0 +1,370 @@
+//! Tenants over real HTTP on loopback, with a real agent on the in-process bus and the demo
+//! site: two tenants with their own tokens see and touch only their own jobs, runs, logs,
+//! items, projects and tokens (another tenant's id answers `404`); roles (viewer reads,
+//! owner manages its tenant's tokens, only an admin makes tenants and admin tokens); an admin
+//! acts in a tenant with `X-Silk-Tenant`.
+
+mod common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{Value, json};
+use silk_api::client::Client;
+use silk_api::runs::RunState;
+use silk_api::tokens::{Role, TokenRequest};
+
+async fn call(client: &Client, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    match client.request(method, path, body.as_ref()).await {
+        Ok(answer) => (answer.status, answer.value),
+        Err(e) => match (e.status(), e.body()) {
+            (Some(status), Some(body)) => (status, body),
+            _ => panic!("no API answer from {path}: {e}"),
+        },
+    }
+}
+
+fn client(base: &str, token: &str) -> Client {
+    Client::new(reqwest::Url::parse(base).unwrap(), Some(token.to_owned())).unwrap()
+}
+
+async fn token(by: &Client, name: &str, role: Role, tenant: Option<&str>) -> String {
+    by.create_token(&TokenRequest {
+        name: name.into(),
+        role: Some(role),
+        tenant: tenant.map(str::to_owned),
+        admin: false,
+    })
+    .await
+    .unwrap_or_else(|e| panic!("token {name}: {e}"))
+    .token
+}
+
+fn job_spec(site: &silk_testkit::demo::DemoSite) -> Value {
+    let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
+    let spider = format!(
+        "name: shop\nstart_urls: ['{}']\nallowed_domains: [{}]\nfollow: [{{deny: ['/calendar/']}}]\nitem_when: '/p/\\d+$'\n\
+         extract: {{title: {{css: 'h1.title'}}}}\nper_host_delay_ms: 0\n",
+        site.start_url(),
+        hosts.join(", ")
+    );
+    json!({"name": "shop", "spider": spider})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_tenants_see_and_touch_only_their_own_objects() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(6, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _agent = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (base, admin) = serve(&hub).await;
+
+    // Tenants: only an admin makes them; names are checked.
+    for name in ["acme", "beta"] {
+        let (status, body) = call(
+            &admin,
+            Method::POST,
+            "/api/v1/tenants",
+            Some(json!({"name": name})),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "a b"})),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "acme"})),
+    )
+    .await;
+    assert_eq!(status, 409);
+    let names: Vec<String> = admin
+        .tenants()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert_eq!(names, ["acme", "beta", "default"]);
+
+    // Owners, made by the admin; an owner makes its tenant's members and viewers.
+    let acme_owner = client(
+        &base,
+        &token(&admin, "acme-owner", Role::Owner, Some("acme")).await,
+    );
+    let beta_owner = client(
+        &base,
+        &token(&admin, "beta-owner", Role::Owner, Some("beta")).await,
+    );
+    let acme = client(
+        &base,
+        &token(&acme_owner, "acme-ci", Role::Member, None).await,
+    );
+    let acme_viewer = client(
+        &base,
+        &token(&acme_owner, "acme-eyes", Role::Viewer, None).await,
+    );
+    let beta = client(
+        &base,
+        &token(&beta_owner, "beta-ci", Role::Member, None).await,
+    );
+    for (body, what) in [
+        (json!({"name": "x", "role": "admin"}), "an admin token"),
+        (
+            json!({"name": "x", "tenant": "beta"}),
+            "a token of another tenant",
+        ),
+    ] {
+        let (status, e) = call(&acme_owner, Method::POST, "/api/v1/tokens", Some(body)).await;
+        assert_eq!(status, 403, "an owner made {what}: {e}");
+    }
+    let (status, e) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/tokens",
+        Some(json!({"name": "x"})),
+    )
+    .await;
+    assert_eq!(status, 403, "a member made a token: {e}");
+    let (status, e) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "x"})),
+    )
+    .await;
+    assert_eq!(status, 403, "a member made a tenant: {e}");
+    let acme_tokens = acme_owner.tokens().await.unwrap();
+    assert_eq!(acme_tokens.len(), 3, "{acme_tokens:?}");
+    assert!(acme_tokens.iter().all(|t| t.tenant == "acme"));
+    let beta_tokens = beta_owner.tokens().await.unwrap();
+    assert!(beta_tokens.iter().all(|t| t.tenant == "beta"));
+    let acme_token_id = &acme_tokens[0].id;
+    let (status, _) = call(
+        &beta_owner,
+        Method::DELETE,
+        &format!("/api/v1/tokens/{acme_token_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404, "another tenant's token is no token");
+
+    // Jobs: the same name in both tenants; a run of acme's.
+    let (status, acme_job) = call(&acme, Method::POST, "/api/v1/jobs", Some(job_spec(&site))).await;
+    assert_eq!(status, 201, "{acme_job}");
+    assert_eq!(acme_job["tenant"], "acme");
+    let (status, beta_job) = call(&beta, Method::POST, "/api/v1/jobs", Some(job_spec(&site))).await;
+    assert_eq!(status, 201, "names are per tenant: {beta_job}");
+    let acme_job_id = acme_job["id"].as_str().unwrap().to_owned();
+    let (status, run) = call(
+        &acme,
+        Method::POST,
+        &format!("/api/v1/jobs/{acme_job_id}/runs"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    assert_eq!(run["tenant"], "acme");
+    let run_id = silk_core::RunId::new(run["id"].as_str().unwrap());
+    let done = within("acme's run", 60, hub.wait_run(&run_id))
+        .await
+        .unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    assert!(done.stats.items > 0);
+
+    // beta sees none of it, by any route: 404, or lists without it.
+    let jobs = beta.jobs().await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].tenant, "beta");
+    assert_eq!(
+        beta.job("shop").await.unwrap().id,
+        beta_job["id"].as_str().unwrap()
+    );
+    let run_path = format!("/api/v1/runs/{run_id}");
+    let job_path = format!("/api/v1/jobs/{acme_job_id}");
+    for (method, path, body) in [
+        (Method::GET, job_path.clone(), None),
+        (
+            Method::PATCH,
+            job_path.clone(),
+            Some(json!({"remarks": "mine now"})),
+        ),
+        (Method::DELETE, job_path.clone(), None),
+        (Method::GET, format!("{job_path}/runs"), None),
+        (Method::POST, format!("{job_path}/runs"), None),
+        (Method::GET, run_path.clone(), None),
+        (Method::GET, format!("{run_path}/logs"), None),
+        (Method::GET, format!("{run_path}/items"), None),
+        (Method::GET, format!("{run_path}/events"), None),
+        (Method::POST, format!("{run_path}/pause"), None),
+        (Method::POST, format!("{run_path}/resume"), None),
+        (Method::POST, format!("{run_path}/cancel"), None),
+        (Method::POST, format!("{run_path}/restart"), None),
+        (
+            Method::POST,
+            format!("{run_path}/items"),
+            Some(json!({"items": [{"x": 1}]})),
+        ),
+        (
+            Method::POST,
+            format!("{run_path}/requests"),
+            Some(json!({"requests": []})),
+        ),
+        (
+            Method::POST,
+            format!("{run_path}/lease"),
+            Some(json!({"max": 1})),
+        ),
+        (
+            Method::POST,
+            format!("{run_path}/ack"),
+            Some(json!({"acks": []})),
+        ),
+        (Method::GET, format!("/api/v1/runs?job={acme_job_id}"), None),
+        (Method::GET, format!("/api/v1/logs?job={acme_job_id}"), None),
+    ] {
+        let (status, e) = call(&beta, method.clone(), &path, body).await;
+        assert_eq!(status, 404, "{method} {path} across tenants: {e}");
+        assert_eq!(e["code"], "not_found", "{method} {path}: {e}");
+    }
+    let (status, runs) = call(&beta, Method::GET, "/api/v1/runs", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(runs, json!([]), "beta lists no run of acme's");
+    assert_eq!(
+        acme.job(&acme_job_id).await.unwrap().spec.remarks,
+        "",
+        "untouched"
+    );
+    // acme reads its run's log lines (stored within a fraction of a second of the run's end).
+    let search = format!("/api/v1/logs?run={run_id}");
+    until("acme's log lines in the search", async || {
+        let (_, logs) = call(&acme, Method::GET, &search, None).await;
+        (!logs["lines"].as_array()?.is_empty()).then_some(())
+    })
+    .await;
+    let (_, logs) = call(&beta, Method::GET, &search, None).await;
+    assert_eq!(logs["lines"], json!([]), "beta searches no log of acme's");
+    let (status, items) = call(&acme, Method::GET, &format!("{run_path}/items"), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        items["items"].as_array().unwrap().len() as u64,
+        done.stats.items
+    );
+
+    // A viewer reads and changes nothing.
+    assert_eq!(acme_viewer.jobs().await.unwrap().len(), 1);
+    let (status, _) = call(&acme_viewer, Method::GET, &run_path, None).await;
+    assert_eq!(status, 200);
+    for (method, path) in [
+        (Method::POST, format!("{job_path}/runs")),
+        (Method::DELETE, job_path.clone()),
+        (Method::POST, format!("{run_path}/restart")),
+    ] {
+        let (status, e) = call(&acme_viewer, method.clone(), &path, None).await;
+        assert_eq!(status, 403, "a viewer's {method} {path}: {e}");
+    }
+
+    // X-Silk-Tenant: an admin acts in a tenant; no other token leaves its own.
+    let admin_in_acme = admin.clone().with_tenant("acme").unwrap();
+    assert_eq!(admin_in_acme.jobs().await.unwrap()[0].id, acme_job_id);
+    let (status, _) = call(&admin_in_acme, Method::GET, &run_path, None).await;
+    assert_eq!(status, 200);
+    let (status, _) = call(&admin, Method::GET, &run_path, None).await;
+    assert_eq!(
+        status, 404,
+        "the admin acts in `default` unless it says otherwise"
+    );
+    let nowhere = admin.clone().with_tenant("nowhere").unwrap();
+    let (status, e) = call(&nowhere, Method::GET, "/api/v1/jobs", None).await;
+    assert_eq!(status, 404, "{e}");
+    let beta_into_acme = beta.clone().with_tenant("acme").unwrap();
+    let (status, e) = call(&beta_into_acme, Method::GET, "/api/v1/jobs", None).await;
+    assert_eq!(status, 403, "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("X-Silk-Tenant"),
+        "{e}"
+    );
+
+    // Projects: the admin makes one in acme; beta does not see it.
+    let project = json!({"name": "crawler", "git_url": "http://127.0.0.1:9/crawler.git",
+        "build": {"kind": "command", "command": "true"}});
+    let (status, made) = call(
+        &admin_in_acme,
+        Method::POST,
+        "/api/v1/projects",
+        Some(project),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["project"]["tenant"], "acme");
+    assert_eq!(acme.projects().await.unwrap().len(), 1);
+    assert!(beta.projects().await.unwrap().is_empty());
+    for (method, path) in [
+        (Method::GET, "/api/v1/projects/crawler"),
+        (Method::GET, "/api/v1/projects/crawler/versions"),
+        (Method::POST, "/api/v1/projects/crawler/builds"),
+        (
+            Method::GET,
+            "/api/v1/projects/crawler/versions/1.0/artifact",
+        ),
+    ] {
+        let body = (method == Method::POST).then(|| json!({"ref": "main", "version": "1.0"}));
+        let (status, e) = call(&beta, method.clone(), path, body).await;
+        assert_eq!(status, 404, "{method} {path} across tenants: {e}");
+    }
+    // A program run in beta (even an admin's) cannot name acme's project; in acme it can
+    // (it then finds no ready version).
+    let program = json!({"program": {"project": "crawler", "command": ["true"]}});
+    let admin_in_beta = admin.clone().with_tenant("beta").unwrap();
+    let (status, e) = call(
+        &admin_in_beta,
+        Method::POST,
+        "/api/v1/runs",
+        Some(program.clone()),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("no project `crawler`"),
+        "{e}"
+    );
+    let (status, e) = call(&admin_in_acme, Method::POST, "/api/v1/runs", Some(program)).await;
+    assert_eq!(status, 400, "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("no ready version"),
+        "{e}"
+    );
+
+    // A tenant that owns something stays; an empty one goes.
+    let (status, e) = call(&admin, Method::DELETE, "/api/v1/tenants/acme", None).await;
+    assert_eq!(status, 409, "{e}");
+    let (status, _) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "gone"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, _) = call(&admin, Method::DELETE, "/api/v1/tenants/gone", None).await;
+    assert_eq!(status, 204);
+    let (status, _) = call(&acme, Method::GET, "/api/v1/tenants/beta", None).await;
+    assert_eq!(status, 404, "a tenant sees only its own tenant");
+    let mine = acme.tenants().await.unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].name, "acme");
+
+    hub.shutdown().await;
+}
