@@ -25,7 +25,8 @@
 //! | `GET /api/v1/logs` | `{lines, next}` of every run, newest first: `?job=&run=&level=&q=&since_ms=&until_ms=&before=&limit=` |
 //! | `GET /api/v1/runs/{id}/events` | server-sent events: `run` (RunView), `log` (LogLine), `end` |
 //! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
-//! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | admin only |
+//! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | the tenant's tokens (owner or admin) |
+//! | `GET, POST /api/v1/tenants`, `GET, DELETE /api/v1/tenants/{name}` | tenants (admin; others see their own) |
 //! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `api::projects` |
 //! | `/api/v1/alerts/rules…`, `GET /api/v1/alerts/deliveries` | alert rules and their deliveries: see `api::alerts` |
 //!
@@ -38,6 +39,10 @@
 //! Auth: every `/api/v1` route but the OpenAPI document needs `Authorization: Bearer
 //! TOKEN` unless the API is built with [`ApiOptions::auth`] false (`--no-auth`, loopback
 //! only). The web UI, `/healthz`, `/readyz` and `/metrics` are public.
+//!
+//! Tenants: a request acts in its token's tenant (an admin's: the one `X-Silk-Tenant`
+//! names); every id a route takes is looked up through that tenant, and another tenant's
+//! answers `404` like a missing one. A `viewer` token may only GET.
 
 mod alerts;
 mod projects;

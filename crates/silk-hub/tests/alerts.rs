@@ -378,7 +378,10 @@ async fn a_failed_run_sends_one_email_and_one_webhook_and_no_secret_shows() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::Forbidden), "{refused}");
-    assert_eq!(member.alert_rules().await.unwrap().len(), 4);
+    // Rules see every tenant's runs: only an admin reads them.
+    let refused = member.alert_rules().await.unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::Forbidden), "{refused}");
+    assert_eq!(w.admin.alert_rules().await.unwrap().len(), 4);
     // A bad rule is refused naming the field.
     let mut bad = webhook_rule(
         "bad",

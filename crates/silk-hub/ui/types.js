@@ -276,7 +276,7 @@
 
 /**
  * A job as the hub keeps it and the API shows it.
- * @typedef {JobSpec & {created_ms: number, id: string, last_fire_ms?: number|null, last_run?: null|LastRun, next_fire_ms?: number|null, queued: number, retry_pending?: null|PendingRetry, schedule_from_ms: number, spider_name: string, updated_ms: number}} Job
+ * @typedef {JobSpec & {created_ms: number, id: string, last_fire_ms?: number|null, last_run?: null|LastRun, next_fire_ms?: number|null, queued: number, retry_pending?: null|PendingRetry, schedule_from_ms: number, spider_name: string, tenant: string, updated_ms: number}} Job
  */
 
 /**
@@ -446,6 +446,7 @@
  * @property {boolean} has_password Whether a password or token is stored.
  * @property {string} name Its name.
  * @property {string} tag_pattern The tag pattern in force.
+ * @property {string} tenant The tenant it belongs to.
  * @property {number} updated_ms Last changed, ms since the epoch.
  * @property {string|null} [username] The git user.
  * @property {string} webhook_path Where the git service sends its webhook: `/api/v1/webhooks/{name}`.
@@ -462,6 +463,11 @@
  * How to restart a run (the optional body of `POST /api/v1/runs/{id}/restart`).
  * @typedef {object} RestartRequest
  * @property {boolean} [keep_frontier] The new run takes over the old run's frontier (what was fetched is not fetched
+ */
+
+/**
+ * What a token may do in its tenant.
+ * @typedef {"viewer"|"member"|"owner"|"admin"} Role
  */
 
 /**
@@ -541,6 +547,7 @@
  * @property {RunState} state The state.
  * @property {RunStats} stats The counters.
  * @property {Strategy} strategy The allocation strategy (`random`, `fixed:N`, `chained:N`, `hash:N`).
+ * @property {string} tenant The tenant it belongs to (its job's, or its submitter's).
  * @property {number|null} [timeout_ms] The run timeout, ms.
  */
 
@@ -567,20 +574,38 @@
  */
 
 /**
+ * A tenant to create (admin).
+ * @typedef {object} TenantRequest
+ * @property {string|null} [description] For people.
+ * @property {string} name Its name: 1 to 64 letters, digits, `.`, `_` or `-`.
+ */
+
+/**
+ * A tenant.
+ * @typedef {object} TenantView
+ * @property {number} created_ms Created, ms since the epoch.
+ * @property {string|null} [description] For people.
+ * @property {string} name Its name (letters, digits, `.`, `_`, `-`).
+ */
+
+/**
  * A token to create.
  * @typedef {object} TokenRequest
- * @property {boolean} [admin] May manage tokens (default false).
+ * @property {boolean} [admin] Before roles: `true` is `role: admin`.
  * @property {string} name For people.
+ * @property {null|Role} [role]
+ * @property {string|null} [tenant] Its tenant (default: the caller's, or the one an admin acts in with `X-Silk-Tenant`).
  */
 
 /**
  * A token as the API lists it (no secret).
  * @typedef {object} TokenView
- * @property {boolean} admin Whether it may manage tokens.
  * @property {number} created_ms Created, ms since the epoch.
  * @property {string} id The token id (the part after `silk_`).
  * @property {number|null} [last_used_ms] Last used (to the minute), ms since the epoch.
  * @property {string} name Its name.
+ * @property {Role} role Its role.
+ * @property {string} tenant The tenant it belongs to.
  */
 
 /**
