@@ -219,8 +219,8 @@ pub struct AlertRuleRequest {
     pub name: String,
     /// What it is sent for (at least one; not `test`).
     pub events: Vec<AlertEvent>,
-    /// Only runs of this job (its name); none: every job's and ad-hoc runs. A rule with a
-    /// job matches only run events.
+    /// Only runs of this job: `TENANT/NAME`, or a name of the tenant `default`; none: every
+    /// job's and ad-hoc runs. A rule with a job matches only run events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
     /// Only builds of this project; none: every project's. A rule with a project matches

@@ -85,7 +85,7 @@ pub enum Role {
     Viewer,
     /// Jobs, runs, items, logs of its tenant.
     Member,
-    /// A member that also manages its tenant's tokens and projects.
+    /// A member that also manages its tenant's tokens.
     Owner,
     /// The platform: every tenant (acting in one with `X-Silk-Tenant`), agents, alerts,
     /// tenants, raw commands.

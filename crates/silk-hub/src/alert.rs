@@ -518,6 +518,7 @@ pub(crate) fn run_happening(
     if let Some(job) = &record.job_name {
         facts.insert("job".into(), json!(job));
     }
+    facts.insert("tenant".into(), json!(record.tenant));
     facts.insert("spider".into(), json!(record.spider_name));
     if let Some(reason) = &record.reason {
         facts.insert("reason".into(), json!(reason));
@@ -543,7 +544,14 @@ pub(crate) fn run_happening(
     Some(Happening {
         events,
         key: format!("run/{}", record.id),
-        job: record.job_name.clone(),
+        // As a rule names it: a name of the tenant `default`, else `TENANT/NAME`.
+        job: record.job_name.as_ref().map(|name| {
+            if record.tenant == silk_store::DEFAULT_TENANT {
+                name.clone()
+            } else {
+                format!("{}/{name}", record.tenant)
+            }
+        }),
         project: None,
         facts,
     })
@@ -1227,6 +1235,9 @@ mod tests {
         };
         assert_eq!(matches(&doc, &h), Some(AlertEvent::RunStalled));
         h.job = Some("other".into());
+        assert_eq!(matches(&doc, &h), None);
+        // Another tenant's job of the same name is `TENANT/NAME`: not this rule's.
+        h.job = Some("acme/shop".into());
         assert_eq!(matches(&doc, &h), None);
         h.job = None;
         assert_eq!(matches(&doc, &h), None);

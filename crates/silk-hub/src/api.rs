@@ -309,6 +309,13 @@ async fn authenticate(
     if token.starts_with(crate::run::RUN_TOKEN_PREFIX) {
         return match hub.authenticate_run(token).await {
             Ok(Some(scope)) => {
+                if asked_tenant(&request).is_some_and(|t| !t.is_empty() && t != scope.tenant) {
+                    return ApiError::new(
+                        ErrorCode::Forbidden,
+                        "X-Silk-Tenant: a run token acts only in its run's tenant",
+                    )
+                    .into_response();
+                }
                 if !run_token_reaches(&scope, request.method(), request.uri().path()) {
                     return ApiError::new(
                         ErrorCode::Forbidden,
@@ -1255,7 +1262,12 @@ async fn list_tokens(
     axum::Extension(principal): axum::Extension<Principal>,
 ) -> ApiResult<Json<Vec<TokenView>>> {
     require_role(&principal, Role::Owner, "manage tokens")?;
-    Ok(Json(hub.tokens(Some(&principal.tenant)).await?))
+    let mut tokens = hub.tokens(Some(&principal.tenant)).await?;
+    if !principal.is_admin() {
+        // The platform's tokens are not an owner's business.
+        tokens.retain(|t| t.role != Role::Admin);
+    }
+    Ok(Json(tokens))
 }
 
 /// Creates a token (an owner in its tenant, an admin in any; only an admin makes admin

@@ -115,6 +115,7 @@ mod tests {
             fetch_ms: 1,
             agent: "a1".into(),
             run: "r".into(),
+            tenant: "default".into(),
             job: None,
             job_id: None,
             spider_name: "s".into(),

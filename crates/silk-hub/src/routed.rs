@@ -38,6 +38,9 @@ pub(crate) struct OutcomeLine {
     pub fetch_ms: u64,
     pub agent: String,
     pub run: String,
+    /// The run's tenant (lines from before tenants: `default`).
+    #[serde(default = "silk_api::tenants::default_tenant")]
+    pub tenant: String,
     pub job: Option<String>,
     pub job_id: Option<String>,
     pub spider_name: String,

@@ -413,9 +413,14 @@ impl Run {
         let Some(log) = &self.outcomes else {
             return Ok(());
         };
-        let (job, job_id, spider_name) = {
+        let (tenant, job, job_id, spider_name) = {
             let r = self.record.lock();
-            (r.job_name.clone(), r.job_id.clone(), r.spider_name.clone())
+            (
+                r.tenant.clone(),
+                r.job_name.clone(),
+                r.job_id.clone(),
+                r.spider_name.clone(),
+            )
         };
         let line = OutcomeLine {
             v: 1,
@@ -437,6 +442,7 @@ impl Run {
             fetch_ms: o.timings.fetch_ms,
             agent: agent.to_string(),
             run: self.id.to_string(),
+            tenant,
             job,
             job_id,
             spider_name,

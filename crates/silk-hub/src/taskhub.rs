@@ -293,6 +293,7 @@ pub const OUTCOME_KEYS: &[&str] = &[
     "fetch_ms",
     "agent",
     "run",
+    "tenant",
     "job",
     "spider_name",
     "spider_end_time",
@@ -318,6 +319,15 @@ struct ResultsSettings {
     codes: BTreeMap<String, i64>,
 }
 
+/// Whether `reference` (`TENANT/NAME`, or a name of the tenant `default`) names the job of
+/// `line`'s run.
+fn names_job(reference: &str, line: &OutcomeLine) -> bool {
+    let (tenant, name) = reference
+        .split_once('/')
+        .unwrap_or((silk_store::DEFAULT_TENANT, reference));
+    line.tenant == tenant && line.job.as_deref() == Some(name)
+}
+
 impl ResultsSettings {
     fn wants(&self, line: &OutcomeLine) -> bool {
         if self.which == Which::Tasks && line.task.is_none() {
@@ -325,9 +335,9 @@ impl ResultsSettings {
         }
         match &self.jobs {
             None => true,
-            Some(jobs) => jobs.iter().any(|j| {
-                line.job.as_deref() == Some(j.as_str()) || line.job_id.as_deref() == Some(j)
-            }),
+            Some(jobs) => jobs
+                .iter()
+                .any(|j| line.job_id.as_deref() == Some(j) || names_job(j, line)),
         }
     }
 
@@ -364,6 +374,7 @@ impl ResultsSettings {
         t.insert("fetch_ms".into(), line.fetch_ms.into());
         t.insert("agent".into(), line.agent.into());
         t.insert("run".into(), line.run.into());
+        t.insert("tenant".into(), line.tenant.into());
         t.insert("job".into(), line.job.into());
         t.insert("spider_name".into(), line.spider_name.into());
         t.insert(
@@ -553,6 +564,7 @@ mod tests {
             fetch_ms: 0,
             agent: "a".into(),
             run: "r".into(),
+            tenant: "default".into(),
             job: Some("j".into()),
             job_id: Some("id1".into()),
             spider_name: "s".into(),
@@ -594,6 +606,16 @@ mod tests {
         assert!(!s.wants(&line(true, None, None)));
         s.jobs = Some(vec!["id1".into()]);
         assert!(s.wants(&line(true, None, None)));
+        // A name is of the tenant `default`; another tenant's job is `TENANT/NAME`.
+        s.jobs = Some(vec!["j".into()]);
+        assert!(s.wants(&line(true, None, None)));
+        let mut acme = line(true, None, None);
+        acme.tenant = "acme".into();
+        assert!(!s.wants(&acme), "default's `j` is not acme's");
+        s.jobs = Some(vec!["acme/j".into()]);
+        assert!(s.wants(&acme));
+        assert!(!s.wants(&line(true, None, None)));
+        s.jobs = Some(vec!["id1".into()]);
         s.which = Which::Tasks;
         assert!(!s.wants(&line(true, None, None)));
         let mut with_task = line(true, None, None);

@@ -19,6 +19,8 @@ function getToken() {
 }
 
 export function setToken(token) {
+  // A new token starts in its own tenant.
+  setTenant('');
   try {
     if (token) localStorage.setItem(TOKEN_KEY, token);
     else localStorage.removeItem(TOKEN_KEY);

@@ -118,8 +118,8 @@ async function loadTenants() {
   try {
     tenants = await api('GET', '/api/v1/tenants');
   } catch (e) {
-    if (e && e.status === 404 && tenant()) {
-      // The chosen tenant is gone: back to the token's own.
+    if (e && (e.status === 404 || e.status === 403) && tenant()) {
+      // The chosen tenant is gone, or not this token's to choose: back to the token's own.
       setTenant('');
       return loadTenants();
     }
@@ -151,7 +151,6 @@ function start() {
     const t = $('#login-token').value.trim();
     if (!t) return;
     setToken(t);
-    setTenant('');
     $('#login-token').value = '';
     hideLogin();
     loadTenants();
@@ -162,7 +161,7 @@ function start() {
     if (location.hash.includes('token=')) takeTokenFromUrl();
     route();
   });
-  if (token()) loadTenants();
+  loadTenants();
   route();
 }
 

@@ -70,7 +70,7 @@
  * @property {ChannelSpec} channel Where to.
  * @property {boolean|null} [enabled] Default true; a disabled rule matches nothing.
  * @property {Array<AlertEvent>} events What it is sent for (at least one; not `test`).
- * @property {string|null} [job] Only runs of this job (its name); none: every job's and ad-hoc runs. A rule with a
+ * @property {string|null} [job] Only runs of this job: `TENANT/NAME`, or a name of the tenant `default`; none: every
  * @property {string} name A safe identifier: lowercase letters, digits, `-` and `_`, at most 63 characters.
  * @property {string|null} [project] Only builds of this project; none: every project's. A rule with a project matches
  * @property {null|RateLimit} [rate_limit]
