@@ -564,6 +564,17 @@ impl Client {
             .parse("a tenant")
     }
 
+    /// `PATCH /api/v1/tenants/{name}` (admin): a merge patch of `description`, `pools`.
+    pub async fn update_tenant(
+        &self,
+        name: &str,
+        patch: &Value,
+    ) -> Result<TenantView, ClientError> {
+        self.patch(&["api", "v1", "tenants", name], patch)
+            .await?
+            .parse("a tenant")
+    }
+
     /// `DELETE /api/v1/tenants/{name}` (admin): only a tenant that owns nothing.
     pub async fn delete_tenant(&self, name: &str) -> Result<(), ClientError> {
         self.delete(&["api", "v1", "tenants", name]).await.map(drop)

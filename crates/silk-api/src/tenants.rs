@@ -23,6 +23,9 @@ pub struct TenantView {
     /// For people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The agent pools (agents labelled `pool=NAME`) its runs may use; absent: every agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<Vec<String>>,
     /// Created, ms since the epoch.
     pub created_ms: u64,
 }
@@ -36,6 +39,11 @@ pub struct TenantRequest {
     /// For people.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The agent pools its runs may use (a run naming no pool uses all of these; one naming
+    /// another pool is refused with `403`); absent: every agent. `[]`: none (its runs are
+    /// refused until an admin grants a pool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<Vec<String>>,
 }
 
 /// Whether `name` may name a tenant (1 to 64 letters, digits, `.`, `_`, `-`).

@@ -26,7 +26,7 @@
 //! | `GET /api/v1/runs/{id}/events` | server-sent events: `run` (RunView), `log` (LogLine), `end` |
 //! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
 //! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | the tenant's tokens (owner or admin) |
-//! | `GET, POST /api/v1/tenants`, `GET, DELETE /api/v1/tenants/{name}` | tenants (admin; others see their own) |
+//! | `GET, POST /api/v1/tenants`, `GET, PATCH, DELETE /api/v1/tenants/{name}` | tenants and their pool grants (admin; others see their own) |
 //! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `api::projects` |
 //! | `/api/v1/alerts/rules…`, `GET /api/v1/alerts/deliveries` | alert rules and their deliveries: see `api::alerts` |
 //!
@@ -209,7 +209,7 @@ fn api_routes() -> (
         .routes(routes!(list_tokens, create_token))
         .routes(routes!(delete_token))
         .routes(routes!(list_tenants, create_tenant))
-        .routes(routes!(get_tenant, delete_tenant))
+        .routes(routes!(get_tenant, patch_tenant, delete_tenant))
         .merge(projects::routes())
         .merge(alerts::routes())
         .split_for_parts();
@@ -1352,6 +1352,22 @@ async fn get_tenant(
         return Err(HubError::NoSuchTenant(name).into());
     }
     Ok(Json(hub.tenant(&name).await?))
+}
+
+/// Changes a tenant (admin only): a JSON merge patch of `description` and `pools` (the
+/// agent pools its runs may use; `null`: every agent).
+#[utoipa::path(patch, path = "/api/v1/tenants/{name}", params(("name" = String, Path, description = "tenant name")),
+    request_body = Object,
+    responses((status = 200, body = TenantView), (status = 400, body = silk_api::ApiError), (status = 403, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
+async fn patch_tenant(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(name): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<TenantView>> {
+    require_admin_for(&principal, "change tenants")?;
+    let patch: serde_json::Value = parse_body(&body)?;
+    Ok(Json(hub.update_tenant(&name, &patch).await?))
 }
 
 /// Deletes a tenant that owns nothing (admin only; `409` naming what it still owns).

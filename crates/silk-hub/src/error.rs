@@ -89,6 +89,9 @@ pub enum HubError {
     /// No such tenant.
     #[error("no tenant `{0}`")]
     NoSuchTenant(String),
+    /// Not allowed to this tenant or token (the message names the field).
+    #[error("{0}")]
+    Forbidden(String),
     /// A tenant name or description that cannot be used.
     #[error("bad tenant: {0}")]
     BadTenant(String),
@@ -166,6 +169,7 @@ impl HubError {
             | HubError::NoSuchToken(_)
             | HubError::NoSuchTenant(_) => ErrorCode::NotFound,
             HubError::BadTenant(_) => ErrorCode::BadRequest,
+            HubError::Forbidden(_) => ErrorCode::Forbidden,
             HubError::Conflict(_) => ErrorCode::Conflict,
             HubError::WrongState { .. } => ErrorCode::WrongState,
             HubError::OwnedElsewhere { .. } => ErrorCode::OwnedElsewhere,

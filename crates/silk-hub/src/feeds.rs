@@ -134,7 +134,8 @@ async fn start_fed_run(
     feed: &Feed,
 ) -> Result<Option<Arc<Run>>, HubError> {
     {
-        let live = shared.link.open_agents(&request.pools);
+        let pools = crate::launch::run_pools(shared, &job.tenant, &request.pools).await?;
+        let live = shared.link.open_agents(&pools);
         let mut rng = shared.rng.lock();
         crate::allocation::allocate(
             request

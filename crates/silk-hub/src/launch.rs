@@ -36,6 +36,22 @@ pub(crate) struct NewRun {
     pub(crate) feed: Option<Feed>,
 }
 
+/// The pools a run of `tenant` that asked for `asked` uses: limited to, or filled with, the
+/// pools granted to the tenant (see [`crate::tenant::granted_pools`]); `403` naming
+/// `pools[i]` for a pool not granted.
+pub(crate) async fn run_pools(
+    hub: &HubCore,
+    tenant: &str,
+    asked: &[String],
+) -> Result<Vec<String>, HubError> {
+    let row = hub
+        .store
+        .get_tenant(tenant)
+        .await?
+        .ok_or_else(|| HubError::NoSuchTenant(tenant.to_owned()))?;
+    crate::tenant::granted_pools(tenant, &crate::tenant::tenant_doc(&row)?, asked)
+}
+
 /// Decides, confirms and stores the allocation of a new run; then starts it.
 pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView, HubError> {
     if *hub.stop.borrow() {
@@ -43,6 +59,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     }
     let mut request = new.request;
     let spider = crate::run::check_request(&request)?;
+    request.pools = run_pools(hub, &new.tenant, &request.pools).await?;
     // A program run: its version resolved now (`latest` is the newest ready one), its
     // spider the settings it was given, or the defaults.
     let program = match &request.program {

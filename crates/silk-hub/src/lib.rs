@@ -63,6 +63,7 @@ mod files;
 pub mod hub;
 mod hub_alerts;
 mod hub_projects;
+mod hub_tenants;
 mod items;
 pub mod jobs;
 mod launch;
@@ -86,7 +87,7 @@ mod sinks;
 mod state;
 mod tailer;
 pub mod taskhub;
-mod tenants;
+mod tenant;
 mod ui;
 
 pub use allocation::{Allocation, AllocationError, Route, allocate};

@@ -341,9 +341,8 @@ pub(crate) async fn create_job(
     spec: JobSpec,
 ) -> Result<Job, HubError> {
     let (spider_name, _) = validate_spec(&spec)?;
-    if shared.store.get_tenant(tenant).await?.is_none() {
-        return Err(HubError::NoSuchTenant(tenant.to_owned()));
-    }
+    // The job's pools must be granted to its tenant (checked again at every run).
+    crate::launch::run_pools(shared, tenant, &spec.pools).await?;
     let now = shared.schedule_clock.now_ms();
     let mut job = Job {
         id: uuid::Uuid::now_v7().simple().to_string(),
@@ -409,6 +408,7 @@ pub(crate) async fn update_job(
     let mut job = load(shared, id_or_name).await?;
     let spec = patch_spec(&job.spec, patch)?;
     let (spider_name, _) = validate_spec(&spec)?;
+    crate::launch::run_pools(shared, &job.tenant, &spec.pools).await?;
     if spec.name != job.spec.name
         && shared
             .store

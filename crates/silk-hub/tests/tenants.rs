@@ -368,3 +368,136 @@ async fn two_tenants_see_and_touch_only_their_own_objects() {
 
     hub.shutdown().await;
 }
+
+/// Pool grants: a tenant granted `eu` runs only on agents labelled `pool=eu` — a run naming
+/// no pool gets the granted ones, a job or run naming another pool is refused with `403`
+/// naming `pools[i]` — until the admin lifts the grant; a tenant granted no pool runs
+/// nothing; only an admin changes grants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenant_runs_only_on_the_pools_granted_to_it() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(4, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _plain = start_agent(dir.path(), &bus, "a1").await;
+    let mut eu = agent_config(dir.path(), "a2");
+    eu.labels.insert("pool".into(), "eu".into());
+    let _eu = start_agent_with(eu, &bus).await;
+    within("two live agents", 10, hub.wait_for_live_agents(2)).await;
+    let (base, admin) = serve(&hub).await;
+
+    let (status, made) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "acme", "pools": ["eu"]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["pools"], json!(["eu"]));
+    let acme_owner = client(&base, &token(&admin, "o", Role::Owner, Some("acme")).await);
+    let acme = client(&base, &token(&acme_owner, "m", Role::Member, None).await);
+    let spider = job_spec(&site)["spider"].clone();
+
+    // No pool named: the granted ones, so only the eu agent.
+    for _ in 0..3 {
+        let (status, run) = call(
+            &acme,
+            Method::POST,
+            "/api/v1/runs",
+            Some(json!({"spider": spider, "strategy": "fixed:1"})),
+        )
+        .await;
+        assert_eq!(status, 201, "{run}");
+        assert_eq!(run["pools"], json!(["eu"]));
+        assert_eq!(run["agents"], json!(["a2"]));
+        let id = silk_core::RunId::new(run["id"].as_str().unwrap());
+        let done = within("acme's run", 60, hub.wait_run(&id)).await.unwrap();
+        assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    }
+    // Another pool: refused, naming it, for runs and jobs alike.
+    let (status, e) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": spider, "pools": ["eu", "us"]})),
+    )
+    .await;
+    assert_eq!(status, 403, "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("pools[1]: pool `us`"),
+        "{e}"
+    );
+    let mut job = job_spec(&site);
+    job["pools"] = json!(["us"]);
+    let (status, e) = call(&acme, Method::POST, "/api/v1/jobs", Some(job)).await;
+    assert_eq!(status, 403, "{e}");
+    // Only an admin changes grants.
+    let (status, _) = call(
+        &acme_owner,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"pools": null})),
+    )
+    .await;
+    assert_eq!(status, 403);
+    // No pool granted: nothing runs.
+    let (status, t) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"pools": []})),
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    let (status, e) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": spider})),
+    )
+    .await;
+    assert_eq!(status, 403, "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("granted no agent pool"),
+        "{e}"
+    );
+    // The grant lifted: every agent again.
+    let (status, t) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"pools": null})),
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    assert!(t.get("pools").is_none(), "{t}");
+    let (status, run) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": spider, "strategy": "fixed:2"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    assert_eq!(run["pools"], json!([]));
+    assert_eq!(run["agents"].as_array().unwrap().len(), 2, "{run}");
+    let id = silk_core::RunId::new(run["id"].as_str().unwrap());
+    within("acme's run", 60, hub.wait_run(&id)).await.unwrap();
+    let (status, e) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"colour": 1})),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+
+    hub.shutdown().await;
+}

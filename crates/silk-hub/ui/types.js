@@ -578,6 +578,7 @@
  * @typedef {object} TenantRequest
  * @property {string|null} [description] For people.
  * @property {string} name Its name: 1 to 64 letters, digits, `.`, `_` or `-`.
+ * @property {Array<string>|null} [pools] The agent pools its runs may use (a run naming no pool uses all of these; one naming
  */
 
 /**
@@ -586,6 +587,7 @@
  * @property {number} created_ms Created, ms since the epoch.
  * @property {string|null} [description] For people.
  * @property {string} name Its name (letters, digits, `.`, `_`, `-`).
+ * @property {Array<string>|null} [pools] The agent pools (agents labelled `pool=NAME`) its runs may use; absent: every agent.
  */
 
 /**

@@ -124,6 +124,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "registry_tests",
             "routed",
             "run",
+            "tenant",
         ],
     ),
     (
@@ -148,7 +149,10 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "sinks",
         ],
     ),
-    ("facade", &["hub", "hub_alerts", "hub_projects"]),
+    (
+        "facade",
+        &["hub", "hub_alerts", "hub_projects", "hub_tenants"],
+    ),
     ("edge", &["api", "auth", "sdk", "taskhub", "ui"]),
 ];
 

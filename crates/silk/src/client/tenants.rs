@@ -1,5 +1,5 @@
-//! `silk tenants list|create NAME|delete NAME`: the platform's tenants (an admin's; any
-//! other token lists only its own).
+//! `silk tenants list|create NAME|pools NAME|delete NAME`: the platform's tenants and the
+//! agent pools granted to them (an admin's; any other token lists only its own).
 
 use super::output::{Align, Table, ago, now_ms, print_json};
 use super::{Client, Conn, parse};
@@ -29,6 +29,21 @@ pub enum TenantsCommand {
         /// For people.
         #[arg(long)]
         description: Option<String>,
+        /// Grant this agent pool (agents labelled pool=NAME); repeat for more. Without any,
+        /// the tenant's runs may use every agent.
+        #[arg(long = "pool", value_name = "POOL")]
+        pools: Vec<String>,
+    },
+    /// Set the agent pools a tenant's runs may use (admin): `--any` for every agent.
+    Pools {
+        /// The tenant's name.
+        name: String,
+        /// The pools granted (agents labelled pool=NAME); none given with no `--any`: no
+        /// agent at all.
+        pools: Vec<String>,
+        /// Every agent (no grant).
+        #[arg(long, conflicts_with = "pools")]
+        any: bool,
     },
     /// Delete a tenant that owns nothing any more (admin).
     Delete {
@@ -51,13 +66,18 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
             let tenants: Vec<TenantView> = parse(&answer.value, "a list of tenants")?;
             print!("{}", tenants_table(&tenants, now_ms()).render());
         }
-        TenantsCommand::Create { name, description } => {
+        TenantsCommand::Create {
+            name,
+            description,
+            pools,
+        } => {
             let answer = client
                 .post(
                     &["api", "v1", "tenants"],
                     &serde_json::to_value(TenantRequest {
                         name: name.clone(),
                         description,
+                        pools: (!pools.is_empty()).then_some(pools),
                     })?,
                 )
                 .await?;
@@ -66,6 +86,23 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             eprintln!("tenant {name} created");
+        }
+        TenantsCommand::Pools { name, pools, any } => {
+            let patch = if any {
+                serde_json::json!({ "pools": null })
+            } else {
+                serde_json::json!({ "pools": pools })
+            };
+            let tenant = client
+                .api()
+                .update_tenant(&name, &patch)
+                .await
+                .map_err(|e| client.error(e))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&tenant)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            eprintln!("tenant {name}: {}", pools_text(tenant.pools.as_deref()));
         }
         TenantsCommand::Delete { name } => {
             client
@@ -81,13 +118,28 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
 
 fn tenants_table(tenants: &[TenantView], now_ms: u64) -> Table {
     use Align::Left;
-    let mut table = Table::new(&[("NAME", Left), ("CREATED", Left), ("DESCRIPTION", Left)]);
+    let mut table = Table::new(&[
+        ("NAME", Left),
+        ("POOLS", Left),
+        ("CREATED", Left),
+        ("DESCRIPTION", Left),
+    ]);
     for t in tenants {
         table.row(vec![
             t.name.clone(),
+            pools_text(t.pools.as_deref()),
             ago(t.created_ms, now_ms),
             t.description.clone().unwrap_or_default(),
         ]);
     }
     table
+}
+
+/// The pools of a tenant for people.
+fn pools_text(pools: Option<&[String]>) -> String {
+    match pools {
+        None => "any agent".into(),
+        Some([]) => "none".into(),
+        Some(pools) => pools.join(", "),
+    }
 }
