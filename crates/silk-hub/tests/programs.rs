@@ -443,6 +443,13 @@ async fn an_agent_that_detaches_stops_its_workers_and_a_hub_back_starts_them_aga
             .unwrap()
     };
     until_all_running(&w.admin, &id).await;
+    // A worker is running once its process is; its script writes its pid, then ticks.
+    within("the workers tick", 30, async {
+        while ticks(0) == 0 || ticks(1) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     let first = (pid(0), pid(1));
 
     // The hub goes: the agents detach and stop the workers (deaf to SIGTERM: SIGKILL).
