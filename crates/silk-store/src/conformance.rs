@@ -22,7 +22,7 @@ use crate::model::{
 };
 use crate::projects::{ARTIFACT_CHUNK, ProjectRow, VersionRow, build_log_key};
 use crate::store::MetaStore;
-use crate::tenants::{DEFAULT_TENANT, TenantRow};
+use crate::tenants::{DEFAULT_TENANT, QuotaClaim, TenantRow, UsageDelta, UsageKey};
 use async_trait::async_trait;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -61,7 +61,8 @@ macro_rules! store_conformance_tests {
             reopen_keeps_data, concurrent_open, projects_crud, versions_queue_and_lease,
             project_delete_takes_its_versions_logs_and_deliveries, artifacts_in_chunks,
             settings_first_value_wins, alert_rules_crud, alerts_outbox,
-            ended_runs_noticed_once, tenants_scope_their_objects);
+            ended_runs_noticed_once, tenants_scope_their_objects,
+            quota_reservations_hold_their_limits);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -2320,4 +2321,86 @@ pub async fn tenants_scope_their_objects(f: &dyn StoreFactory) {
     assert!(s.delete_tenant("acme").await.expect("delete"));
     assert!(!s.delete_tenant("acme").await.expect("delete again"));
     assert_eq!(s.get_tenant("acme").await.expect("get"), None);
+}
+
+/// Quota counters: a reservation never takes a counter past its page limit (also when hubs
+/// race), reserves on every claim at once, stops at the byte limit, and usage gives
+/// reservations back.
+pub async fn quota_reservations_hold_their_limits(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    let key = |scope: &str| UsageKey {
+        scope: scope.to_owned(),
+        period: "2026-11-28".to_owned(),
+    };
+    let claim = |scope: &str, max_pages: Option<u64>, max_bytes: Option<u64>| QuotaClaim {
+        key: key(scope),
+        max_pages,
+        max_bytes,
+    };
+    assert_eq!(s.get_usage(&key("tenant:a")).await.expect("get"), None);
+    let tenant = [claim("tenant:a", Some(100), None)];
+    assert_eq!(s.reserve_quota(&tenant, 30, T0).await.expect("reserve"), 30);
+    assert_eq!(s.reserve_quota(&tenant, 80, T0).await.expect("reserve"), 70);
+    assert_eq!(s.reserve_quota(&tenant, 1, T0).await.expect("reserve"), 0);
+    // 50 pages used out of the reservation, 10 past it.
+    let used = UsageDelta {
+        pages: 60,
+        bytes: 6_000,
+        unreserve: 50,
+        overshoot: 10,
+    };
+    s.add_usage(&[key("tenant:a")], &used, T0 + 1).await.expect("add");
+    let row = s.get_usage(&key("tenant:a")).await.expect("get").expect("row");
+    assert_eq!(
+        (row.pages, row.bytes, row.reserved, row.overshoot, row.updated_ms),
+        (60, 6_000, 50, 10, T0 + 1)
+    );
+    assert_eq!(s.reserve_quota(&tenant, 10, T0).await.expect("reserve"), 0);
+    // The rest of the reservation given back (more than is reserved: never below 0).
+    let back = UsageDelta {
+        unreserve: 80,
+        ..UsageDelta::default()
+    };
+    s.add_usage(&[key("tenant:a")], &back, T0 + 2).await.expect("add");
+    assert_eq!(s.reserve_quota(&tenant, 100, T0).await.expect("reserve"), 40);
+    // Every claim at once: the smallest room wins, and both counters are reserved.
+    let both = [
+        claim("tenant:b", Some(100), None),
+        claim("job:j1", Some(25), None),
+    ];
+    assert_eq!(s.reserve_quota(&both, 50, T0).await.expect("reserve"), 25);
+    let reserved = |row: Option<crate::tenants::UsageRow>| row.expect("row").reserved;
+    assert_eq!(reserved(s.get_usage(&key("tenant:b")).await.expect("get")), 25);
+    assert_eq!(reserved(s.get_usage(&key("job:j1")).await.expect("get")), 25);
+    // A claim without limits only counts.
+    let free = [claim("tenant:c", None, None)];
+    assert_eq!(s.reserve_quota(&free, 500, T0).await.expect("reserve"), 500);
+    // The byte limit: reached, nothing more.
+    let bytes = [claim("tenant:d", None, Some(1_000))];
+    assert_eq!(s.reserve_quota(&bytes, 10, T0).await.expect("reserve"), 10);
+    let big = UsageDelta {
+        pages: 10,
+        bytes: 1_000,
+        unreserve: 10,
+        overshoot: 0,
+    };
+    s.add_usage(&[key("tenant:d")], &big, T0).await.expect("add");
+    assert_eq!(s.reserve_quota(&bytes, 10, T0).await.expect("reserve"), 0);
+    // Racing reservations (two stores, like two hubs) never hand out more than the limit.
+    let other = f.open().await;
+    let race = [claim("tenant:race", Some(100), None)];
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let store = if i % 2 == 0 { s.clone() } else { other.clone() };
+        let race = race.clone();
+        tasks.push(tokio::spawn(async move {
+            store.reserve_quota(&race, 7, T0).await.expect("reserve")
+        }));
+    }
+    let mut granted = 0;
+    for t in tasks {
+        granted += t.await.expect("task");
+    }
+    assert_eq!(granted, 100, "racing reservations");
+    assert_eq!(reserved(s.get_usage(&key("tenant:race")).await.expect("get")), 100);
 }

@@ -39,6 +39,10 @@
 //! - `leases` — key `name` (`run:{run_id}`, `scheduler`, …); `holder`, `expires_ms`,
 //!   `acquired_ms`, on the database's clock (see below).
 //! - `seq_counters` — key `name`; `last_seq`, the last value counter `name` handed out.
+//! - `tenants` — key `name`; `doc` (JSON), `created_ms`, `updated_ms`.
+//! - `quota_usage` — key (`scope`, `period`); `pages`, `bytes`, `reserved`, `overshoot`,
+//!   `updated_ms`: quota counters, reserved in one locking transaction
+//!   ([`TenantStore::reserve_quota`]).
 //! - `silk_migrations` — key `version`; `name`, `checksum`, `applied_ms`: the applied
 //!   migrations.
 //!
@@ -93,7 +97,9 @@ pub use model::{
 pub use projects::{ARTIFACT_CHUNK, DocRow, ProjectRow, ProjectStore, VersionRow, build_log_key};
 pub use redact::redact_url;
 pub use store::MetaStore;
-pub use tenants::{DEFAULT_TENANT, TenantRow, TenantStore};
+pub use tenants::{
+    DEFAULT_TENANT, QuotaClaim, TenantRow, TenantStore, UsageDelta, UsageKey, UsageRow,
+};
 
 use std::path::Path;
 use std::sync::Arc;

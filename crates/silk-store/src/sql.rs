@@ -64,6 +64,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0006_tenants",
         sql: include_str!("../migrations/0006_tenants.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_quota_usage",
+        sql: include_str!("../migrations/0007_quota_usage.sql"),
+    },
 ];
 
 /// The table that records applied migrations (created at open if missing).

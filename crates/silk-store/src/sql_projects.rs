@@ -486,6 +486,22 @@ macro_rules! impl_project_store {
             doc_from_row(row, TENANTS)
         }
 
+        fn usage_from_row(row: &DbRow) -> Result<$crate::tenants::UsageRow, StoreError> {
+            let scope: String = Cols::new(row, "quota_usage", "?").get("scope")?;
+            let c = Cols::new(row, "quota_usage", &scope);
+            Ok($crate::tenants::UsageRow {
+                key: $crate::tenants::UsageKey {
+                    period: c.get("period")?,
+                    scope: scope.clone(),
+                },
+                pages: c.u64("pages")?,
+                bytes: c.u64("bytes")?,
+                reserved: c.u64("reserved")?,
+                overshoot: c.u64("overshoot")?,
+                updated_ms: c.u64("updated_ms")?,
+            })
+        }
+
         #[async_trait::async_trait]
         impl $crate::tenants::TenantStore for $store {
             async fn create_tenant(
@@ -541,6 +557,122 @@ macro_rules! impl_project_store {
                 let deleted = execute(&mut *tx, query, OP).await?;
                 tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
                 Ok(deleted > 0)
+            }
+
+            async fn reserve_quota(
+                &self,
+                claims: &[$crate::tenants::QuotaClaim],
+                want: u64,
+                now_ms: u64,
+            ) -> Result<u64, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                const OP: &str = "reserve_quota";
+                let now = $crate::sql::to_db(now_ms, || "reserve_quota now_ms".to_owned())?;
+                let mut sorted: Vec<&$crate::tenants::QuotaClaim> = claims.iter().collect();
+                sorted.sort_by(|a, b| a.key.cmp(&b.key));
+                let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
+                let mut grant = want;
+                for claim in &sorted {
+                    // Makes the row or, on PostgreSQL, locks it (an update takes the row lock;
+                    // SQLite's BEGIN IMMEDIATE serializes the whole transaction).
+                    let upsert = sqlx::query(
+                        "INSERT INTO quota_usage (scope, period, updated_ms) VALUES ($1, $2, $3) \
+                         ON CONFLICT (scope, period) DO UPDATE SET updated_ms = excluded.updated_ms",
+                    )
+                    .bind(&claim.key.scope)
+                    .bind(&claim.key.period)
+                    .bind(now);
+                    execute(&mut *tx, upsert, OP).await?;
+                    let row = sqlx::query(
+                        "SELECT pages, bytes, reserved FROM quota_usage \
+                         WHERE scope = $1 AND period = $2",
+                    )
+                    .bind(&claim.key.scope)
+                    .bind(&claim.key.period)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|e| StoreError::query(OP, e))?;
+                    let c = Cols::new(&row, "quota_usage", &claim.key.scope);
+                    let (pages, bytes, reserved) =
+                        (c.u64("pages")?, c.u64("bytes")?, c.u64("reserved")?);
+                    if claim.max_bytes.is_some_and(|max| bytes >= max) {
+                        grant = 0;
+                    }
+                    if let Some(max) = claim.max_pages {
+                        grant = grant.min(max.saturating_sub(pages.saturating_add(reserved)));
+                    }
+                }
+                if grant > 0 {
+                    let n = $crate::sql::to_db(grant, || "reserve_quota want".to_owned())?;
+                    for claim in &sorted {
+                        let update = sqlx::query(
+                            "UPDATE quota_usage SET reserved = reserved + $3 \
+                             WHERE scope = $1 AND period = $2",
+                        )
+                        .bind(&claim.key.scope)
+                        .bind(&claim.key.period)
+                        .bind(n);
+                        execute(&mut *tx, update, OP).await?;
+                    }
+                }
+                tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
+                Ok(grant)
+            }
+
+            async fn add_usage(
+                &self,
+                keys: &[$crate::tenants::UsageKey],
+                delta: &$crate::tenants::UsageDelta,
+                now_ms: u64,
+            ) -> Result<(), StoreError> {
+                let _clock = $crate::held::hold_clock();
+                const OP: &str = "add_usage";
+                let w = |what: &'static str| move || format!("add_usage {what}");
+                let now = $crate::sql::to_db(now_ms, w("now_ms"))?;
+                let pages = $crate::sql::to_db(delta.pages, w("pages"))?;
+                let bytes = $crate::sql::to_db(delta.bytes, w("bytes"))?;
+                let unreserve = $crate::sql::to_db(delta.unreserve, w("unreserve"))?;
+                let overshoot = $crate::sql::to_db(delta.overshoot, w("overshoot"))?;
+                let mut sorted: Vec<&$crate::tenants::UsageKey> = keys.iter().collect();
+                sorted.sort();
+                let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
+                for key in sorted {
+                    let upsert = sqlx::query(
+                        "INSERT INTO quota_usage (scope, period, pages, bytes, overshoot, updated_ms) \
+                         VALUES ($1, $2, $3, $4, $5, $6) \
+                         ON CONFLICT (scope, period) DO UPDATE SET \
+                         pages = quota_usage.pages + excluded.pages, \
+                         bytes = quota_usage.bytes + excluded.bytes, \
+                         overshoot = quota_usage.overshoot + excluded.overshoot, \
+                         reserved = CASE WHEN quota_usage.reserved > $7 \
+                                    THEN quota_usage.reserved - $7 ELSE 0 END, \
+                         updated_ms = excluded.updated_ms",
+                    )
+                    .bind(&key.scope)
+                    .bind(&key.period)
+                    .bind(pages)
+                    .bind(bytes)
+                    .bind(overshoot)
+                    .bind(now)
+                    .bind(unreserve);
+                    execute(&mut *tx, upsert, OP).await?;
+                }
+                tx.commit().await.map_err(|e| StoreError::query(OP, e))?;
+                Ok(())
+            }
+
+            async fn get_usage(
+                &self,
+                key: &$crate::tenants::UsageKey,
+            ) -> Result<Option<$crate::tenants::UsageRow>, StoreError> {
+                let _clock = $crate::held::hold_clock();
+                let query = sqlx::query(
+                    "SELECT scope, period, pages, bytes, reserved, overshoot, updated_ms \
+                     FROM quota_usage WHERE scope = $1 AND period = $2",
+                )
+                .bind(&key.scope)
+                .bind(&key.period);
+                fetch_opt(&self.pool, query, "get_usage", usage_from_row).await
             }
         }
     };

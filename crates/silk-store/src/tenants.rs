@@ -33,4 +33,79 @@ pub trait TenantStore: Send + Sync {
     /// [`StoreError::Conflict`] naming what it still owns). Whether it existed. Projects
     /// keep their tenant in their document: the caller checks them.
     async fn delete_tenant(&self, name: &str) -> Result<bool, StoreError>;
+
+    /// Reserves up to `want` pages in every counter of `claims` at once, in one transaction
+    /// (rows are made as needed and locked in (scope, period) order, so racing hubs never
+    /// hand out more than a limit): the pages granted, `min(want, free)` where a claim's free
+    /// pages are `max_pages - pages - reserved`, and 0 when a claim's `bytes` reached its
+    /// `max_bytes`. A claim with no limit only makes its row.
+    async fn reserve_quota(
+        &self,
+        claims: &[QuotaClaim],
+        want: u64,
+        now_ms: u64,
+    ) -> Result<u64, StoreError>;
+
+    /// Adds `delta` to every counter of `keys` (rows are made as needed); `reserved` goes
+    /// down by `delta.unreserve`, never below 0.
+    async fn add_usage(
+        &self,
+        keys: &[UsageKey],
+        delta: &UsageDelta,
+        now_ms: u64,
+    ) -> Result<(), StoreError>;
+
+    /// The counter of `key` (`None`: nothing counted yet).
+    async fn get_usage(&self, key: &UsageKey) -> Result<Option<UsageRow>, StoreError>;
+}
+
+/// One quota counter: a scope (`tenant:NAME`, `job:ID`) over a period (a day,
+/// `2026-11-28`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct UsageKey {
+    /// What is counted.
+    pub scope: String,
+    /// Over which period.
+    pub period: String,
+}
+
+/// A counter and the limits a reservation on it must respect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaClaim {
+    /// The counter.
+    pub key: UsageKey,
+    /// Most pages in the period (`None`: no page limit).
+    pub max_pages: Option<u64>,
+    /// Most bytes in the period (`None`: no byte limit).
+    pub max_bytes: Option<u64>,
+}
+
+/// What a run adds to its counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageDelta {
+    /// Pages fetched.
+    pub pages: u64,
+    /// Bytes downloaded.
+    pub bytes: u64,
+    /// Reserved pages given back or used up.
+    pub unreserve: u64,
+    /// Pages fetched past the run's reservation.
+    pub overshoot: u64,
+}
+
+/// A quota counter as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRow {
+    /// The counter.
+    pub key: UsageKey,
+    /// Pages fetched.
+    pub pages: u64,
+    /// Bytes downloaded.
+    pub bytes: u64,
+    /// Pages reserved by runs and not used yet.
+    pub reserved: u64,
+    /// Pages fetched past a reservation.
+    pub overshoot: u64,
+    /// Last change, ms since the epoch.
+    pub updated_ms: u64,
 }
