@@ -16,7 +16,7 @@ use crate::projects::{
     BuildLog, BuildLogParams, BuildRequest, NewProject, ProjectRequest, ProjectView, VersionView,
 };
 use crate::runs::{ItemsPage, ItemsParams, RestartRequest, RunRequest, RunView, RunsParams};
-use crate::tenants::{TenantRequest, TenantView};
+use crate::tenants::{TenantRequest, TenantUsage, TenantView};
 use crate::tokens::{NewToken, TokenRequest, TokenView};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -564,7 +564,8 @@ impl Client {
             .parse("a tenant")
     }
 
-    /// `PATCH /api/v1/tenants/{name}` (admin): a merge patch of `description`, `pools`.
+    /// `PATCH /api/v1/tenants/{name}` (admin): a merge patch of `description`, `pools`,
+    /// `quotas`.
     pub async fn update_tenant(
         &self,
         name: &str,
@@ -573,6 +574,13 @@ impl Client {
         self.patch(&["api", "v1", "tenants", name], patch)
             .await?
             .parse("a tenant")
+    }
+
+    /// `GET /api/v1/tenants/{name}/usage`: what the tenant used today and its quotas.
+    pub async fn tenant_usage(&self, name: &str) -> Result<TenantUsage, ClientError> {
+        self.get(&["api", "v1", "tenants", name, "usage"])
+            .await?
+            .parse("a tenant's usage")
     }
 
     /// `DELETE /api/v1/tenants/{name}` (admin): only a tenant that owns nothing.

@@ -82,6 +82,10 @@ pub struct JobSpec {
     /// applies to every run; this can only keep a job's lines for less).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_retention_ms: Option<u64>,
+    /// Most pages its runs fetch per day, together (days in its tenant's time zone); a run
+    /// past it pauses with `quota_exhausted` until the next day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pages_per_day: Option<u64>,
 }
 
 fn yes() -> bool {

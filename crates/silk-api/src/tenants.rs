@@ -26,8 +26,75 @@ pub struct TenantView {
     /// The agent pools (agents labelled `pool=NAME`) its runs may use; absent: every agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pools: Option<Vec<String>>,
+    /// Its quotas (no field: no limit).
+    #[serde(default, skip_serializing_if = "Quotas::is_empty")]
+    pub quotas: Quotas,
     /// Created, ms since the epoch.
     pub created_ms: u64,
+}
+
+/// A tenant's quotas, set by an admin; a field left out is no limit. Days are counted in
+/// `time_zone`. A run that would pass a page or byte limit pauses with the reason
+/// `quota_exhausted: …` and resumes by itself when the quota allows again (a new day, a raised
+/// limit, another run ending).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Quotas {
+    /// Most of its runs dispatching at once (the others wait, paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_runs: Option<u32>,
+    /// Most pages fetched per day, over all its runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages_per_day: Option<u64>,
+    /// Most bytes downloaded per day, over all its runs (checked before each slice of pages
+    /// a run gets: a run may pass it by what one slice downloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_day: Option<u64>,
+    /// Most pages of one run (a spider's `max_pages` above it is lowered to it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages_per_run: Option<u64>,
+    /// The IANA time zone its days are counted in (default `UTC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+}
+
+impl Quotas {
+    /// Whether no quota is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Quotas::default()
+    }
+
+    /// Whether a page or byte counter per day is limited.
+    pub fn limits_days(&self) -> bool {
+        self.pages_per_day.is_some() || self.bytes_per_day.is_some()
+    }
+}
+
+/// What a tenant used today (`GET /api/v1/tenants/{name}/usage`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TenantUsage {
+    /// The tenant.
+    pub tenant: String,
+    /// Today in its time zone (`YYYY-MM-DD`).
+    pub day: String,
+    /// Its time zone.
+    pub time_zone: String,
+    /// When the day's counters start again, ms since the epoch.
+    pub resets_ms: u64,
+    /// Pages fetched today.
+    pub pages: u64,
+    /// Bytes downloaded today.
+    pub bytes: u64,
+    /// Pages reserved by its running runs (slices handed out and not used yet).
+    pub reserved: u64,
+    /// Pages fetched today past what the slices covered.
+    pub overshoot_pages: u64,
+    /// Its runs dispatching now.
+    pub running_runs: u64,
+    /// Its runs paused because a quota is used up.
+    pub quota_paused_runs: u64,
+    /// Its quotas.
+    pub quotas: Quotas,
 }
 
 /// A tenant to create (admin).
@@ -44,6 +111,9 @@ pub struct TenantRequest {
     /// refused until an admin grants a pool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pools: Option<Vec<String>>,
+    /// Its quotas (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quotas: Option<Quotas>,
 }
 
 /// Whether `name` may name a tenant (1 to 64 letters, digits, `.`, `_`, `-`).

@@ -26,7 +26,8 @@
 //! | `GET /api/v1/runs/{id}/events` | server-sent events: `run` (RunView), `log` (LogLine), `end` |
 //! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
 //! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | the tenant's tokens (owner or admin) |
-//! | `GET, POST /api/v1/tenants`, `GET, PATCH, DELETE /api/v1/tenants/{name}` | tenants and their pool grants (admin; others see their own) |
+//! | `GET, POST /api/v1/tenants`, `GET, PATCH, DELETE /api/v1/tenants/{name}` | tenants, their pool grants and quotas (admin; others see their own) |
+//! | `GET /api/v1/tenants/{name}/usage` | what a tenant used today and its quotas (admin; others their own) |
 //! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `api::projects` |
 //! | `/api/v1/alerts/rules…`, `GET /api/v1/alerts/deliveries` | alert rules and their deliveries: see `api::alerts` |
 //!
@@ -70,7 +71,7 @@ use silk_api::programs::{
 use silk_api::runs::{
     ItemsPage, ItemsParams, RestartRequest, RunRequest, RunState, RunView, RunsParams,
 };
-use silk_api::tenants::{TenantRequest, TenantView};
+use silk_api::tenants::{TenantRequest, TenantUsage, TenantView};
 use silk_api::tokens::{NewToken, TokenRequest, TokenView};
 use silk_core::RunId;
 use silk_store::{Level, LogQuery};
@@ -210,6 +211,7 @@ fn api_routes() -> (
         .routes(routes!(delete_token))
         .routes(routes!(list_tenants, create_tenant))
         .routes(routes!(get_tenant, patch_tenant, delete_tenant))
+        .routes(routes!(get_tenant_usage))
         .merge(projects::routes())
         .merge(alerts::routes())
         .split_for_parts();
@@ -1354,8 +1356,24 @@ async fn get_tenant(
     Ok(Json(hub.tenant(&name).await?))
 }
 
-/// Changes a tenant (admin only): a JSON merge patch of `description` and `pools` (the
-/// agent pools its runs may use; `null`: every agent).
+/// What a tenant used today, in its time zone, and its quotas (admin, or a token of that
+/// tenant).
+#[utoipa::path(get, path = "/api/v1/tenants/{name}/usage", params(("name" = String, Path, description = "tenant name")),
+    responses((status = 200, body = TenantUsage), (status = 404, body = silk_api::ApiError)))]
+async fn get_tenant_usage(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<TenantUsage>> {
+    if !principal.is_admin() && name != principal.tenant {
+        return Err(HubError::NoSuchTenant(name).into());
+    }
+    Ok(Json(hub.tenant_usage(&name).await?))
+}
+
+/// Changes a tenant (admin only): a JSON merge patch of `description`, `pools` (the
+/// agent pools its runs may use; `null`: every agent) and `quotas` (the whole set; `null`:
+/// none).
 #[utoipa::path(patch, path = "/api/v1/tenants/{name}", params(("name" = String, Path, description = "tenant name")),
     request_body = Object,
     responses((status = 200, body = TenantView), (status = 400, body = silk_api::ApiError), (status = 403, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]

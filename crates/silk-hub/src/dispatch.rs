@@ -60,6 +60,10 @@ pub(crate) struct Turn {
     /// A fed run with nothing out and nothing left in its frontier (only looked up when no
     /// agent is live and nothing is out).
     pub fed_drained: bool,
+    /// Most requests its quota slice lets it lease besides those out (`None`: no limit).
+    pub quota_room: Option<u64>,
+    /// Why a quota holds the run (it waits, paused, for the quota to allow again).
+    pub quota_blocked: Option<String>,
 }
 
 /// What the loop does next.
@@ -121,6 +125,13 @@ pub(crate) fn decide(t: &Turn) -> Step {
             wait(100)
         };
     }
+    if t.quota_blocked.is_some() {
+        // Paused by a quota: what is out comes back; waiting for the quota is not a stall.
+        return Step::Wait {
+            ms: 1_000,
+            progress: true,
+        };
+    }
     if let Some(idle_ms) = t.fed_idle_ms
         && t.fed_drained
         && t.live_agents == 0
@@ -153,8 +164,12 @@ pub(crate) fn decide(t: &Turn) -> Step {
         let counted = t.success.saturating_add(t.out as u64);
         room = room.min(usize::try_from(m.saturating_sub(counted)).unwrap_or(usize::MAX));
     }
+    if let Some(q) = t.quota_room {
+        room = room.min(usize::try_from(q).unwrap_or(usize::MAX));
+    }
     if room == 0 {
-        // The last requests that count towards max_pages are out: wait for them.
+        // The last requests that count towards max_pages (or the quota slice) are out:
+        // wait for them.
         return wait(200);
     }
     Step::Lease(room)
@@ -207,6 +222,8 @@ mod tests {
             live_agents: 2,
             fed_idle_ms: None,
             fed_drained: false,
+            quota_room: None,
+            quota_blocked: None,
         }
     }
 

@@ -7,8 +7,8 @@
 use crate::error::HubError;
 use crate::hub::HubHandle;
 use crate::tenant::{TenantDoc, check_doc, tenant_doc, tenant_view};
-use silk_api::tenants::{TenantRequest, TenantView, valid_tenant_name};
-use silk_store::{DEFAULT_TENANT, TenantRow};
+use silk_api::tenants::{TenantRequest, TenantUsage, TenantView, valid_tenant_name};
+use silk_store::{DEFAULT_TENANT, RunFilter, TenantRow};
 
 fn doc_value(doc: &TenantDoc) -> Result<serde_json::Value, HubError> {
     serde_json::to_value(doc).map_err(|e| HubError::Store(e.to_string()))
@@ -26,6 +26,7 @@ impl HubHandle {
         let doc = TenantDoc {
             description: request.description.clone(),
             pools: request.pools.clone(),
+            quotas: request.quotas.clone().unwrap_or_default(),
         };
         check_doc(&doc)?;
         let now = self.shared().clock.now_ms();
@@ -73,6 +74,12 @@ impl HubHandle {
                     doc.description = serde_json::from_value(value.clone()).map_err(bad)?
                 }
                 "pools" => doc.pools = serde_json::from_value(value.clone()).map_err(bad)?,
+                // The whole set: a quota left out is no limit.
+                "quotas" => {
+                    let quotas: Option<silk_api::tenants::Quotas> =
+                        serde_json::from_value(value.clone()).map_err(bad)?;
+                    doc.quotas = quotas.unwrap_or_default();
+                }
                 "name" if value.as_str() == Some(name) => {}
                 "name" => {
                     return Err(HubError::BadTenant(
@@ -81,7 +88,7 @@ impl HubHandle {
                 }
                 other => {
                     return Err(HubError::BadTenant(format!(
-                        "{other}: no such field (description, pools)"
+                        "{other}: no such field (description, pools, quotas)"
                     )));
                 }
             }
@@ -94,8 +101,53 @@ impl HubHandle {
             updated_ms: self.shared().clock.now_ms(),
         };
         self.store().update_tenant(&updated).await?;
-        tracing::info!(tenant = %name, pools = ?doc.pools, "tenant changed");
+        tracing::info!(tenant = %name, pools = ?doc.pools, quotas = ?doc.quotas, "tenant changed");
         Ok(tenant_view(&updated, &doc))
+    }
+
+    /// What a tenant used today (in its time zone) and its quotas.
+    pub async fn tenant_usage(&self, name: &str) -> Result<TenantUsage, HubError> {
+        let row = self
+            .store()
+            .get_tenant(name)
+            .await?
+            .ok_or_else(|| HubError::NoSuchTenant(name.to_owned()))?;
+        let quotas = tenant_doc(&row)?.quotas;
+        let now = self.shared().clock.now_ms();
+        let (day, resets_ms) = silk_schedule::day_at(now, quotas.time_zone.as_deref())
+            .map_err(|e| HubError::BadTenant(format!("quotas.time_zone: {e}")))?;
+        let usage = self
+            .store()
+            .get_usage(&crate::tenant::tenant_key(name, &day))
+            .await?;
+        let runs = |state: &str| RunFilter {
+            tenant: Some(name.to_owned()),
+            states: vec![state.to_owned()],
+            ..RunFilter::default()
+        };
+        let running_runs = self.store().count_runs(&runs("running")).await?;
+        let quota_paused_runs = self
+            .store()
+            .list_runs(&runs("paused"))
+            .await?
+            .iter()
+            .filter(|r| {
+                crate::tenant::quota_paused(r.record.get("reason").and_then(|v| v.as_str()))
+            })
+            .count() as u64;
+        Ok(TenantUsage {
+            tenant: name.to_owned(),
+            day,
+            time_zone: quotas.time_zone.clone().unwrap_or_else(|| "UTC".into()),
+            resets_ms,
+            pages: usage.as_ref().map_or(0, |u| u.pages),
+            bytes: usage.as_ref().map_or(0, |u| u.bytes),
+            reserved: usage.as_ref().map_or(0, |u| u.reserved),
+            overshoot_pages: usage.as_ref().map_or(0, |u| u.overshoot),
+            running_runs,
+            quota_paused_runs,
+            quotas,
+        })
     }
 
     /// Every tenant, by name.

@@ -137,6 +137,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         program,
         lease_timeout_ms,
         max_retries,
+        quota: None,
     };
     if !hub.repo.hold(&id).await? {
         return Err(HubError::Store(format!(

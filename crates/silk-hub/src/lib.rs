@@ -76,6 +76,7 @@ pub mod phi;
 mod presence;
 mod programs;
 mod project;
+mod quotas;
 pub mod registry;
 mod repo;
 mod routed;

@@ -156,6 +156,10 @@ pub(crate) struct Run {
     pub(crate) fetches: Mutex<HashMap<String, tokio::sync::oneshot::Sender<silk_bus::FetchReply>>>,
     /// Whose turn it is among the run's agents for the next fetch that names none.
     pub(crate) fetch_turn: std::sync::atomic::AtomicUsize,
+    /// Its share of its tenant's quotas (`quotas`).
+    pub(crate) quota: crate::quotas::RunQuota,
+    /// Set while the run is paused by a quota (not by a user): the hub resumes it.
+    pub(crate) quota_paused: std::sync::atomic::AtomicBool,
 }
 
 /// Why a run did not take fed requests.

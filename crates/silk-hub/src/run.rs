@@ -245,6 +245,18 @@ pub struct RunRecord {
     /// The hub's default retries of a request, when the spider sets none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_retries: Option<u32>,
+    /// The pages of its tenant's (and job's) daily quota the run holds: reserved in the
+    /// store's counters and not used yet (see `quotas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<HeldSlice>,
+}
+
+/// A slice of quota a run holds: `pages` reserved on the counters `scopes` of day `period`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldSlice {
+    pub period: String,
+    pub scopes: Vec<String>,
+    pub pages: u64,
 }
 
 /// What a program run runs: the program, the version it resolved to, and its workers.

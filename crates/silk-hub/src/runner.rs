@@ -127,7 +127,11 @@ impl Run {
                 .map_err(|e| storage(&e))?;
         }
         let success_before = frontier.stats().await.map_err(|e| storage(&e))?.success;
+        let quota_paused = record.state == RunState::Paused
+            && crate::tenant::quota_paused(record.reason.as_deref());
         let desired = match record.state {
+            // Paused by a quota: the run asks again and resumes by itself.
+            RunState::Paused if quota_paused => Desired::Run,
             RunState::Paused => Desired::Pause,
             // A cancel the hub did not finish before it stopped.
             RunState::Stopping => Desired::Cancel,
@@ -136,6 +140,7 @@ impl Run {
         let now = cx.clock.now_ms();
         let job_id = record.job_id.clone();
         let feed = record.feed.clone();
+        let quota = crate::quotas::RunQuota::new(&record, now);
         Ok(Arc::new(Run {
             id,
             record: Mutex::new(record),
@@ -172,6 +177,8 @@ impl Run {
             applying: tokio::sync::RwLock::new(()),
             losses: Mutex::new(HashMap::new()),
             disowned: Mutex::new(None),
+            quota,
+            quota_paused: std::sync::atomic::AtomicBool::new(quota_paused),
         }))
     }
 
@@ -247,9 +254,15 @@ impl Run {
             if desired == Desired::Cancel && state == RunState::Stopping {
                 return Ok(());
             }
+            let by_quota = self.quota_paused.load(Ordering::SeqCst);
+            if desired == Desired::Run && by_quota && !closing {
+                // Paused by a quota, not by a user: it resumes by itself when the quota
+                // allows.
+                return Ok(());
+            }
             let ok = !closing
                 && match desired {
-                    Desired::Pause => state == RunState::Running,
+                    Desired::Pause => state == RunState::Running || by_quota,
                     Desired::Run => state == RunState::Paused,
                     Desired::Cancel => !state.is_terminal(),
                 };
@@ -269,6 +282,11 @@ impl Run {
                 Desired::Run => RunState::Running,
                 Desired::Cancel => RunState::Stopping,
             };
+            if by_quota {
+                // A user's pause or cancel takes over from the quota's.
+                self.quota_paused.store(false, Ordering::SeqCst);
+                r.reason = None;
+            }
             self.version.fetch_add(1, Ordering::SeqCst);
         }
         self.desired.send_replace(desired);
@@ -280,6 +298,52 @@ impl Run {
         };
         cx.logs.hub(&self.id, Level::Info, what);
         self.persist(cx).await
+    }
+
+    /// Shows the quotas in the run's record: the slice it holds, and `paused` with the reason
+    /// while a quota holds it (`running` again when it does not).
+    async fn quota_changes(&self, cx: &RunContext, blocked: Option<&str>) -> Result<(), HubError> {
+        let slice = self.quota.changed_slice().await;
+        let was = self.quota_paused.load(Ordering::SeqCst);
+        let mut said = None;
+        let changed = {
+            let mut r = self.record.lock();
+            let mut changed = false;
+            if let Some(slice) = slice {
+                r.quota = slice;
+                changed = true;
+            }
+            let running = *self.desired.borrow() == Desired::Run && !self.is_closing();
+            match blocked {
+                Some(reason) if running && r.state == RunState::Running => {
+                    r.state = RunState::Paused;
+                    r.reason = Some(reason.to_owned());
+                    self.quota_paused.store(true, Ordering::SeqCst);
+                    said = Some((Level::Warn, format!("paused: {reason}")));
+                    changed = true;
+                }
+                None if was && running && r.state == RunState::Paused => {
+                    r.state = RunState::Running;
+                    r.reason = None;
+                    self.quota_paused.store(false, Ordering::SeqCst);
+                    said = Some((Level::Info, "resumed: the quota allows again".to_owned()));
+                    changed = true;
+                }
+                _ => {}
+            }
+            if changed {
+                self.version.fetch_add(1, Ordering::SeqCst);
+            }
+            changed
+        };
+        if let Some((level, text)) = said {
+            tracing::info!(run = %self.id, "{text}");
+            cx.logs.hub(&self.id, level, text);
+        }
+        if changed {
+            self.persist(cx).await?;
+        }
+        Ok(())
     }
 
     /// The result of one of the run's requests.
@@ -700,6 +764,31 @@ impl Run {
                 self.expire_silent(cx, now).await?;
             }
             let out = self.out.lock().len();
+            let session = (
+                self.counters.succeeded.load(Ordering::Relaxed),
+                self.counters.bytes.load(Ordering::Relaxed),
+            );
+            let quota = if goes_on {
+                let dispatching = self.state() == RunState::Running;
+                self.quota
+                    .turn(cx, self.id.as_str(), now, session, out as u64, dispatching)
+                    .await
+                    .map_err(|e| format!("quotas: {e}"))?
+            } else {
+                // Paused or ending: the slice it holds goes back.
+                if let Err(e) = self.quota.release(cx, now, session).await {
+                    tracing::warn!(run = %self.id, error = %e, "quota slice not given back (it is at the next turn)");
+                }
+                crate::quotas::QuotaTurn::default()
+            };
+            self.quota_changes(cx, quota.blocked.as_deref())
+                .await
+                .map_err(|e| e.to_string())?;
+            let max_pages = match (max_pages, quota.pages_per_run) {
+                (Some(a), Some(b)) if fed_idle_ms.is_none() => Some(a.min(b)),
+                (None, Some(b)) if fed_idle_ms.is_none() => Some(b),
+                (a, _) => a,
+            };
             let (allocated, pools) = {
                 let r = self.record.lock();
                 let allocated: Vec<AgentId> = r
@@ -733,6 +822,8 @@ impl Run {
                 live_agents: live.len(),
                 fed_idle_ms,
                 fed_drained,
+                quota_room: quota.room,
+                quota_blocked: quota.blocked,
             };
             let step = match dispatch::decide(&turn) {
                 Step::Lease(room) => {
@@ -1056,6 +1147,24 @@ impl Run {
             }
         }
         let now = cx.clock.now_ms();
+        // What it fetched is counted and the slice it holds goes back (a hub that stops
+        // too: the hub that resumes it asks for a slice of its own).
+        let session = (
+            self.counters.succeeded.load(Ordering::Relaxed),
+            self.counters.bytes.load(Ordering::Relaxed),
+        );
+        match self.quota.release(cx, now, session).await {
+            Ok(()) => {
+                if let Some(slice) = self.quota.changed_slice().await
+                    && let Err(e) = self.update(cx, |r| r.quota = slice).await
+                {
+                    tracing::warn!(run = %self.id, error = %e, "the run's quota slice not stored");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(run = %self.id, error = %e, "quota usage not counted (the slice held stays reserved for the day)");
+            }
+        }
         let (state, reason) = match &end {
             End::Succeeded => (RunState::Succeeded, None),
             End::Failed(reason) => (RunState::Failed, Some(reason.clone())),

@@ -1,10 +1,11 @@
-//! A tenant's document as the store keeps it ([`TenantDoc`]), its API view, and the pool
-//! grants: which agent pools a tenant's runs may use ([`granted_pools`]).
+//! A tenant's document as the store keeps it ([`TenantDoc`]), its API view, the pool
+//! grants: which agent pools a tenant's runs may use ([`granted_pools`]), and the pure
+//! rules of its quotas (counters' keys, slice sizes, who may run under `concurrent_runs`).
 
 use crate::error::HubError;
 use serde::{Deserialize, Serialize};
-use silk_api::tenants::TenantView;
-use silk_store::TenantRow;
+use silk_api::tenants::{Quotas, TenantView};
+use silk_store::{QuotaClaim, TenantRow, UsageKey};
 
 /// What the store keeps of a tenant besides its name and times.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,6 +15,9 @@ pub(crate) struct TenantDoc {
     /// The agent pools its runs may use; `None`: every agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pools: Option<Vec<String>>,
+    /// Its quotas (none set: no limit).
+    #[serde(default, skip_serializing_if = "Quotas::is_empty")]
+    pub quotas: Quotas,
 }
 
 /// A tenant row's document (an unreadable one is an error naming the tenant).
@@ -28,6 +32,7 @@ pub(crate) fn tenant_view(row: &TenantRow, doc: &TenantDoc) -> TenantView {
         name: row.name.clone(),
         description: doc.description.clone(),
         pools: doc.pools.clone(),
+        quotas: doc.quotas.clone(),
         created_ms: row.created_ms,
     }
 }
@@ -42,7 +47,96 @@ pub(crate) fn check_doc(doc: &TenantDoc) -> Result<(), HubError> {
     if let Some(pools) = &doc.pools {
         silk_api::runs::check_pools(pools).map_err(HubError::BadTenant)?;
     }
+    if let Some(tz) = &doc.quotas.time_zone {
+        silk_schedule::validate_timezone(tz)
+            .map_err(|e| HubError::BadTenant(format!("quotas.time_zone: {e}")))?;
+    }
+    if doc.quotas.concurrent_runs == Some(0) {
+        return Err(HubError::BadTenant(
+            "quotas.concurrent_runs: at least 1 (a tenant that may not run is given no pool)"
+                .into(),
+        ));
+    }
     Ok(())
+}
+
+/// How a run paused by a quota gives its reason (`quota_exhausted: …`); a run stored with
+/// it is resumed by the hub, not by a user.
+pub(crate) const QUOTA_EXHAUSTED: &str = "quota_exhausted";
+
+/// Whether `reason` is that of a run paused by a quota.
+pub(crate) fn quota_paused(reason: Option<&str>) -> bool {
+    reason.is_some_and(|r| r.starts_with(QUOTA_EXHAUSTED))
+}
+
+/// The counter of a tenant's pages and bytes on `day`.
+pub(crate) fn tenant_key(tenant: &str, day: &str) -> UsageKey {
+    UsageKey {
+        scope: format!("tenant:{tenant}"),
+        period: day.to_owned(),
+    }
+}
+
+/// The counter of a job's pages on `day`.
+pub(crate) fn job_key(job_id: &str, day: &str) -> UsageKey {
+    UsageKey {
+        scope: format!("job:{job_id}"),
+        period: day.to_owned(),
+    }
+}
+
+/// The counters a run's pages on `day` go to, with their limits: always its tenant's (so its
+/// usage is known even without a limit), and its job's when the job limits its pages per day.
+pub(crate) fn claims(
+    tenant: &str,
+    quotas: &Quotas,
+    job: Option<(&str, u64)>,
+    day: &str,
+) -> Vec<QuotaClaim> {
+    let mut claims = vec![QuotaClaim {
+        key: tenant_key(tenant, day),
+        max_pages: quotas.pages_per_day,
+        max_bytes: quotas.bytes_per_day,
+    }];
+    if let Some((job_id, max)) = job {
+        claims.push(QuotaClaim {
+            key: job_key(job_id, day),
+            max_pages: Some(max),
+            max_bytes: None,
+        });
+    }
+    claims
+}
+
+/// How many seconds of a run's measured speed one slice of pages covers.
+pub(crate) const SLICE_SECONDS: u64 = 10;
+/// The largest slice.
+pub(crate) const MAX_SLICE: u64 = 10_000;
+
+/// The slice of pages a run asks for: what it fetches in [`SLICE_SECONDS`] at its measured
+/// speed (pages per second), at least enough to fill its `max_pending` (and 10), at most
+/// [`MAX_SLICE`]. A fast run holds more, a slow one less, so the day's pages are handed out
+/// by processing speed and what a run holds unused when it ends is little.
+pub(crate) fn slice_want(pages_per_s: f64, max_pending: u64) -> u64 {
+    let floor = max_pending.clamp(10, MAX_SLICE);
+    let by_speed = if pages_per_s.is_finite() && pages_per_s > 0.0 {
+        (pages_per_s * SLICE_SECONDS as f64).ceil() as u64
+    } else {
+        0
+    };
+    by_speed.clamp(floor, MAX_SLICE)
+}
+
+/// Whether a run may dispatch under `concurrent_runs = limit`, given the tenant's runs that
+/// dispatch now, oldest first (by creation, then id), and whether it is one of them: the
+/// oldest `limit` dispatch, and a waiting run starts only while fewer than `limit` do (two
+/// that start at once: the younger pauses again at its next check).
+pub(crate) fn may_run(running: &[String], me: &str, limit: u32) -> bool {
+    let rank = running
+        .iter()
+        .position(|id| id == me)
+        .unwrap_or(running.len());
+    rank < limit as usize
 }
 
 /// The pools a run of the tenant with `doc` uses, given the pools it asked for: with no
@@ -84,6 +178,29 @@ pub(crate) fn granted_pools(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slices_follow_speed_within_bounds() {
+        assert_eq!(slice_want(0.0, 100), 100);
+        assert_eq!(slice_want(0.0, 1), 10);
+        assert_eq!(slice_want(f64::NAN, 5), 10);
+        assert_eq!(slice_want(55.5, 100), 555);
+        assert_eq!(slice_want(1e9, 100), MAX_SLICE);
+    }
+
+    #[test]
+    fn the_oldest_runs_may_run() {
+        let running: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        assert!(may_run(&running, "a", 2));
+        assert!(may_run(&running, "b", 2));
+        assert!(!may_run(&running, "c", 2));
+        // Not dispatching: only when fewer than the limit do.
+        assert!(!may_run(&running, "d", 3));
+        assert!(may_run(&running, "d", 4));
+        assert!(quota_paused(Some("quota_exhausted: pages_per_day")));
+        assert!(!quota_paused(Some("paused by a user")));
+        assert!(!quota_paused(None));
+    }
 
     #[test]
     fn a_grant_limits_and_fills_a_runs_pools() {

@@ -501,3 +501,216 @@ async fn a_tenant_runs_only_on_the_pools_granted_to_it() {
 
     hub.shutdown().await;
 }
+
+/// The run `id` as the API shows it to `client`.
+async fn run_of(client: &Client, id: &str) -> Value {
+    let (status, run) = call(client, Method::GET, &format!("/api/v1/runs/{id}"), None).await;
+    assert_eq!(status, 200, "{run}");
+    run
+}
+
+/// Waits until `id` is paused by a quota whose reason contains `what`.
+async fn quota_paused(client: &Client, id: &str, what: &str) -> Value {
+    until(&format!("run {id} paused by {what}"), async || {
+        let run = run_of(client, id).await;
+        let reason = run["reason"].as_str().unwrap_or_default().to_owned();
+        let paused = run["state"] == "paused"
+            && reason.starts_with("quota_exhausted")
+            && reason.contains(what)
+            && run["stats"]["in_flight"] == 0;
+        paused.then_some(run)
+    })
+    .await
+}
+
+async fn usage(client: &Client, tenant: &str) -> Value {
+    let (status, usage) = call(
+        client,
+        Method::GET,
+        &format!("/api/v1/tenants/{tenant}/usage"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{usage}");
+    usage
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quotas_pause_runs_and_resume_them_across_a_hub_restart() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(80, 0).await;
+    let hub = start_hub(dir.path(), &bus).await;
+    let _agent = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (base, admin) = serve(&hub).await;
+
+    // Quotas are checked: a zone that is none, a field that is none.
+    for bad in [
+        json!({"time_zone": "Mars/Olympus"}),
+        json!({"pages": 3}),
+        json!({"concurrent_runs": 0}),
+    ] {
+        let (status, e) = call(
+            &admin,
+            Method::POST,
+            "/api/v1/tenants",
+            Some(json!({"name": "acme", "quotas": bad})),
+        )
+        .await;
+        assert_eq!(status, 400, "{bad}: {e}");
+    }
+    let (status, made) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "acme", "quotas": {"pages_per_day": 20, "time_zone": "Europe/Paris"}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(made["quotas"]["pages_per_day"], 20);
+    let acme_owner = client(&base, &token(&admin, "o", Role::Owner, Some("acme")).await);
+    let acme = client(&base, &token(&acme_owner, "m", Role::Member, None).await);
+    // Only an admin sets quotas; a tenant reads its own usage, not another's.
+    let (status, _) = call(
+        &acme_owner,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"quotas": null})),
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, _) = call(&acme, Method::GET, "/api/v1/tenants/default/usage", None).await;
+    assert_eq!(status, 404);
+    let spider = job_spec(&site)["spider"].clone();
+
+    // The day's 20 pages: the run pauses at exactly 20 (it leases within its slice).
+    let (status, run) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": spider, "max_pending": 8})),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().unwrap().to_owned();
+    let paused = quota_paused(&acme, &id, "pages_per_day of tenant `acme` (20)").await;
+    assert_eq!(paused["stats"]["success"], 20, "{paused}");
+    let used = until("the usage counted", async || {
+        let u = usage(&acme, "acme").await;
+        (u["pages"] == 20 && u["reserved"] == 0).then_some(u)
+    })
+    .await;
+    assert_eq!(used["overshoot_pages"], 0, "{used}");
+    assert_eq!(used["quota_paused_runs"], 1, "{used}");
+    assert_eq!(used["time_zone"], "Europe/Paris", "{used}");
+    assert!(used["bytes"].as_u64().unwrap() > 0, "{used}");
+    // A user cannot resume it past the quota (it stays paused), but may pause it.
+    let (status, e) = call(
+        &acme,
+        Method::POST,
+        &format!("/api/v1/runs/{id}/resume"),
+        None,
+    )
+    .await;
+    assert!(status < 300, "{status} {e}");
+    assert_eq!(run_of(&acme, &id).await["state"], "paused");
+
+    // A hub restart: the counters and the pause hold.
+    hub.shutdown().await;
+    let hub = start_hub(dir.path(), &bus).await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (base, admin) = serve(&hub).await;
+    let acme = client(&base, &token(&admin, "m2", Role::Member, Some("acme")).await);
+    let again = quota_paused(&acme, &id, "pages_per_day").await;
+    assert_eq!(again["stats"]["success"], 20, "{again}");
+    assert_eq!(usage(&acme, "acme").await["pages"], 20);
+
+    // The quota raised: the run resumes by itself and pauses again at the new limit.
+    let (status, t) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"quotas": {"pages_per_day": 35, "time_zone": "Europe/Paris"}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    let paused = quota_paused(&acme, &id, "(35)").await;
+    assert_eq!(paused["stats"]["success"], 35, "{paused}");
+    let used = until("the usage counted", async || {
+        let u = usage(&acme, "acme").await;
+        (u["pages"] == 35 && u["reserved"] == 0).then_some(u)
+    })
+    .await;
+    assert_eq!(used["overshoot_pages"], 0, "{used}");
+
+    // One run at a time, no page limit: the paused run goes on; a second one waits for it.
+    let (status, t) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"quotas": {"concurrent_runs": 1}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    until("the first run running again", async || {
+        (run_of(&acme, &id).await["state"] == "running").then_some(())
+    })
+    .await;
+    let (status, second) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": spider})),
+    )
+    .await;
+    assert_eq!(status, 201, "{second}");
+    let second = second["id"].as_str().unwrap().to_owned();
+    let waiting = quota_paused(&acme, &second, "concurrent_runs of tenant `acme` is 1").await;
+    assert_eq!(waiting["stats"]["success"], 0, "{waiting}");
+    let first = within(
+        "the first run",
+        60,
+        hub.wait_run(&silk_core::RunId::new(&id)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.state, RunState::Succeeded, "{first:?}");
+    let second = within(
+        "the second run",
+        60,
+        hub.wait_run(&silk_core::RunId::new(&second)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(second.state, RunState::Succeeded, "{second:?}");
+    assert!(second.stats.success > 35, "{second:?}");
+
+    // Pages per run: a spider's max_pages above it is lowered to it.
+    let (status, t) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"quotas": {"pages_per_run": 4}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    let (status, run) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": spider})),
+    )
+    .await;
+    assert_eq!(status, 201, "{run}");
+    let done = within(
+        "a run of 4 pages",
+        60,
+        hub.wait_run(&silk_core::RunId::new(run["id"].as_str().unwrap())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+    assert_eq!(done.stats.success, 4, "{done:?}");
+    hub.shutdown().await;
+}

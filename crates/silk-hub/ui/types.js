@@ -288,6 +288,7 @@
  * @property {boolean} [enabled] Whether the schedule fires (manual triggers always work); default true.
  * @property {null|FailIf} [fail_if]
  * @property {number|null} [log_retention_ms] Log lines of its runs older than this are deleted, ms (the hub's `log_retention`
+ * @property {number|null} [max_pages_per_day] Most pages its runs fetch per day, together (days in its tenant's time zone); a run
  * @property {number|null} [max_pending] Back-pressure of its runs.
  * @property {string} name Unique name: letters, digits, `.`, `_`, `-`; at most 100 characters.
  * @property {null|OnAgentLost} [on_agent_lost]
@@ -453,6 +454,16 @@
  */
 
 /**
+ * A tenant's quotas, set by an admin; a field left out is no limit. Days are counted in
+ * @typedef {object} Quotas
+ * @property {number|null} [bytes_per_day] Most bytes downloaded per day, over all its runs (checked before each slice of pages
+ * @property {number|null} [concurrent_runs] Most of its runs dispatching at once (the others wait, paused).
+ * @property {number|null} [pages_per_day] Most pages fetched per day, over all its runs.
+ * @property {number|null} [pages_per_run] Most pages of one run (a spider's `max_pages` above it is lowered to it).
+ * @property {string|null} [time_zone] The IANA time zone its days are counted in (default `UTC`).
+ */
+
+/**
  * At most `max` deliveries are made per `per_ms` (counted when the event happens; tests do
  * @typedef {object} RateLimit
  * @property {number} max Deliveries per window (at least 1).
@@ -579,6 +590,23 @@
  * @property {string|null} [description] For people.
  * @property {string} name Its name: 1 to 64 letters, digits, `.`, `_` or `-`.
  * @property {Array<string>|null} [pools] The agent pools its runs may use (a run naming no pool uses all of these; one naming
+ * @property {null|Quotas} [quotas]
+ */
+
+/**
+ * What a tenant used today (`GET /api/v1/tenants/{name}/usage`).
+ * @typedef {object} TenantUsage
+ * @property {number} bytes Bytes downloaded today.
+ * @property {string} day Today in its time zone (`YYYY-MM-DD`).
+ * @property {number} overshoot_pages Pages fetched today past what the slices covered.
+ * @property {number} pages Pages fetched today.
+ * @property {number} quota_paused_runs Its runs paused because a quota is used up.
+ * @property {Quotas} quotas Its quotas.
+ * @property {number} reserved Pages reserved by its running runs (slices handed out and not used yet).
+ * @property {number} resets_ms When the day's counters start again, ms since the epoch.
+ * @property {number} running_runs Its runs dispatching now.
+ * @property {string} tenant The tenant.
+ * @property {string} time_zone Its time zone.
  */
 
 /**
@@ -588,6 +616,7 @@
  * @property {string|null} [description] For people.
  * @property {string} name Its name (letters, digits, `.`, `_`, `-`).
  * @property {Array<string>|null} [pools] The agent pools (agents labelled `pool=NAME`) its runs may use; absent: every agent.
+ * @property {Quotas} [quotas] Its quotas (no field: no limit).
  */
 
 /**

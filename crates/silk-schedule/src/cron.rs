@@ -164,6 +164,34 @@ pub fn validate_timezone(tz: &str) -> Result<(), ScheduleError> {
     parse_tz(tz).map(|_| ())
 }
 
+/// The calendar day at `now_ms` in time zone `tz` (IANA; `None`: UTC) as `YYYY-MM-DD`, and
+/// when the next day begins there, ms since the epoch (a daily quota's period and reset).
+pub fn day_at(now_ms: u64, tz: Option<&str>) -> Result<(String, u64), ScheduleError> {
+    let tz = match tz {
+        Some(name) => parse_tz(name)?,
+        None => Tz::UTC,
+    };
+    let beyond = || ScheduleError::TimeZone {
+        tz: format!("{tz}: {now_ms} ms is beyond the calendar"),
+    };
+    let secs = i64::try_from(now_ms / 1000).map_err(|_| beyond())?;
+    let now = DateTime::from_timestamp(secs, 0)
+        .ok_or_else(beyond)?
+        .with_timezone(&tz);
+    let today = now.date_naive();
+    let tomorrow = today.succ_opt().ok_or_else(beyond)?;
+    // The first instant of tomorrow there (midnight, or the first time after a gap).
+    let start = (0..=3)
+        .find_map(|h| {
+            tomorrow
+                .and_hms_opt(h, 0, 0)
+                .and_then(|t| tz.from_local_datetime(&t).earliest())
+        })
+        .ok_or_else(beyond)?;
+    let reset = to_ms(&start).ok_or_else(beyond)?;
+    Ok((today.format("%Y-%m-%d").to_string(), reset))
+}
+
 fn parse_tz(name: &str) -> Result<Tz, ScheduleError> {
     name.parse::<Tz>()
         .map_err(|_| ScheduleError::TimeZone { tz: shown(name) })

@@ -71,7 +71,7 @@ mod overlap;
 mod retry;
 mod timeout;
 
-pub use cron::{CronSchedule, MAX_EXPR_LEN, validate_timezone};
+pub use cron::{CronSchedule, MAX_EXPR_LEN, day_at, validate_timezone};
 pub use error::ScheduleError;
 pub use misfire::{Due, Fire, MISSED_COUNT_CAP, due, due_with_grace};
 pub use overlap::{FireAction, Overlap, on_fire, on_run_end};

@@ -455,3 +455,23 @@ fn validate_timezone_table() {
         );
     }
 }
+
+/// A daily quota's day: the date in the zone and the next midnight there (UTC by default;
+/// a zone ahead of UTC is already on the next day; a spring-forward day is 23 h long).
+#[test]
+fn day_at_gives_the_local_date_and_the_next_midnight() {
+    // 2026-11-28 23:30 UTC.
+    let now = 1_795_908_600_000;
+    let (day, reset) = silk_schedule::day_at(now, None).expect("utc");
+    assert_eq!(day, "2026-11-28");
+    assert_eq!(reset, 1_795_910_400_000); // 2026-11-29 00:00 UTC
+    let (day, reset) = silk_schedule::day_at(now, Some("Europe/Paris")).expect("paris");
+    assert_eq!(day, "2026-11-29");
+    assert_eq!(reset, 1_795_993_200_000); // 2026-11-30 00:00 CET = 2026-11-29 23:00 UTC
+    // 2026-03-29 is 23 h long in Paris: from 00:00 CET (23:00 UTC the day before).
+    let (day, reset) = silk_schedule::day_at(1_774_738_800_000, Some("Europe/Paris")).expect("dst");
+    assert_eq!(day, "2026-03-29");
+    assert_eq!(reset - 1_774_738_800_000, 23 * 3_600_000);
+    let err = silk_schedule::day_at(now, Some("Mars/Olympus")).expect_err("bad zone");
+    assert!(err.to_string().contains("Mars/Olympus"), "{err}");
+}

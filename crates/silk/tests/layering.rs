@@ -133,7 +133,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "files", "items", "link", "logs", "outcomes", "repo", "tailer",
         ],
     ),
-    ("state", &["live", "state"]),
+    ("state", &["live", "quotas", "state"]),
     (
         "services",
         &[

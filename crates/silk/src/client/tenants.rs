@@ -1,10 +1,11 @@
-//! `silk tenants list|create NAME|pools NAME|delete NAME`: the platform's tenants and the
-//! agent pools granted to them (an admin's; any other token lists only its own).
+//! `silk tenants list|create NAME|pools NAME|quotas NAME|usage NAME|delete NAME`: the
+//! platform's tenants, the agent pools granted to them and their quotas (an admin's; any
+//! other token lists only its own and reads its own usage).
 
 use super::output::{Align, Table, ago, now_ms, print_json};
 use super::{Client, Conn, parse};
 use clap::{Args, Subcommand};
-use silk_api::tenants::{TenantRequest, TenantView};
+use silk_api::tenants::{Quotas, TenantRequest, TenantUsage, TenantView};
 use std::process::ExitCode;
 
 /// Options of `silk tenants`.
@@ -45,6 +46,35 @@ pub enum TenantsCommand {
         #[arg(long, conflicts_with = "pools")]
         any: bool,
     },
+    /// Set a tenant's quotas (admin): the whole set, a quota left out is no limit
+    /// (`--none`: no quota at all).
+    Quotas {
+        /// The tenant's name.
+        name: String,
+        /// Most of its runs dispatching at once.
+        #[arg(long, value_name = "N")]
+        concurrent_runs: Option<u32>,
+        /// Most pages fetched per day over all its runs.
+        #[arg(long, value_name = "N")]
+        pages_per_day: Option<u64>,
+        /// Most bytes downloaded per day over all its runs.
+        #[arg(long, value_name = "N")]
+        bytes_per_day: Option<u64>,
+        /// Most pages of one run.
+        #[arg(long, value_name = "N")]
+        pages_per_run: Option<u64>,
+        /// The IANA time zone its days are counted in (default UTC).
+        #[arg(long, value_name = "ZONE")]
+        time_zone: Option<String>,
+        /// No quota.
+        #[arg(long, conflicts_with_all = ["concurrent_runs", "pages_per_day", "bytes_per_day", "pages_per_run", "time_zone"])]
+        none: bool,
+    },
+    /// What a tenant used today (in its time zone) against its quotas.
+    Usage {
+        /// The tenant's name.
+        name: String,
+    },
     /// Delete a tenant that owns nothing any more (admin).
     Delete {
         /// The tenant's name.
@@ -78,6 +108,7 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                         name: name.clone(),
                         description,
                         pools: (!pools.is_empty()).then_some(pools),
+                        quotas: None,
                     })?,
                 )
                 .await?;
@@ -103,6 +134,50 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             eprintln!("tenant {name}: {}", pools_text(tenant.pools.as_deref()));
+        }
+        TenantsCommand::Quotas {
+            name,
+            concurrent_runs,
+            pages_per_day,
+            bytes_per_day,
+            pages_per_run,
+            time_zone,
+            none,
+        } => {
+            let quotas = Quotas {
+                concurrent_runs,
+                pages_per_day,
+                bytes_per_day,
+                pages_per_run,
+                time_zone,
+            };
+            let patch = if none || quotas.is_empty() {
+                serde_json::json!({ "quotas": null })
+            } else {
+                serde_json::json!({ "quotas": quotas })
+            };
+            let tenant = client
+                .api()
+                .update_tenant(&name, &patch)
+                .await
+                .map_err(|e| client.error(e))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&tenant)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            eprintln!("tenant {name}: {}", quotas_text(&tenant.quotas));
+        }
+        TenantsCommand::Usage { name } => {
+            let usage = client
+                .api()
+                .tenant_usage(&name)
+                .await
+                .map_err(|e| client.error(e))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&usage)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            print!("{}", usage_text(&usage));
         }
         TenantsCommand::Delete { name } => {
             client
@@ -133,6 +208,55 @@ fn tenants_table(tenants: &[TenantView], now_ms: u64) -> Table {
         ]);
     }
     table
+}
+
+/// A tenant's quotas for people.
+fn quotas_text(q: &Quotas) -> String {
+    let mut parts = Vec::new();
+    let mut add = |what: &str, v: Option<String>| {
+        if let Some(v) = v {
+            parts.push(format!("{what} {v}"));
+        }
+    };
+    add("concurrent runs", q.concurrent_runs.map(|n| n.to_string()));
+    add("pages/day", q.pages_per_day.map(|n| n.to_string()));
+    add("bytes/day", q.bytes_per_day.map(|n| n.to_string()));
+    add("pages/run", q.pages_per_run.map(|n| n.to_string()));
+    add("time zone", q.time_zone.clone());
+    if parts.is_empty() {
+        "no quota".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A tenant's usage for people: one line per counter, with its limit.
+fn usage_text(u: &TenantUsage) -> String {
+    let limit = |v: Option<u64>| v.map_or("no limit".to_owned(), |v| v.to_string());
+    let mut out = format!("tenant {} on {} ({})\n", u.tenant, u.day, u.time_zone);
+    out.push_str(&format!(
+        "  pages          {} of {} ({} held by running runs, {} past a slice)\n",
+        u.pages,
+        limit(u.quotas.pages_per_day),
+        u.reserved,
+        u.overshoot_pages
+    ));
+    out.push_str(&format!(
+        "  bytes          {} of {}\n",
+        u.bytes,
+        limit(u.quotas.bytes_per_day)
+    ));
+    out.push_str(&format!(
+        "  running runs   {} of {} ({} paused by a quota)\n",
+        u.running_runs,
+        limit(u.quotas.concurrent_runs.map(u64::from)),
+        u.quota_paused_runs
+    ));
+    out.push_str(&format!(
+        "  pages per run  {}\n",
+        limit(u.quotas.pages_per_run)
+    ));
+    out
 }
 
 /// The pools of a tenant for people.
