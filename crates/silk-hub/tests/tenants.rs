@@ -712,5 +712,40 @@ async fn quotas_pause_runs_and_resume_them_across_a_hub_restart() {
     .unwrap();
     assert_eq!(done.state, RunState::Succeeded, "{done:?}");
     assert_eq!(done.stats.success, 4, "{done:?}");
+
+    // A job's pages per day: its run pauses at them, counted on the job's own counter.
+    let (status, t) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"quotas": null})),
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    let mut job = job_spec(&site);
+    job["max_pages_per_day"] = json!(3);
+    let (status, made) = call(&acme, Method::POST, "/api/v1/jobs", Some(job)).await;
+    assert_eq!(status, 201, "{made}");
+    let (status, run) = call(&acme, Method::POST, "/api/v1/jobs/shop/runs", None).await;
+    assert_eq!(status, 201, "{run}");
+    let id = run["id"].as_str().unwrap().to_owned();
+    let paused = quota_paused(&acme, &id, "max_pages_per_day of its job (3)").await;
+    assert_eq!(paused["stats"]["success"], 3, "{paused}");
+    let (status, _) = call(
+        &acme,
+        Method::POST,
+        &format!("/api/v1/runs/{id}/cancel"),
+        None,
+    )
+    .await;
+    assert!(status < 300);
+    let done = within(
+        "the cancelled run",
+        60,
+        hub.wait_run(&silk_core::RunId::new(&id)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.state, RunState::Cancelled, "{done:?}");
     hub.shutdown().await;
 }
