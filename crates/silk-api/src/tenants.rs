@@ -29,6 +29,9 @@ pub struct TenantView {
     /// Its quotas (no field: no limit).
     #[serde(default, skip_serializing_if = "Quotas::is_empty")]
     pub quotas: Quotas,
+    /// Its weight in the fair share of agents' slots between tenants (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
     /// Created, ms since the epoch.
     pub created_ms: u64,
 }
@@ -114,6 +117,11 @@ pub struct TenantRequest {
     /// Its quotas (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quotas: Option<Quotas>,
+    /// Its weight in the fair share of agents' slots between tenants: 1 to 1000 (default 1).
+    /// Runs of tenants weighted 1 and 3 that saturate the same agents get 25 % and 75 % of
+    /// their slots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 /// Whether `name` may name a tenant (1 to 64 letters, digits, `.`, `_`, `-`).

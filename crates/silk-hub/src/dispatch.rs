@@ -64,6 +64,8 @@ pub(crate) struct Turn {
     pub quota_room: Option<u64>,
     /// Why a quota holds the run (it waits, paused, for the quota to allow again).
     pub quota_blocked: Option<String>,
+    /// Most requests out its fair share of the agents' slots allows (`None`: no limit).
+    pub fair_cap: Option<u64>,
 }
 
 /// What the loop does next.
@@ -156,10 +158,14 @@ pub(crate) fn decide(t: &Turn) -> Step {
             t.stall_ms / 1000
         ));
     }
-    if t.out >= t.max_pending {
+    let max_out = match t.fair_cap {
+        Some(cap) => t.max_pending.min(usize::try_from(cap).unwrap_or(usize::MAX)),
+        None => t.max_pending,
+    };
+    if t.out >= max_out {
         return wait(100);
     }
-    let mut room = t.max_pending - t.out;
+    let mut room = max_out - t.out;
     if let Some(m) = t.max_pages {
         let counted = t.success.saturating_add(t.out as u64);
         room = room.min(usize::try_from(m.saturating_sub(counted)).unwrap_or(usize::MAX));
@@ -224,6 +230,7 @@ mod tests {
             fed_drained: false,
             quota_room: None,
             quota_blocked: None,
+            fair_cap: None,
         }
     }
 

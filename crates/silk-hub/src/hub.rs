@@ -149,6 +149,7 @@ impl Hub {
             store: store.clone(),
             agents: link.clone(),
             rng: rng.clone(),
+            fair: Arc::default(),
             settings: RunSettings {
                 frontier_url: config.frontier_url.clone(),
                 record_outcomes: config.record_outcomes,

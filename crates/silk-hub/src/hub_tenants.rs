@@ -27,6 +27,7 @@ impl HubHandle {
             description: request.description.clone(),
             pools: request.pools.clone(),
             quotas: request.quotas.clone().unwrap_or_default(),
+            weight: request.weight,
         };
         check_doc(&doc)?;
         let now = self.shared().clock.now_ms();
@@ -74,6 +75,7 @@ impl HubHandle {
                     doc.description = serde_json::from_value(value.clone()).map_err(bad)?
                 }
                 "pools" => doc.pools = serde_json::from_value(value.clone()).map_err(bad)?,
+                "weight" => doc.weight = serde_json::from_value(value.clone()).map_err(bad)?,
                 // The whole set: a quota left out is no limit.
                 "quotas" => {
                     let quotas: Option<silk_api::tenants::Quotas> =
@@ -88,7 +90,7 @@ impl HubHandle {
                 }
                 other => {
                     return Err(HubError::BadTenant(format!(
-                        "{other}: no such field (description, pools, quotas)"
+                        "{other}: no such field (description, pools, quotas, weight)"
                     )));
                 }
             }

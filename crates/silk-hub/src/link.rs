@@ -56,6 +56,11 @@ impl AgentLink {
         live
     }
 
+    /// The slots of `agents` together (their registered `capacity`).
+    pub(crate) fn capacity(&self, agents: &[AgentId]) -> u64 {
+        self.registry.lock().capacity(agents)
+    }
+
     /// Sends a command to one agent (the bus retries per its policy).
     pub(crate) async fn send_command(
         &self,

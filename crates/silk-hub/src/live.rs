@@ -40,6 +40,8 @@ pub(crate) struct RunContext {
     pub(crate) agents: AgentLink,
     /// The randomness of routing (`random` runs).
     pub(crate) rng: Arc<Mutex<StdRng>>,
+    /// The fair share of slots between the runs of this hub.
+    pub(crate) fair: Arc<crate::quotas::FairTable>,
     pub(crate) settings: RunSettings,
     /// Turns true when the hub stops.
     pub(crate) stop: watch::Receiver<bool>,
@@ -160,6 +162,8 @@ pub(crate) struct Run {
     pub(crate) quota: crate::quotas::RunQuota,
     /// Set while the run is paused by a quota (not by a user): the hub resumes it.
     pub(crate) quota_paused: std::sync::atomic::AtomicBool,
+    /// How many requests it would have out now if it could (for the fair share).
+    pub(crate) demand: AtomicU64,
 }
 
 /// Why a run did not take fed requests.

@@ -39,6 +39,8 @@ pub(crate) struct QuotaTurn {
     pub blocked: Option<String>,
     /// The tenant's `pages_per_run`.
     pub pages_per_run: Option<u64>,
+    /// The tenant's weight in the fair share.
+    pub weight: u32,
 }
 
 /// The quota state of one run on this hub.
@@ -51,8 +53,9 @@ pub(crate) struct RunQuota {
 
 #[derive(Debug, Default)]
 struct State {
-    /// The tenant's quotas and the job's pages per day, as last read.
+    /// The tenant's quotas, weight and the job's pages per day, as last read.
     quotas: Quotas,
+    weight: u32,
     job_pages_per_day: Option<u64>,
     /// The day counted (in the tenant's zone), when it ends, and its counters with limits.
     day: Option<String>,
@@ -133,6 +136,7 @@ impl RunQuota {
             room: None,
             blocked: s.runs_blocked.clone(),
             pages_per_run: s.quotas.pages_per_run,
+            weight: s.weight.max(1),
         };
         if !limited || turn.blocked.is_some() {
             return Ok(turn);
@@ -233,11 +237,13 @@ impl RunQuota {
         dispatching: bool,
     ) -> Result<(), HubError> {
         s.next_check_ms = now_ms + CHECK_MS;
-        s.quotas = match cx.store.get_tenant(&self.tenant).await? {
-            Some(row) => tenant_doc(&row)?.quotas,
+        let doc = match cx.store.get_tenant(&self.tenant).await? {
+            Some(row) => tenant_doc(&row)?,
             // A tenant deleted under a run (it cannot be while it has runs): no quotas.
-            None => Quotas::default(),
+            None => crate::tenant::TenantDoc::default(),
         };
+        s.quotas = doc.quotas;
+        s.weight = doc.weight.unwrap_or(1);
         s.job_pages_per_day = match &self.job_id {
             Some(job) => match cx.store.get_job(job).await? {
                 Some(row) => row
@@ -375,5 +381,35 @@ impl RunQuota {
             }
         }
         Ok(format!("{QUOTA_EXHAUSTED}: no pages left today"))
+    }
+}
+
+/// How long a run's last word on what it wants counts in the fair share, ms (a run that
+/// stopped asking — ended, paused, its hub gone — leaves it after this).
+const WANT_TTL_MS: u64 = 2_000;
+
+/// The fair share of this hub's runs ([`crate::fair`]): what each run that dispatches wants
+/// now, and the slots it may have out.
+#[derive(Default)]
+pub(crate) struct FairTable {
+    wants: parking_lot::Mutex<std::collections::BTreeMap<String, (crate::fair::Want, u64)>>,
+}
+
+impl FairTable {
+    /// Notes what run `want.run` wants at `now_ms` and answers how many requests it may have
+    /// out, of `capacity` slots (those of the agents it may use; the runs sharing agents
+    /// share them); `None`: no limit (nothing contended).
+    pub(crate) fn cap(&self, want: crate::fair::Want, capacity: u64, now_ms: u64) -> Option<u64> {
+        let mut wants = self.wants.lock();
+        wants.retain(|_, (_, seen)| now_ms.saturating_sub(*seen) <= WANT_TTL_MS);
+        let run = want.run.clone();
+        wants.insert(run.clone(), (want, now_ms));
+        let all: Vec<crate::fair::Want> = wants.values().map(|(w, _)| w.clone()).collect();
+        crate::fair::shares(capacity, &all).map(|s| s.get(&run).copied().unwrap_or(1))
+    }
+
+    /// The run no longer dispatches.
+    pub(crate) fn leave(&self, run: &str) {
+        self.wants.lock().remove(run);
     }
 }

@@ -222,6 +222,14 @@ impl AgentRegistry {
 
     /// Whether an agent may take new work of a run of `pools`: not drained, and in one of
     /// `pools` (its `pool` label; any agent when `pools` is empty). Liveness aside.
+    /// The slots (`capacity`) of the known agents among `ids`, together.
+    pub fn capacity(&self, ids: &[AgentId]) -> u64 {
+        ids.iter()
+            .filter_map(|id| self.agents.get(id))
+            .map(|r| u64::from(r.info.capacity))
+            .sum()
+    }
+
     pub fn is_open(&self, id: &AgentId, pools: &[String]) -> bool {
         !self.drained.contains(id) && self.in_pools(id, pools)
     }

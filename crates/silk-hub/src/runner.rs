@@ -141,6 +141,7 @@ impl Run {
         let job_id = record.job_id.clone();
         let feed = record.feed.clone();
         let quota = crate::quotas::RunQuota::new(&record, now);
+        let record_max_pending = record.max_pending.max(1);
         Ok(Arc::new(Run {
             id,
             record: Mutex::new(record),
@@ -179,6 +180,7 @@ impl Run {
             disowned: Mutex::new(None),
             quota,
             quota_paused: std::sync::atomic::AtomicBool::new(quota_paused),
+            demand: AtomicU64::new(record_max_pending),
         }))
     }
 
@@ -804,6 +806,20 @@ impl Run {
                 && live.is_empty()
                 && out == 0
                 && self.left().await? == 0;
+            // The fair share of the slots of the agents it may use, between the runs (of
+            // every tenant) that want them.
+            let fair_cap = if goes_on && quota.blocked.is_none() && !live.is_empty() {
+                let want = crate::fair::Want {
+                    run: self.id.to_string(),
+                    tenant: self.record.lock().tenant.clone(),
+                    weight: quota.weight,
+                    demand: self.demand.load(Ordering::Relaxed).max(out as u64),
+                };
+                cx.fair.cap(want, cx.agents.capacity(&live), now)
+            } else {
+                cx.fair.leave(self.id.as_str());
+                None
+            };
             let turn = Turn {
                 now_ms: now,
                 stopping,
@@ -824,6 +840,7 @@ impl Run {
                 fed_drained,
                 quota_room: quota.room,
                 quota_blocked: quota.blocked,
+                fair_cap,
             };
             let step = match dispatch::decide(&turn) {
                 Step::Lease(room) => {
@@ -832,6 +849,16 @@ impl Run {
                         .lease(room)
                         .await
                         .map_err(|e| format!("frontier: {e}"))?;
+                    // What it wants: all it may have out while the frontier gives all it
+                    // asks for; once it gives less (politeness, nothing left), twice what
+                    // it has and one more, so that it can grow again.
+                    let has = (out + leases.len()) as u64;
+                    let demand = if leases.len() >= room {
+                        max_pending as u64
+                    } else {
+                        (has * 2 + 1).min(max_pending as u64)
+                    };
+                    self.demand.store(demand, Ordering::Relaxed);
                     if !leases.is_empty() {
                         if out == 0 {
                             self.last_progress_ms.store(now, Ordering::Relaxed);
@@ -1147,24 +1174,6 @@ impl Run {
             }
         }
         let now = cx.clock.now_ms();
-        // What it fetched is counted and the slice it holds goes back (a hub that stops
-        // too: the hub that resumes it asks for a slice of its own).
-        let session = (
-            self.counters.succeeded.load(Ordering::Relaxed),
-            self.counters.bytes.load(Ordering::Relaxed),
-        );
-        match self.quota.release(cx, now, session).await {
-            Ok(()) => {
-                if let Some(slice) = self.quota.changed_slice().await
-                    && let Err(e) = self.update(cx, |r| r.quota = slice).await
-                {
-                    tracing::warn!(run = %self.id, error = %e, "the run's quota slice not stored");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(run = %self.id, error = %e, "quota usage not counted (the slice held stays reserved for the day)");
-            }
-        }
         let (state, reason) = match &end {
             End::Succeeded => (RunState::Succeeded, None),
             End::Failed(reason) => (RunState::Failed, Some(reason.clone())),
@@ -1228,6 +1237,26 @@ impl Run {
         }
         if let Err(e) = self.frontier.close().await {
             tracing::warn!(run = %self.id, error = %e, "frontier close failed");
+        }
+        // What it fetched is counted and the slice it holds goes back (a hub that stops
+        // too: the hub that resumes it asks for a slice of its own). After the frontier
+        // closed, so that no result is counted by the frontier and not here.
+        cx.fair.leave(self.id.as_str());
+        let session = (
+            self.counters.succeeded.load(Ordering::Relaxed),
+            self.counters.bytes.load(Ordering::Relaxed),
+        );
+        match self.quota.release(cx, cx.clock.now_ms(), session).await {
+            Ok(()) => {
+                if let Some(slice) = self.quota.changed_slice().await
+                    && let Err(e) = self.update(cx, |r| r.quota = slice).await
+                {
+                    tracing::warn!(run = %self.id, error = %e, "the run's quota slice not stored");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(run = %self.id, error = %e, "quota usage not counted (the slice held stays reserved for the day)");
+            }
         }
         // Ended, or the hub stops: another hub may take the run from now on.
         cx.repo.release(&self.id).await;

@@ -18,6 +18,9 @@ pub(crate) struct TenantDoc {
     /// Its quotas (none set: no limit).
     #[serde(default, skip_serializing_if = "Quotas::is_empty")]
     pub quotas: Quotas,
+    /// Its weight in the fair share of slots (`None`: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
 }
 
 /// A tenant row's document (an unreadable one is an error naming the tenant).
@@ -33,6 +36,7 @@ pub(crate) fn tenant_view(row: &TenantRow, doc: &TenantDoc) -> TenantView {
         description: doc.description.clone(),
         pools: doc.pools.clone(),
         quotas: doc.quotas.clone(),
+        weight: doc.weight,
         created_ms: row.created_ms,
     }
 }
@@ -50,6 +54,9 @@ pub(crate) fn check_doc(doc: &TenantDoc) -> Result<(), HubError> {
     if let Some(tz) = &doc.quotas.time_zone {
         silk_schedule::validate_timezone(tz)
             .map_err(|e| HubError::BadTenant(format!("quotas.time_zone: {e}")))?;
+    }
+    if doc.weight.is_some_and(|w| !(1..=1000).contains(&w)) {
+        return Err(HubError::BadTenant("weight: 1 to 1000".into()));
     }
     if doc.quotas.concurrent_runs == Some(0) {
         return Err(HubError::BadTenant(

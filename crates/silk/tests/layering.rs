@@ -117,6 +117,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "config",
             "dispatch",
             "error",
+            "fair",
             "jobs",
             "phi",
             "project",

@@ -109,6 +109,7 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                         description,
                         pools: (!pools.is_empty()).then_some(pools),
                         quotas: None,
+                        weight: None,
                     })?,
                 )
                 .await?;
