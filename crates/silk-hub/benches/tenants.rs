@@ -152,7 +152,15 @@ async fn main() {
     .expect("tenant");
     let mut runs = Vec::new();
     for i in 0..4 {
-        runs.push(submit(&hub, "capped", spider(&site, &format!("capped{i}"), None), 16).await);
+        runs.push(
+            submit(
+                &hub,
+                "capped",
+                spider(&site, &format!("capped{i}"), None),
+                16,
+            )
+            .await,
+        );
     }
     loop {
         let usage = hub.tenant_usage("capped").await.expect("usage");

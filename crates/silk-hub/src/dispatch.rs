@@ -159,7 +159,9 @@ pub(crate) fn decide(t: &Turn) -> Step {
         ));
     }
     let max_out = match t.fair_cap {
-        Some(cap) => t.max_pending.min(usize::try_from(cap).unwrap_or(usize::MAX)),
+        Some(cap) => t
+            .max_pending
+            .min(usize::try_from(cap).unwrap_or(usize::MAX)),
         None => t.max_pending,
     };
     if t.out >= max_out {

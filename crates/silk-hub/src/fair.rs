@@ -27,7 +27,8 @@ pub(crate) struct Want {
 
 /// Water-fills `capacity` over `(key, weight, demand)`: each key's share.
 fn water_fill(capacity: f64, claims: &[(String, f64, f64)]) -> BTreeMap<String, f64> {
-    let mut given: BTreeMap<String, f64> = claims.iter().map(|(k, _, _)| (k.clone(), 0.0)).collect();
+    let mut given: BTreeMap<String, f64> =
+        claims.iter().map(|(k, _, _)| (k.clone(), 0.0)).collect();
     let mut active: Vec<&(String, f64, f64)> = claims.iter().filter(|c| c.2 > 0.0).collect();
     let mut left = capacity.max(0.0);
     while !active.is_empty() && left > 1e-9 {
@@ -64,7 +65,9 @@ pub(crate) fn shares(capacity: u64, wants: &[Want]) -> Option<BTreeMap<String, u
     }
     let mut tenants: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
     for w in wants {
-        let t = tenants.entry(&w.tenant).or_insert((f64::from(w.weight.max(1)), 0.0));
+        let t = tenants
+            .entry(&w.tenant)
+            .or_insert((f64::from(w.weight.max(1)), 0.0));
         t.1 += w.demand as f64;
     }
     let tenant_claims: Vec<(String, f64, f64)> = tenants
@@ -104,7 +107,10 @@ mod tests {
     #[test]
     fn slots_are_shared_by_weight_and_none_idles() {
         // Everything fits: no limit.
-        assert_eq!(shares(32, &[want("a", "t1", 1, 10), want("b", "t2", 3, 10)]), None);
+        assert_eq!(
+            shares(32, &[want("a", "t1", 1, 10), want("b", "t2", 3, 10)]),
+            None
+        );
         let shares = |capacity, wants: &[Want]| shares(capacity, wants).expect("contended");
         // Both saturate: 1:3.
         let s = shares(32, &[want("a", "t1", 1, 100), want("b", "t2", 3, 100)]);
@@ -115,7 +121,11 @@ mod tests {
         // A third tenant: 1:3:1 of 40; its small run gets what it wants when that is less.
         let s = shares(
             40,
-            &[want("a", "t1", 1, 100), want("b", "t2", 3, 100), want("c", "t3", 1, 4)],
+            &[
+                want("a", "t1", 1, 100),
+                want("b", "t2", 3, 100),
+                want("c", "t3", 1, 4),
+            ],
         );
         assert_eq!(s["c"], 4);
         assert_eq!(s["a"] + s["b"] + s["c"], 40);
@@ -123,7 +133,11 @@ mod tests {
         // Runs of one tenant split its share.
         let s = shares(
             32,
-            &[want("a1", "t1", 1, 100), want("a2", "t1", 1, 100), want("b", "t2", 1, 100)],
+            &[
+                want("a1", "t1", 1, 100),
+                want("a2", "t1", 1, 100),
+                want("b", "t2", 1, 100),
+            ],
         );
         assert_eq!((s["a1"], s["a2"], s["b"]), (8, 8, 16));
         // One tenant alone: no limit.
@@ -132,7 +146,14 @@ mod tests {
             None
         );
         // A run that wants anything gets a slot.
-        let s = shares(2, &[want("a", "t1", 1, 5), want("b", "t2", 1000, 5), want("c", "t2", 1000, 0)]);
+        let s = shares(
+            2,
+            &[
+                want("a", "t1", 1, 5),
+                want("b", "t2", 1000, 5),
+                want("c", "t2", 1000, 0),
+            ],
+        );
         assert_eq!(s["a"], 1);
         assert_eq!(s["c"], 0);
     }

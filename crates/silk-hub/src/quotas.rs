@@ -211,18 +211,17 @@ impl RunQuota {
             return None;
         }
         s.dirty = false;
-        Some(
-            (s.held > 0)
-                .then(|| HeldSlice {
-                    period: s
-                        .held_keys
-                        .first()
-                        .map(|k| k.period.clone())
-                        .unwrap_or_default(),
-                    scopes: s.held_keys.iter().map(|k| k.scope.clone()).collect(),
-                    pages: s.held,
-                }),
-        )
+        Some((s.held > 0).then(|| {
+            HeldSlice {
+                period: s
+                    .held_keys
+                    .first()
+                    .map(|k| k.period.clone())
+                    .unwrap_or_default(),
+                scopes: s.held_keys.iter().map(|k| k.scope.clone()).collect(),
+                pages: s.held,
+            }
+        }))
     }
 
     /// Reads the tenant's quotas and the job's limit, rolls the day, and checks

@@ -621,7 +621,10 @@ async fn quotas_pause_runs_and_resume_them_across_a_hub_restart() {
     let hub = start_hub(dir.path(), &bus).await;
     within("a live agent", 10, hub.wait_for_live_agents(1)).await;
     let (base, admin) = serve(&hub).await;
-    let acme = client(&base, &token(&admin, "m2", Role::Member, Some("acme")).await);
+    let acme = client(
+        &base,
+        &token(&admin, "m2", Role::Member, Some("acme")).await,
+    );
     let again = quota_paused(&acme, &id, "pages_per_day").await;
     assert_eq!(again["stats"]["success"], 20, "{again}");
     assert_eq!(usage(&acme, "acme").await["pages"], 20);

@@ -2349,10 +2349,22 @@ pub async fn quota_reservations_hold_their_limits(f: &dyn StoreFactory) {
         unreserve: 50,
         overshoot: 10,
     };
-    s.add_usage(&[key("tenant:a")], &used, T0 + 1).await.expect("add");
-    let row = s.get_usage(&key("tenant:a")).await.expect("get").expect("row");
+    s.add_usage(&[key("tenant:a")], &used, T0 + 1)
+        .await
+        .expect("add");
+    let row = s
+        .get_usage(&key("tenant:a"))
+        .await
+        .expect("get")
+        .expect("row");
     assert_eq!(
-        (row.pages, row.bytes, row.reserved, row.overshoot, row.updated_ms),
+        (
+            row.pages,
+            row.bytes,
+            row.reserved,
+            row.overshoot,
+            row.updated_ms
+        ),
         (60, 6_000, 50, 10, T0 + 1)
     );
     assert_eq!(s.reserve_quota(&tenant, 10, T0).await.expect("reserve"), 0);
@@ -2361,8 +2373,13 @@ pub async fn quota_reservations_hold_their_limits(f: &dyn StoreFactory) {
         unreserve: 80,
         ..UsageDelta::default()
     };
-    s.add_usage(&[key("tenant:a")], &back, T0 + 2).await.expect("add");
-    assert_eq!(s.reserve_quota(&tenant, 100, T0).await.expect("reserve"), 40);
+    s.add_usage(&[key("tenant:a")], &back, T0 + 2)
+        .await
+        .expect("add");
+    assert_eq!(
+        s.reserve_quota(&tenant, 100, T0).await.expect("reserve"),
+        40
+    );
     // Every claim at once: the smallest room wins, and both counters are reserved.
     let both = [
         claim("tenant:b", Some(100), None),
@@ -2370,8 +2387,14 @@ pub async fn quota_reservations_hold_their_limits(f: &dyn StoreFactory) {
     ];
     assert_eq!(s.reserve_quota(&both, 50, T0).await.expect("reserve"), 25);
     let reserved = |row: Option<crate::tenants::UsageRow>| row.expect("row").reserved;
-    assert_eq!(reserved(s.get_usage(&key("tenant:b")).await.expect("get")), 25);
-    assert_eq!(reserved(s.get_usage(&key("job:j1")).await.expect("get")), 25);
+    assert_eq!(
+        reserved(s.get_usage(&key("tenant:b")).await.expect("get")),
+        25
+    );
+    assert_eq!(
+        reserved(s.get_usage(&key("job:j1")).await.expect("get")),
+        25
+    );
     // A claim without limits only counts.
     let free = [claim("tenant:c", None, None)];
     assert_eq!(s.reserve_quota(&free, 500, T0).await.expect("reserve"), 500);
@@ -2384,7 +2407,9 @@ pub async fn quota_reservations_hold_their_limits(f: &dyn StoreFactory) {
         unreserve: 10,
         overshoot: 0,
     };
-    s.add_usage(&[key("tenant:d")], &big, T0).await.expect("add");
+    s.add_usage(&[key("tenant:d")], &big, T0)
+        .await
+        .expect("add");
     assert_eq!(s.reserve_quota(&bytes, 10, T0).await.expect("reserve"), 0);
     // Racing reservations (two stores, like two hubs) never hand out more than the limit.
     let other = f.open().await;
@@ -2402,5 +2427,8 @@ pub async fn quota_reservations_hold_their_limits(f: &dyn StoreFactory) {
         granted += t.await.expect("task");
     }
     assert_eq!(granted, 100, "racing reservations");
-    assert_eq!(reserved(s.get_usage(&key("tenant:race")).await.expect("get")), 100);
+    assert_eq!(
+        reserved(s.get_usage(&key("tenant:race")).await.expect("get")),
+        100
+    );
 }
