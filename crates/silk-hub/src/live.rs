@@ -86,6 +86,9 @@ pub(crate) struct Counters {
     pub(crate) blocked: AtomicU64,
     /// Requests given up as poison.
     pub(crate) poisoned: AtomicU64,
+    /// Results taken off the requests out and not yet acked (counted in `succeeded` only
+    /// once acked): the quota counts them as still out.
+    pub(crate) applying: AtomicU64,
     pub(crate) by_agent: Mutex<BTreeMap<String, u64>>,
 }
 

@@ -358,6 +358,9 @@ impl Run {
             tracing::debug!(run = %self.id, lease = %result.lease_id, agent = %result.agent, "late or duplicate result ignored");
             return;
         };
+        // Counted as applying until this call returns, after its success is counted.
+        self.counters.applying.fetch_add(1, Ordering::SeqCst);
+        let _applied = Applied(&self.counters.applying);
         self.counters.returned.fetch_add(1, Ordering::Relaxed);
         *self
             .counters
@@ -766,14 +769,19 @@ impl Run {
                 self.expire_silent(cx, now).await?;
             }
             let out = self.out.lock().len();
+            // Read in this order (out, applying, successes), a result moving from one to
+            // the next is counted twice rather than not at all: the quota's room is never
+            // too large.
+            let applying = self.counters.applying.load(Ordering::SeqCst) as usize;
             let session = (
                 self.counters.succeeded.load(Ordering::Relaxed),
                 self.counters.bytes.load(Ordering::Relaxed),
             );
             let quota = if goes_on {
                 let dispatching = self.state() == RunState::Running;
+                let out = (out + applying) as u64;
                 self.quota
-                    .turn(cx, self.id.as_str(), now, session, out as u64, dispatching)
+                    .turn(cx, self.id.as_str(), now, session, out, dispatching)
                     .await
                     .map_err(|e| format!("quotas: {e}"))?
             } else {
@@ -1260,6 +1268,15 @@ impl Run {
         }
         // Ended, or the hub stops: another hub may take the run from now on.
         cx.repo.release(&self.id).await;
+    }
+}
+
+/// Takes one off a run's count of results being applied when dropped.
+struct Applied<'a>(&'a AtomicU64);
+
+impl Drop for Applied<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

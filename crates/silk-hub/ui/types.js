@@ -591,6 +591,7 @@
  * @property {string} name Its name: 1 to 64 letters, digits, `.`, `_` or `-`.
  * @property {Array<string>|null} [pools] The agent pools its runs may use (a run naming no pool uses all of these; one naming
  * @property {null|Quotas} [quotas]
+ * @property {number|null} [weight] Its weight in the fair share of agents' slots between tenants: 1 to 1000 (default 1).
  */
 
 /**
@@ -617,6 +618,7 @@
  * @property {string} name Its name (letters, digits, `.`, `_`, `-`).
  * @property {Array<string>|null} [pools] The agent pools (agents labelled `pool=NAME`) its runs may use; absent: every agent.
  * @property {Quotas} [quotas] Its quotas (no field: no limit).
+ * @property {number|null} [weight] Its weight in the fair share of agents' slots between tenants (default 1).
  */
 
 /**

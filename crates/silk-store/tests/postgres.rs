@@ -80,6 +80,7 @@ async fn tables_live_in_the_search_path_schema() {
             "leases",
             "log_lines",
             "projects",
+            "quota_usage",
             "runs",
             "seq_counters",
             "settings",
