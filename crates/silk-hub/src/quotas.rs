@@ -19,10 +19,10 @@
 //! Pages past a slice (none on this path) are added to the counters' `overshoot`.
 
 use crate::error::HubError;
-use crate::live::RunContext;
 use crate::run::{HeldSlice, RunRecord};
 use crate::tenant::{QUOTA_EXHAUSTED, claims, may_run, slice_want, tenant_doc};
 use silk_api::tenants::Quotas;
+use silk_store::MetaStore;
 use silk_store::{QuotaClaim, RunFilter, UsageDelta, UsageKey};
 
 /// How often what a run fetched is added to its counters, ms.
@@ -116,7 +116,7 @@ impl RunQuota {
     /// `dispatching` whether its state is `running`.
     pub(crate) async fn turn(
         &self,
-        cx: &RunContext,
+        store: &dyn MetaStore,
         id: &str,
         now_ms: u64,
         (pages, bytes): (u64, u64),
@@ -125,11 +125,11 @@ impl RunQuota {
     ) -> Result<QuotaTurn, HubError> {
         let mut s = self.state.lock().await;
         if now_ms >= s.next_check_ms || (s.day.is_some() && now_ms >= s.resets_ms) {
-            self.check(cx, &mut s, id, now_ms, (pages, bytes), dispatching)
+            self.check(store, &mut s, id, now_ms, (pages, bytes), dispatching)
                 .await?;
         }
         if now_ms.saturating_sub(s.flushed_ms) >= FLUSH_MS {
-            self.flush(cx, &mut s, now_ms, (pages, bytes)).await?;
+            self.flush(store, &mut s, now_ms, (pages, bytes)).await?;
         }
         let limited = s.quotas.limits_days() || s.job_pages_per_day.is_some();
         let mut turn = QuotaTurn {
@@ -152,7 +152,7 @@ impl RunQuota {
                     unreserve: s.held,
                     ..UsageDelta::default()
                 };
-                cx.store.add_usage(&s.held_keys, &delta, now_ms).await?;
+                store.add_usage(&s.held_keys, &delta, now_ms).await?;
                 s.held = 0;
                 s.held_keys.clear();
                 s.dirty = true;
@@ -161,7 +161,7 @@ impl RunQuota {
             let elapsed_ms = now_ms.saturating_sub(s.since.0).max(1);
             let speed = pages.saturating_sub(s.since.1) as f64 * 1000.0 / elapsed_ms as f64;
             let want = slice_want(speed, self.max_pending);
-            let granted = cx.store.reserve_quota(&s.claims, want, now_ms).await?;
+            let granted = store.reserve_quota(&s.claims, want, now_ms).await?;
             if granted > 0 {
                 s.held_keys = keys;
                 s.held += granted;
@@ -170,7 +170,7 @@ impl RunQuota {
                 s.day_blocked = None;
                 s.dirty = true;
             } else if left <= out {
-                s.day_blocked = Some(self.why_none(cx, &s).await?);
+                s.day_blocked = Some(self.why_none(store, &s).await?);
                 s.next_ask_ms = (now_ms + CHECK_MS).min(s.resets_ms.max(now_ms + 1));
             }
         }
@@ -185,18 +185,18 @@ impl RunQuota {
     /// its hub stops. Nothing to do when it holds none and counted everything.
     pub(crate) async fn release(
         &self,
-        cx: &RunContext,
+        store: &dyn MetaStore,
         now_ms: u64,
         (pages, bytes): (u64, u64),
     ) -> Result<(), HubError> {
         let mut s = self.state.lock().await;
-        self.flush(cx, &mut s, now_ms, (pages, bytes)).await?;
+        self.flush(store, &mut s, now_ms, (pages, bytes)).await?;
         if s.held > 0 {
             let delta = UsageDelta {
                 unreserve: s.held,
                 ..UsageDelta::default()
             };
-            cx.store.add_usage(&s.held_keys, &delta, now_ms).await?;
+            store.add_usage(&s.held_keys, &delta, now_ms).await?;
             s.held = 0;
             s.dirty = true;
         }
@@ -228,7 +228,7 @@ impl RunQuota {
     /// `concurrent_runs`.
     async fn check(
         &self,
-        cx: &RunContext,
+        store: &dyn MetaStore,
         s: &mut State,
         id: &str,
         now_ms: u64,
@@ -236,7 +236,7 @@ impl RunQuota {
         dispatching: bool,
     ) -> Result<(), HubError> {
         s.next_check_ms = now_ms + CHECK_MS;
-        let doc = match cx.store.get_tenant(&self.tenant).await? {
+        let doc = match store.get_tenant(&self.tenant).await? {
             Some(row) => tenant_doc(&row)?,
             // A tenant deleted under a run (it cannot be while it has runs): no quotas.
             None => crate::tenant::TenantDoc::default(),
@@ -244,7 +244,7 @@ impl RunQuota {
         s.quotas = doc.quotas;
         s.weight = doc.weight.unwrap_or(1);
         s.job_pages_per_day = match &self.job_id {
-            Some(job) => match cx.store.get_job(job).await? {
+            Some(job) => match store.get_job(job).await? {
                 Some(row) => row
                     .spec
                     .get("max_pages_per_day")
@@ -258,13 +258,13 @@ impl RunQuota {
         if s.day.as_deref() != Some(day.as_str()) {
             // A new day: what was fetched goes to the old day, its slice is given back.
             if s.day.is_some() {
-                self.flush(cx, s, now_ms, counters).await?;
+                self.flush(store, s, now_ms, counters).await?;
                 if s.held > 0 {
                     let delta = UsageDelta {
                         unreserve: s.held,
                         ..UsageDelta::default()
                     };
-                    cx.store.add_usage(&s.held_keys, &delta, now_ms).await?;
+                    store.add_usage(&s.held_keys, &delta, now_ms).await?;
                     s.held = 0;
                     s.dirty = true;
                 }
@@ -284,8 +284,7 @@ impl RunQuota {
                     states: vec!["running".into()],
                     ..RunFilter::default()
                 };
-                let mut running: Vec<(u64, String)> = cx
-                    .store
+                let mut running: Vec<(u64, String)> = store
                     .list_runs(&filter)
                     .await?
                     .into_iter()
@@ -311,7 +310,7 @@ impl RunQuota {
     /// overshoot.
     async fn flush(
         &self,
-        cx: &RunContext,
+        store: &dyn MetaStore,
         s: &mut State,
         now_ms: u64,
         (pages, bytes): (u64, u64),
@@ -338,7 +337,7 @@ impl RunQuota {
             unreserve: used,
             overshoot: new_pages - used,
         };
-        cx.store.add_usage(&keys, &delta, now_ms).await?;
+        store.add_usage(&keys, &delta, now_ms).await?;
         s.counted_pages = pages;
         s.counted_bytes = bytes;
         if used > 0 {
@@ -352,10 +351,10 @@ impl RunQuota {
     }
 
     /// Which limit gave no slice, for the run's reason.
-    async fn why_none(&self, cx: &RunContext, s: &State) -> Result<String, HubError> {
+    async fn why_none(&self, store: &dyn MetaStore, s: &State) -> Result<String, HubError> {
         let zone = s.quotas.time_zone.as_deref().unwrap_or("UTC");
         for claim in &s.claims {
-            let Some(row) = cx.store.get_usage(&claim.key).await? else {
+            let Some(row) = store.get_usage(&claim.key).await? else {
                 continue;
             };
             let whose = match claim.key.scope.split_once(':') {

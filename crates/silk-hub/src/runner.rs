@@ -781,12 +781,12 @@ impl Run {
                 let dispatching = self.state() == RunState::Running;
                 let out = (out + applying) as u64;
                 self.quota
-                    .turn(cx, self.id.as_str(), now, session, out, dispatching)
+                    .turn(&*cx.store, self.id.as_str(), now, session, out, dispatching)
                     .await
                     .map_err(|e| format!("quotas: {e}"))?
             } else {
                 // Paused or ending: the slice it holds goes back.
-                if let Err(e) = self.quota.release(cx, now, session).await {
+                if let Err(e) = self.quota.release(&*cx.store, now, session).await {
                     tracing::warn!(run = %self.id, error = %e, "quota slice not given back (it is at the next turn)");
                 }
                 crate::quotas::QuotaTurn::default()
@@ -1254,7 +1254,11 @@ impl Run {
             self.counters.succeeded.load(Ordering::Relaxed),
             self.counters.bytes.load(Ordering::Relaxed),
         );
-        match self.quota.release(cx, cx.clock.now_ms(), session).await {
+        match self
+            .quota
+            .release(&*cx.store, cx.clock.now_ms(), session)
+            .await
+        {
             Ok(()) => {
                 if let Some(slice) = self.quota.changed_slice().await
                     && let Err(e) = self.update(cx, |r| r.quota = slice).await
