@@ -23,6 +23,8 @@ pub(crate) struct Want {
     pub weight: u32,
     /// Requests it would have out if it could.
     pub demand: u64,
+    /// The agents it may send to (runs share slots only with runs that share an agent).
+    pub agents: Vec<String>,
 }
 
 /// Water-fills `capacity` over `(key, weight, demand)`: each key's share.
@@ -101,6 +103,7 @@ mod tests {
             tenant: tenant.into(),
             weight,
             demand,
+            agents: Vec::new(),
         }
     }
 

@@ -138,7 +138,12 @@ impl RunQuota {
             pages_per_run: s.quotas.pages_per_run,
             weight: s.weight.max(1),
         };
-        if !limited || turn.blocked.is_some() {
+        if turn.blocked.is_some() {
+            // Waiting under concurrent_runs: it holds only what is out.
+            give_back(store, &mut s, out, now_ms).await?;
+            return Ok(turn);
+        }
+        if !limited {
             return Ok(turn);
         }
         let unflushed = pages.saturating_sub(s.counted_pages);
@@ -146,8 +151,10 @@ impl RunQuota {
         if left <= out && now_ms >= s.next_ask_ms {
             let keys: Vec<UsageKey> = s.claims.iter().map(|c| c.key.clone()).collect();
             if s.held > 0 && s.held_keys != keys {
-                // The counters changed (a job limit set, a new day): what is held on the
-                // old ones goes back before the new slice.
+                // The counters changed (a job limit set, a new day): what was fetched is
+                // counted on the old ones and what is held there goes back before the new
+                // slice.
+                self.flush(store, &mut s, now_ms, (pages, bytes)).await?;
                 let delta = UsageDelta {
                     unreserve: s.held,
                     ..UsageDelta::default()
@@ -181,25 +188,19 @@ impl RunQuota {
         Ok(turn)
     }
 
-    /// Adds what the run fetched and gives back the pages it holds: the run pauses, ends, or
-    /// its hub stops. Nothing to do when it holds none and counted everything.
+    /// Adds what the run fetched and gives back the pages it holds but `keep` (its requests
+    /// still out): the run pauses, ends, or its hub stops. Nothing to do when it holds no
+    /// more and counted everything.
     pub(crate) async fn release(
         &self,
         store: &dyn MetaStore,
         now_ms: u64,
         (pages, bytes): (u64, u64),
+        keep: u64,
     ) -> Result<(), HubError> {
         let mut s = self.state.lock().await;
         self.flush(store, &mut s, now_ms, (pages, bytes)).await?;
-        if s.held > 0 {
-            let delta = UsageDelta {
-                unreserve: s.held,
-                ..UsageDelta::default()
-            };
-            store.add_usage(&s.held_keys, &delta, now_ms).await?;
-            s.held = 0;
-            s.dirty = true;
-        }
+        give_back(store, &mut s, keep, now_ms).await?;
         s.next_check_ms = 0;
         Ok(())
     }
@@ -382,6 +383,29 @@ impl RunQuota {
     }
 }
 
+/// Gives back the pages `s` holds beyond `keep`.
+async fn give_back(
+    store: &dyn MetaStore,
+    s: &mut State,
+    keep: u64,
+    now_ms: u64,
+) -> Result<(), HubError> {
+    if s.held <= keep {
+        return Ok(());
+    }
+    let delta = UsageDelta {
+        unreserve: s.held - keep,
+        ..UsageDelta::default()
+    };
+    store.add_usage(&s.held_keys, &delta, now_ms).await?;
+    s.held = keep;
+    s.dirty = true;
+    if s.held == 0 {
+        s.held_keys.clear();
+    }
+    Ok(())
+}
+
 /// How long a run's last word on what it wants counts in the fair share, ms (a run that
 /// stopped asking — ended, paused, its hub gone — leaves it after this).
 const WANT_TTL_MS: u64 = 2_000;
@@ -401,8 +425,15 @@ impl FairTable {
         let mut wants = self.wants.lock();
         wants.retain(|_, (_, seen)| now_ms.saturating_sub(*seen) <= WANT_TTL_MS);
         let run = want.run.clone();
+        // Only the runs that share an agent with it share its slots.
+        let all: Vec<crate::fair::Want> = wants
+            .values()
+            .map(|(w, _)| w)
+            .filter(|w| w.run != run && w.agents.iter().any(|a| want.agents.contains(a)))
+            .cloned()
+            .chain(std::iter::once(want.clone()))
+            .collect();
         wants.insert(run.clone(), (want, now_ms));
-        let all: Vec<crate::fair::Want> = wants.values().map(|(w, _)| w.clone()).collect();
         crate::fair::shares(capacity, &all).map(|s| s.get(&run).copied().unwrap_or(1))
     }
 

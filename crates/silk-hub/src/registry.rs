@@ -220,8 +220,6 @@ impl AgentRegistry {
         live
     }
 
-    /// Whether an agent may take new work of a run of `pools`: not drained, and in one of
-    /// `pools` (its `pool` label; any agent when `pools` is empty). Liveness aside.
     /// The slots (`capacity`) of the known agents among `ids`, together.
     pub fn capacity(&self, ids: &[AgentId]) -> u64 {
         ids.iter()
@@ -230,6 +228,8 @@ impl AgentRegistry {
             .sum()
     }
 
+    /// Whether an agent may take new work of a run of `pools`: not drained, and in one of
+    /// `pools` (its `pool` label; any agent when `pools` is empty). Liveness aside.
     pub fn is_open(&self, id: &AgentId, pools: &[String]) -> bool {
         !self.drained.contains(id) && self.in_pools(id, pools)
     }

@@ -290,8 +290,9 @@ impl Run {
                 r.reason = None;
             }
             self.version.fetch_add(1, Ordering::SeqCst);
+            // Under the lock: a turn that looks at the quota pause sees both or neither.
+            self.desired.send_replace(desired);
         }
-        self.desired.send_replace(desired);
         self.wake.notify_one();
         let what = match desired {
             Desired::Pause => "paused by a user: no new requests are sent; those out finish",
@@ -304,18 +305,25 @@ impl Run {
 
     /// Shows the quotas in the run's record: the slice it holds, and `paused` with the reason
     /// while a quota holds it (`running` again when it does not).
-    async fn quota_changes(&self, cx: &RunContext, blocked: Option<&str>) -> Result<(), HubError> {
+    /// `goes_on`: the turn dispatches (only such a turn pauses or resumes the run).
+    async fn quota_changes(
+        &self,
+        cx: &RunContext,
+        goes_on: bool,
+        blocked: Option<&str>,
+    ) -> Result<(), HubError> {
         let slice = self.quota.changed_slice().await;
-        let was = self.quota_paused.load(Ordering::SeqCst);
         let mut said = None;
         let changed = {
             let mut r = self.record.lock();
+            // Under the record's lock, like `control`, which clears it there.
+            let was = self.quota_paused.load(Ordering::SeqCst);
             let mut changed = false;
             if let Some(slice) = slice {
                 r.quota = slice;
                 changed = true;
             }
-            let running = *self.desired.borrow() == Desired::Run && !self.is_closing();
+            let running = goes_on && *self.desired.borrow() == Desired::Run && !self.is_closing();
             match blocked {
                 Some(reason) if running && r.state == RunState::Running => {
                     r.state = RunState::Paused;
@@ -351,6 +359,10 @@ impl Run {
     /// The result of one of the run's requests.
     pub(crate) async fn on_result(&self, cx: &RunContext, result: &RunResult) {
         let _applying = self.applying.read().await;
+        // Counted as applying from before it leaves the requests out until this call
+        // returns, after its success is counted: the quota never sees it in neither.
+        self.counters.applying.fetch_add(1, Ordering::SeqCst);
+        let _applied = Applied(&self.counters.applying);
         let lease = Some(result.lease_id).filter(|_| !self.closing.load(Ordering::SeqCst));
         let out = lease.and_then(|l| self.out.lock().remove(&l).map(|o| (l, o)));
         let Some((lease, out)) = out else {
@@ -358,9 +370,6 @@ impl Run {
             tracing::debug!(run = %self.id, lease = %result.lease_id, agent = %result.agent, "late or duplicate result ignored");
             return;
         };
-        // Counted as applying until this call returns, after its success is counted.
-        self.counters.applying.fetch_add(1, Ordering::SeqCst);
-        let _applied = Applied(&self.counters.applying);
         self.counters.returned.fetch_add(1, Ordering::Relaxed);
         *self
             .counters
@@ -777,21 +786,46 @@ impl Run {
                 self.counters.succeeded.load(Ordering::Relaxed),
                 self.counters.bytes.load(Ordering::Relaxed),
             );
+            let still_out = (out + applying) as u64;
             let quota = if goes_on {
                 let dispatching = self.state() == RunState::Running;
-                let out = (out + applying) as u64;
-                self.quota
-                    .turn(&*cx.store, self.id.as_str(), now, session, out, dispatching)
+                match self
+                    .quota
+                    .turn(
+                        &*cx.store,
+                        self.id.as_str(),
+                        now,
+                        session,
+                        still_out,
+                        dispatching,
+                    )
                     .await
-                    .map_err(|e| format!("quotas: {e}"))?
+                {
+                    Ok(turn) => turn,
+                    Err(e) => {
+                        // The store is away: nothing new this turn, the next one asks again.
+                        tracing::warn!(run = %self.id, error = %e, "quotas not read: no new request this turn");
+                        crate::quotas::QuotaTurn {
+                            room: Some(0),
+                            ..crate::quotas::QuotaTurn::default()
+                        }
+                    }
+                }
             } else {
-                // Paused or ending: the slice it holds goes back.
-                if let Err(e) = self.quota.release(&*cx.store, now, session).await {
+                // Paused or ending: the slice it holds goes back, but for what is still out.
+                // A run another hub took carries its slice there: nothing goes back here.
+                let taken = self.disowned.lock().is_some();
+                if !taken
+                    && let Err(e) = self
+                        .quota
+                        .release(&*cx.store, now, session, still_out)
+                        .await
+                {
                     tracing::warn!(run = %self.id, error = %e, "quota slice not given back (it is at the next turn)");
                 }
                 crate::quotas::QuotaTurn::default()
             };
-            self.quota_changes(cx, quota.blocked.as_deref())
+            self.quota_changes(cx, goes_on, quota.blocked.as_deref())
                 .await
                 .map_err(|e| e.to_string())?;
             let max_pages = match (max_pages, quota.pages_per_run) {
@@ -822,6 +856,7 @@ impl Run {
                     tenant: self.record.lock().tenant.clone(),
                     weight: quota.weight,
                     demand: self.demand.load(Ordering::Relaxed).max(out as u64),
+                    agents: live.iter().map(|a| a.to_string()).collect(),
                 };
                 cx.fair.cap(want, cx.agents.capacity(&live), now)
             } else {
@@ -1256,7 +1291,7 @@ impl Run {
         );
         match self
             .quota
-            .release(&*cx.store, cx.clock.now_ms(), session)
+            .release(&*cx.store, cx.clock.now_ms(), session, 0)
             .await
         {
             Ok(()) => {
