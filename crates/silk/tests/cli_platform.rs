@@ -644,3 +644,40 @@ fn projects_from_a_file_build_by_hand_list_versions_follow_the_log_and_delete() 
     );
     drop(git);
 }
+
+#[test]
+fn tenants_get_weights_and_quotas_and_show_their_usage() {
+    let p = Platform::start(10);
+    p.ok(&["tenants", "create", "acme", "--weight", "3", "--pool", "eu"]);
+    let set = p.json(&[
+        "tenants",
+        "quotas",
+        "acme",
+        "--pages-per-day",
+        "1000",
+        "--concurrent-runs",
+        "2",
+        "--time-zone",
+        "Europe/Paris",
+    ]);
+    assert_eq!(set["quotas"]["pages_per_day"], 1000, "{set}");
+    assert_eq!(set["quotas"]["concurrent_runs"], 2, "{set}");
+    assert_eq!(set["weight"], 3, "{set}");
+    let usage = p.json(&["tenants", "usage", "acme"]);
+    assert_eq!(usage["pages"], 0, "{usage}");
+    assert_eq!(usage["time_zone"], "Europe/Paris", "{usage}");
+    assert_eq!(usage["quotas"]["pages_per_day"], 1000, "{usage}");
+    let text = p.ok(&["tenants", "usage", "acme"]);
+    assert!(text.contains("0 of 1000"), "{text}");
+    let weighted = p.json(&["tenants", "weight", "acme", "1"]);
+    assert_eq!(weighted["weight"], 1, "{weighted}");
+    let cleared = p.json(&["tenants", "quotas", "acme", "--none"]);
+    assert!(cleared.get("quotas").is_none(), "{cleared}");
+    let (out, stderr) =
+        output(
+            p.cli()
+                .args(["tenants", "quotas", "acme", "--time-zone", "Mars/Olympus"]),
+        );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("quotas.time_zone"), "{stderr}");
+}

@@ -137,15 +137,9 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
             } else {
                 serde_json::json!({ "pools": pools })
             };
-            let tenant = client
-                .api()
-                .update_tenant(&name, &patch)
-                .await
-                .map_err(|e| client.error(e))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&tenant)?);
+            let Some(tenant) = patch_tenant(&client, &name, &patch, json).await? else {
                 return Ok(ExitCode::SUCCESS);
-            }
+            };
             eprintln!("tenant {name}: {}", pools_text(tenant.pools.as_deref()));
         }
         TenantsCommand::Quotas {
@@ -169,27 +163,16 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
             } else {
                 serde_json::json!({ "quotas": quotas })
             };
-            let tenant = client
-                .api()
-                .update_tenant(&name, &patch)
-                .await
-                .map_err(|e| client.error(e))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&tenant)?);
+            let Some(tenant) = patch_tenant(&client, &name, &patch, json).await? else {
                 return Ok(ExitCode::SUCCESS);
-            }
+            };
             eprintln!("tenant {name}: {}", quotas_text(&tenant.quotas));
         }
         TenantsCommand::Weight { name, weight } => {
-            let tenant = client
-                .api()
-                .update_tenant(&name, &serde_json::json!({ "weight": weight }))
-                .await
-                .map_err(|e| client.error(e))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&tenant)?);
+            let patch = serde_json::json!({ "weight": weight });
+            let Some(tenant) = patch_tenant(&client, &name, &patch, json).await? else {
                 return Ok(ExitCode::SUCCESS);
-            }
+            };
             eprintln!("tenant {name}: weight {}", tenant.weight.unwrap_or(1));
         }
         TenantsCommand::Usage { name } => {
@@ -214,6 +197,25 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sends a merge patch of tenant `name`; with `json`, prints the answer and gives `None`.
+async fn patch_tenant(
+    client: &Client,
+    name: &str,
+    patch: &serde_json::Value,
+    json: bool,
+) -> anyhow::Result<Option<TenantView>> {
+    let tenant = client
+        .api()
+        .update_tenant(name, patch)
+        .await
+        .map_err(|e| client.error(e))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&tenant)?);
+        return Ok(None);
+    }
+    Ok(Some(tenant))
 }
 
 fn tenants_table(tenants: &[TenantView], now_ms: u64) -> Table {
