@@ -116,8 +116,7 @@ impl HubHandle {
             .ok_or_else(|| HubError::NoSuchTenant(name.to_owned()))?;
         let quotas = tenant_doc(&row)?.quotas;
         let now = self.shared().clock.now_ms();
-        let (day, resets_ms) = silk_schedule::day_at(now, quotas.time_zone.as_deref())
-            .map_err(|e| HubError::BadTenant(format!("quotas.time_zone: {e}")))?;
+        let (day, resets_ms) = crate::tenant::quota_day(&quotas, now)?;
         let usage = self
             .store()
             .get_usage(&crate::tenant::tenant_key(name, &day))

@@ -11,16 +11,18 @@
 //! tenant's `concurrent_runs`, it pauses with the reason `quota_exhausted: …` and asks again
 //! every [`CHECK_MS`] and at the day's reset; it resumes by itself.
 //!
-//! Bounds: a hub run never fetches past its slice (it leases within it; a late result of an
-//! expired lease is ignored), so the page overshoot of a day is what a crash loses — the
-//! slice a run held is kept in its record and taken up again by the hub that resumes it,
-//! and at most one flush interval of pages is counted twice or not at all. Bytes are
+//! Bounds: a hub run never fetches past its slice (it leases within it, counting results
+//! being applied as out; a late result of an expired lease is ignored). A run that pauses
+//! keeps only the pages of its requests still out; one that ends or whose hub stops gives
+//! the rest back after its frontier closed. After a crash the slice is in the run's record
+//! and the hub that resumes the run carries it on; up to one flush interval of pages is then
+//! not counted. Bytes are
 //! known only after the fetch: a run may pass `bytes_per_day` by what one slice downloads.
 //! Pages past a slice (none on this path) are added to the counters' `overshoot`.
 
 use crate::error::HubError;
 use crate::run::{HeldSlice, RunRecord};
-use crate::tenant::{QUOTA_EXHAUSTED, claims, may_run, slice_want, tenant_doc};
+use crate::tenant::{QUOTA_EXHAUSTED, claims, may_run, quota_day, slice_want, tenant_doc};
 use silk_api::tenants::Quotas;
 use silk_store::MetaStore;
 use silk_store::{QuotaClaim, RunFilter, UsageDelta, UsageKey};
@@ -155,14 +157,7 @@ impl RunQuota {
                 // counted on the old ones and what is held there goes back before the new
                 // slice.
                 self.flush(store, &mut s, now_ms, (pages, bytes)).await?;
-                let delta = UsageDelta {
-                    unreserve: s.held,
-                    ..UsageDelta::default()
-                };
-                store.add_usage(&s.held_keys, &delta, now_ms).await?;
-                s.held = 0;
-                s.held_keys.clear();
-                s.dirty = true;
+                give_back(store, &mut s, 0, now_ms).await?;
                 left = 0;
             }
             let elapsed_ms = now_ms.saturating_sub(s.since.0).max(1);
@@ -254,21 +249,12 @@ impl RunQuota {
             },
             None => None,
         };
-        let (day, resets_ms) = silk_schedule::day_at(now_ms, s.quotas.time_zone.as_deref())
-            .map_err(|e| HubError::BadTenant(format!("quotas.time_zone: {e}")))?;
+        let (day, resets_ms) = quota_day(&s.quotas, now_ms)?;
         if s.day.as_deref() != Some(day.as_str()) {
             // A new day: what was fetched goes to the old day, its slice is given back.
             if s.day.is_some() {
                 self.flush(store, s, now_ms, counters).await?;
-                if s.held > 0 {
-                    let delta = UsageDelta {
-                        unreserve: s.held,
-                        ..UsageDelta::default()
-                    };
-                    store.add_usage(&s.held_keys, &delta, now_ms).await?;
-                    s.held = 0;
-                    s.dirty = true;
-                }
+                give_back(store, s, 0, now_ms).await?;
             }
             s.day = Some(day.clone());
             s.day_blocked = None;

@@ -303,6 +303,15 @@ impl Run {
         self.persist(cx).await
     }
 
+    /// The pages it fetched and bytes it downloaded in this hub session (what its quota
+    /// counts).
+    fn session_counts(&self) -> (u64, u64) {
+        (
+            self.counters.succeeded.load(Ordering::Relaxed),
+            self.counters.bytes.load(Ordering::Relaxed),
+        )
+    }
+
     /// Shows the quotas in the run's record: the slice it holds, and `paused` with the reason
     /// while a quota holds it (`running` again when it does not).
     /// `goes_on`: the turn dispatches (only such a turn pauses or resumes the run).
@@ -782,10 +791,7 @@ impl Run {
             // the next is counted twice rather than not at all: the quota's room is never
             // too large.
             let applying = self.counters.applying.load(Ordering::SeqCst) as usize;
-            let session = (
-                self.counters.succeeded.load(Ordering::Relaxed),
-                self.counters.bytes.load(Ordering::Relaxed),
-            );
+            let session = self.session_counts();
             let still_out = (out + applying) as u64;
             let quota = if goes_on {
                 let dispatching = self.state() == RunState::Running;
@@ -1285,10 +1291,7 @@ impl Run {
         // too: the hub that resumes it asks for a slice of its own). After the frontier
         // closed, so that no result is counted by the frontier and not here.
         cx.fair.leave(self.id.as_str());
-        let session = (
-            self.counters.succeeded.load(Ordering::Relaxed),
-            self.counters.bytes.load(Ordering::Relaxed),
-        );
+        let session = self.session_counts();
         match self
             .quota
             .release(&*cx.store, cx.clock.now_ms(), session, 0)

@@ -76,6 +76,12 @@ pub(crate) fn quota_paused(reason: Option<&str>) -> bool {
     reason.is_some_and(|r| r.starts_with(QUOTA_EXHAUSTED))
 }
 
+/// The day at `now_ms` in the zone of `quotas` (`YYYY-MM-DD`) and when the next one begins.
+pub(crate) fn quota_day(quotas: &Quotas, now_ms: u64) -> Result<(String, u64), HubError> {
+    silk_schedule::day_at(now_ms, quotas.time_zone.as_deref())
+        .map_err(|e| HubError::BadTenant(format!("quotas.time_zone: {e}")))
+}
+
 /// The counter of a tenant's pages and bytes on `day`.
 pub(crate) fn tenant_key(tenant: &str, day: &str) -> UsageKey {
     UsageKey {
