@@ -647,7 +647,7 @@ async fn quotas_pause_runs_and_resume_them_across_a_hub_restart() {
     .await;
     assert_eq!(used["overshoot_pages"], 0, "{used}");
 
-    // One run at a time, no page limit: the paused run goes on; a second one waits for it.
+    // One run at a time, no page limit: the paused run goes on to its end.
     let (status, t) = call(
         &admin,
         Method::PATCH,
@@ -656,8 +656,34 @@ async fn quotas_pause_runs_and_resume_them_across_a_hub_restart() {
     )
     .await;
     assert_eq!(status, 200, "{t}");
-    until("the first run running again", async || {
-        (run_of(&acme, &id).await["state"] == "running").then_some(())
+    let first = within(
+        "the first run",
+        60,
+        hub.wait_run(&silk_core::RunId::new(&id)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.state, RunState::Succeeded, "{first:?}");
+    assert!(first.stats.success > 35, "{first:?}");
+    // A run held by a server that never answers keeps running while a second one waits
+    // for it, and the second starts when the first is cancelled.
+    let hang = silk_testkit::hostile::hang().await.unwrap();
+    let held = format!(
+        "name: held\nstart_urls: ['{}']\ntimeout_ms: 600000\nmax_retries: 0\n",
+        hang.url("/")
+    );
+    let (status, blocker) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": held})),
+    )
+    .await;
+    assert_eq!(status, 201, "{blocker}");
+    let blocker = blocker["id"].as_str().unwrap().to_owned();
+    until("the held run fetching", async || {
+        let run = run_of(&acme, &blocker).await;
+        (run["state"] == "running" && run["stats"]["in_flight"] == 1).then_some(())
     })
     .await;
     let (status, second) = call(
@@ -671,14 +697,14 @@ async fn quotas_pause_runs_and_resume_them_across_a_hub_restart() {
     let second = second["id"].as_str().unwrap().to_owned();
     let waiting = quota_paused(&acme, &second, "concurrent_runs of tenant `acme` is 1").await;
     assert_eq!(waiting["stats"]["success"], 0, "{waiting}");
-    let first = within(
-        "the first run",
-        60,
-        hub.wait_run(&silk_core::RunId::new(&id)),
+    let (status, e) = call(
+        &acme,
+        Method::POST,
+        &format!("/api/v1/runs/{blocker}/cancel"),
+        None,
     )
-    .await
-    .unwrap();
-    assert_eq!(first.state, RunState::Succeeded, "{first:?}");
+    .await;
+    assert!(status < 300, "{status} {e}");
     let second = within(
         "the second run",
         60,
