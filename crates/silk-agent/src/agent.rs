@@ -429,8 +429,12 @@ impl AgentCore {
             return true;
         };
         match command.clone() {
-            Command::Allocate { run, config } => {
-                let allocated = self.registry.allocate(&run, config).await;
+            Command::Allocate {
+                run,
+                config,
+                allow_networks,
+            } => {
+                let allocated = self.registry.allocate(&run, config, allow_networks).await;
                 let shared = self.clone();
                 tasks.spawn(async move {
                     let error = match allocated {

@@ -29,8 +29,8 @@ use tokio::sync::OnceCell;
 /// One run's downloader on this agent.
 pub(crate) struct RunSlot {
     run: RunId,
-    raw: serde_json::Value,
-    allocated_ms: u64,
+    /// The allocate command as received (config, time, the ranges its tenant may reach).
+    stored: StoredAllocation,
     compiled: Arc<CompiledConfig>,
     downloader: OnceCell<Arc<Downloader>>,
     pub(crate) counters: Arc<RunCounters>,
@@ -38,17 +38,10 @@ pub(crate) struct RunSlot {
 }
 
 impl RunSlot {
-    fn new(
-        run: RunId,
-        raw: serde_json::Value,
-        compiled: CompiledConfig,
-        now_ms: u64,
-        allocated_ms: u64,
-    ) -> Self {
+    fn new(run: RunId, stored: StoredAllocation, compiled: CompiledConfig, now_ms: u64) -> Self {
         Self {
             run,
-            raw,
-            allocated_ms,
+            stored,
             compiled: Arc::new(compiled),
             downloader: OnceCell::new(),
             counters: Arc::new(RunCounters::default()),
@@ -144,14 +137,17 @@ pub(crate) struct RunTable {
     network: AddressPolicy,
 }
 
+/// Compiles an allocation under the agent's policies, its network policy widened by the
+/// ranges the hub allowed the run.
 fn compile(
     run: &RunId,
-    raw: &serde_json::Value,
+    stored: &StoredAllocation,
     commands: &CommandPolicy,
     network: &AddressPolicy,
 ) -> Result<CompiledConfig, AgentError> {
-    downloader_config::from_json(run, raw.clone())
-        .and_then(|c| downloader_config::compile(&c, run, commands, network))
+    let network = network.widened(&stored.allow_networks);
+    downloader_config::from_json(run, stored.config.clone())
+        .and_then(|c| downloader_config::compile(&c, run, commands, &network))
 }
 
 impl RunTable {
@@ -187,10 +183,9 @@ impl RunTable {
         let now = self.clock.now_ms();
         let mut dropped = false;
         for (run, entry) in stored {
-            match compile(&run, &entry.config, &self.commands, &self.network) {
+            match compile(&run, &entry, &self.commands, &self.network) {
                 Ok(compiled) => {
-                    let alloc =
-                        RunSlot::new(run.clone(), entry.config, compiled, now, entry.allocated_ms);
+                    let alloc = RunSlot::new(run.clone(), entry, compiled, now);
                     self.runs.lock().insert(run.clone(), Arc::new(alloc));
                     tracing::info!(run = %run, "allocation reloaded");
                     self.emit(AgentEvent::Allocated {
@@ -223,15 +218,7 @@ impl RunTable {
                 self.runs
                     .lock()
                     .iter()
-                    .map(|(run, a)| {
-                        (
-                            run.clone(),
-                            StoredAllocation {
-                                config: a.raw.clone(),
-                                allocated_ms: a.allocated_ms,
-                            },
-                        )
-                    })
+                    .map(|(run, a)| (run.clone(), a.stored.clone()))
                     .collect()
             })
             .await;
@@ -242,12 +229,17 @@ impl RunTable {
 
     /// Handles an `allocate`: keeps an existing allocation (idempotent), or compiles and
     /// stores a new one, or records why the config was refused.
-    pub(crate) async fn allocate(&self, run: &RunId, config: serde_json::Value) -> Allocated {
+    pub(crate) async fn allocate(
+        &self,
+        run: &RunId,
+        config: serde_json::Value,
+        allow_networks: Vec<silk_core::net::IpNet>,
+    ) -> Allocated {
         let now = self.clock.now_ms();
         let existing = self.runs.lock().get(run).cloned();
         if let Some(alloc) = existing {
             alloc.touch(now);
-            if alloc.raw != config {
+            if alloc.stored.config != config || alloc.stored.allow_networks != allow_networks {
                 tracing::warn!(run = %run, "allocate with another config for an allocated run: the existing downloader is kept (release it first to change it)");
             }
             self.emit(AgentEvent::Allocated {
@@ -257,7 +249,12 @@ impl RunTable {
             });
             return Allocated::Existing(alloc);
         }
-        match compile(run, &config, &self.commands, &self.network) {
+        let stored = StoredAllocation {
+            config,
+            allocated_ms: now,
+            allow_networks,
+        };
+        match compile(run, &stored, &self.commands, &self.network) {
             Err(e) => {
                 let reason = e.to_string();
                 tracing::error!(run = %run, error = %reason, "allocation refused");
@@ -269,7 +266,7 @@ impl RunTable {
                 Allocated::Refused(reason)
             }
             Ok(compiled) => {
-                let alloc = Arc::new(RunSlot::new(run.clone(), config, compiled, now, now));
+                let alloc = Arc::new(RunSlot::new(run.clone(), stored, compiled, now));
                 self.runs.lock().insert(run.clone(), alloc.clone());
                 self.refused.lock().remove(run);
                 self.persist().await;

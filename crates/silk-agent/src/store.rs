@@ -4,7 +4,7 @@
 //! # Format (version 1)
 //!
 //! ```json
-//! {"version":1,"allocations":{"r1":{"config":{…the allocate command's config…},"allocated_ms":1722500000000}}}
+//! {"version":1,"allocations":{"r1":{"config":{…the allocate command's config…},"allocated_ms":1722500000000,"allow_networks":["10.1.0.0/16"]}}}
 //! ```
 //!
 //! - `config` is stored as received, not as parsed, so that a newer agent re-reads it with
@@ -37,6 +37,9 @@ pub(crate) struct StoredAllocation {
     /// When it was allocated, ms since the epoch (agent clock).
     #[serde(default)]
     pub(crate) allocated_ms: u64,
+    /// The private ranges the hub allowed this run besides the agent's own (its tenant's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) allow_networks: Vec<silk_core::net::IpNet>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -194,6 +197,7 @@ mod tests {
             StoredAllocation {
                 config: serde_json::json!({"spider": "name: x"}),
                 allocated_ms: 5,
+                allow_networks: vec!["10.1.0.0/16".parse().unwrap()],
             },
         );
         store.save(|| m.clone()).await.unwrap();

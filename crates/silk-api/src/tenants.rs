@@ -32,6 +32,10 @@ pub struct TenantView {
     /// Its weight in the fair share of agents' slots between tenants (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Private address ranges (CIDR) its runs may reach besides what the agents and hubs
+    /// allow themselves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_networks: Vec<String>,
     /// Created, ms since the epoch.
     pub created_ms: u64,
 }
@@ -122,6 +126,12 @@ pub struct TenantRequest {
     /// their slots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Private address ranges (CIDR, e.g. `10.1.0.0/16`) its runs may reach: their fetches on
+    /// any agent and their webhook sinks, besides the ranges the agents and hubs allow
+    /// themselves (`allow_networks` in their settings). Without them a tenant's runs reach no
+    /// loopback, link-local, RFC 1918, CGNAT, ULA or unspecified address (`private_address`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_networks: Vec<String>,
 }
 
 /// Whether `name` may name a tenant (1 to 64 letters, digits, `.`, `_`, `-`).

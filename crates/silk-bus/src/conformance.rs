@@ -755,6 +755,7 @@ pub async fn stale_messages_are_dropped_registrations_kept<F: BusFactory>(f: &F)
         Command::Allocate {
             run: RunId::new("r1"),
             config: serde_json::json!({}),
+            allow_networks: Vec::new(),
         },
         old,
     );

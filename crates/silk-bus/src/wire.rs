@@ -294,6 +294,12 @@ pub enum Command {
         /// The downloader configuration (its typed form comes with the agent).
         #[serde(default)]
         config: serde_json::Value,
+        /// Private address ranges this run may reach besides the agent's own
+        /// `allow_networks`: those an admin granted the run's tenant. Set by the hub from the
+        /// tenant, never from the run's (user-written) `config`. Added in wire version 1; not
+        /// written when empty (an agent of an older build ignores it and refuses the ranges).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allow_networks: Vec<silk_core::net::IpNet>,
     },
     /// Fetch a batch of requests with the run's downloader.
     Download {
@@ -1024,6 +1030,7 @@ mod tests {
             Command::Allocate {
                 run: "r1".into(),
                 config: serde_json::json!({"proxy": null}),
+                allow_networks: Vec::new(),
             }
             .into(),
             Command::Download {
@@ -1175,6 +1182,12 @@ mod tests {
             HubBeacon {
                 hub: "hub-a".into(),
                 seq: 7,
+            }
+            .into(),
+            Command::Allocate {
+                run: "r2".into(),
+                config: serde_json::json!({}),
+                allow_networks: vec!["10.1.0.0/16".parse().unwrap(), "fd00::/8".parse().unwrap()],
             }
             .into(),
         ]
@@ -1454,7 +1467,8 @@ mod tests {
         assert!(!reg.expired(u64::MAX));
         for m in samples().into_iter().skip(4) {
             match m {
-                Message::Command(Command::Shutdown) | Message::Allocated(_) => {
+                Message::Command(Command::Shutdown | Command::Allocate { .. })
+                | Message::Allocated(_) => {
                     assert_eq!(policy.ttl_ms(&m), Some(5_000), "{m:?}");
                 }
                 Message::Command(Command::Download { .. } | Command::Fetch { .. }) => {

@@ -90,6 +90,15 @@ pub fn is_special(ip: IpAddr) -> bool {
     }
 }
 
+/// An address range as people write it: a CIDR (`10.1.0.0/16`, `fd00::/8`) or one address
+/// (`10.1.2.3`, a /32 or /128); `None` for anything else.
+pub fn parse_range(text: &str) -> Option<IpNet> {
+    let text = text.trim();
+    text.parse::<IpNet>()
+        .ok()
+        .or_else(|| text.parse::<IpAddr>().ok().map(IpNet::from))
+}
+
 /// Which addresses the fetches of a run may reach: anything but the special ranges, and of
 /// those only what `allow` lists (e.g. `127.0.0.0/8` for a test site, `10.1.0.0/16` for an
 /// intranet an admin opened to a pool). `0.0.0.0/0` and `::/0` allow everything.
@@ -107,6 +116,18 @@ impl AddressPolicy {
     /// The ranges allowed although special.
     pub fn allowed(&self) -> &[IpNet] {
         &self.allow
+    }
+
+    /// This policy with `more` ranges allowed as well (e.g. an agent's own ranges and those
+    /// an admin granted the tenant of one run).
+    pub fn widened(&self, more: &[IpNet]) -> Self {
+        let mut allow = self.allow.clone();
+        for net in more {
+            if !allow.contains(net) {
+                allow.push(*net);
+            }
+        }
+        Self { allow }
     }
 
     /// Whether `ip` may be reached.
@@ -340,6 +361,29 @@ mod tests {
         assert!(!policy.permits(ip("::1")), "v6 loopback is its own range");
         let all = AddressPolicy::new(vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()]);
         assert!(all.permits(ip("169.254.169.254")) && all.permits(ip("fe80::1")));
+    }
+
+    #[test]
+    fn a_policy_widened_for_a_tenant_keeps_its_own_ranges() {
+        let agent = AddressPolicy::new(vec!["10.1.0.0/16".parse().unwrap()]);
+        let tenant = [
+            parse_range("192.168.7.0/24").unwrap(),
+            parse_range("fd00::1").unwrap(),
+        ];
+        let run = agent.widened(&tenant);
+        assert!(run.permits(ip("10.1.0.9")) && run.permits(ip("192.168.7.20")));
+        assert!(run.permits(ip("fd00::1")) && !run.permits(ip("fd00::2")));
+        assert!(!run.permits(ip("127.0.0.1")));
+        assert!(
+            !agent.permits(ip("192.168.7.20")),
+            "the agent's own policy is unchanged"
+        );
+        assert_eq!(agent.widened(agent.allowed()), agent, "no range twice");
+        assert_eq!(
+            parse_range(" 10.0.0.0/8 ").unwrap().to_string(),
+            "10.0.0.0/8"
+        );
+        assert!(parse_range("intranet").is_none() && parse_range("10.0.0.0/33").is_none());
     }
 
     #[test]

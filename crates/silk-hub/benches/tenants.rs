@@ -89,6 +89,7 @@ async fn main() {
             pools: None,
             quotas: None,
             weight: Some(weight),
+            allow_networks: Vec::new(),
         })
         .await
         .expect("tenant");
@@ -147,6 +148,7 @@ async fn main() {
             ..Default::default()
         }),
         weight: None,
+        allow_networks: Vec::new(),
     })
     .await
     .expect("tenant");

@@ -28,6 +28,7 @@ impl HubHandle {
             pools: request.pools.clone(),
             quotas: request.quotas.clone().unwrap_or_default(),
             weight: request.weight,
+            allow_networks: crate::tenant::parse_networks(&request.allow_networks)?,
         };
         check_doc(&doc)?;
         let now = self.shared().clock.now_ms();
@@ -46,12 +47,13 @@ impl HubHandle {
                 }
                 other => other.into(),
             })?;
-        tracing::info!(tenant = %row.name, pools = ?doc.pools, "tenant created");
+        tracing::info!(tenant = %row.name, pools = ?doc.pools, allow_networks = ?doc.allow_networks, "tenant created");
         Ok(tenant_view(&row, &doc))
     }
 
     /// Changes a tenant with a JSON merge patch: `description`, `pools` (`null`: every
-    /// agent again).
+    /// agent again), `quotas` (the whole set), `weight`, `allow_networks` (the whole list;
+    /// runs started afterwards get it).
     pub async fn update_tenant(
         &self,
         name: &str,
@@ -76,6 +78,13 @@ impl HubHandle {
                 }
                 "pools" => doc.pools = serde_json::from_value(value.clone()).map_err(bad)?,
                 "weight" => doc.weight = serde_json::from_value(value.clone()).map_err(bad)?,
+                // The whole list (`null`: none).
+                "allow_networks" => {
+                    let ranges: Option<Vec<String>> =
+                        serde_json::from_value(value.clone()).map_err(bad)?;
+                    doc.allow_networks =
+                        crate::tenant::parse_networks(&ranges.unwrap_or_default())?;
+                }
                 // The whole set: a quota left out is no limit.
                 "quotas" => {
                     let quotas: Option<silk_api::tenants::Quotas> =
@@ -90,7 +99,7 @@ impl HubHandle {
                 }
                 other => {
                     return Err(HubError::BadTenant(format!(
-                        "{other}: no such field (description, pools, quotas, weight)"
+                        "{other}: no such field (description, pools, quotas, weight, allow_networks)"
                     )));
                 }
             }
@@ -103,7 +112,7 @@ impl HubHandle {
             updated_ms: self.shared().clock.now_ms(),
         };
         self.store().update_tenant(&updated).await?;
-        tracing::info!(tenant = %name, pools = ?doc.pools, quotas = ?doc.quotas, "tenant changed");
+        tracing::info!(tenant = %name, pools = ?doc.pools, quotas = ?doc.quotas, allow_networks = ?doc.allow_networks, "tenant changed");
         Ok(tenant_view(&updated, &doc))
     }
 

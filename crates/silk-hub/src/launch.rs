@@ -44,12 +44,24 @@ pub(crate) async fn run_pools(
     tenant: &str,
     asked: &[String],
 ) -> Result<Vec<String>, HubError> {
+    Ok(run_grants(hub, tenant, asked).await?.0)
+}
+
+/// The pools of [`run_pools`] and the private ranges an admin allowed the tenant (its runs
+/// reach them besides what the agents and hubs allow themselves).
+async fn run_grants(
+    hub: &HubCore,
+    tenant: &str,
+    asked: &[String],
+) -> Result<(Vec<String>, Vec<silk_core::net::IpNet>), HubError> {
     let row = hub
         .store
         .get_tenant(tenant)
         .await?
         .ok_or_else(|| HubError::NoSuchTenant(tenant.to_owned()))?;
-    crate::tenant::granted_pools(tenant, &crate::tenant::tenant_doc(&row)?, asked)
+    let doc = crate::tenant::tenant_doc(&row)?;
+    let pools = crate::tenant::granted_pools(tenant, &doc, asked)?;
+    Ok((pools, doc.allow_networks))
 }
 
 /// Decides, confirms and stores the allocation of a new run; then starts it.
@@ -59,7 +71,8 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     }
     let mut request = new.request;
     let spider = crate::run::check_request(&request)?;
-    request.pools = run_pools(hub, &new.tenant, &request.pools).await?;
+    let (pools, allow_networks) = run_grants(hub, &new.tenant, &request.pools).await?;
+    request.pools = pools;
     // A program run: its version resolved now (`latest` is the newest ready one), its
     // spider the settings it was given, or the defaults.
     let program = match &request.program {
@@ -96,7 +109,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         }
     }
     if let Some(w) = request.sinks.as_ref().and_then(|s| s.webhook.as_ref()) {
-        crate::sinks::check_webhook(&hub.config, &w.url)?;
+        crate::sinks::check_webhook(&hub.config, &allow_networks, &w.url)?;
     }
     let defaults = hub.config.run_defaults;
     let unset = |key: &str| !silk_core::spider::SpiderSpec::sets(&request.spider, key);
@@ -138,6 +151,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         lease_timeout_ms,
         max_retries,
         quota: None,
+        allow_networks,
     };
     if !hub.repo.hold(&id).await? {
         return Err(HubError::Store(format!(
@@ -308,6 +322,7 @@ async fn allocate_run(hub: &HubCore, record: &mut RunRecord) -> Result<(), Strin
             let command = Command::Allocate {
                 run: record.id.clone(),
                 config: config.clone(),
+                allow_networks: record.allow_networks.clone(),
             };
             hub.link
                 .send_command(agent, command)

@@ -249,6 +249,10 @@ pub struct RunRecord {
     /// store's counters and not used yet (see `quotas`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<HeldSlice>,
+    /// The private ranges an admin allowed its tenant when it started (sent to its agents
+    /// with the allocation; its webhook sink may reach them too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_networks: Vec<silk_core::net::IpNet>,
 }
 
 /// A slice of quota a run holds: `pages` reserved on the counters `scopes` of day `period`.

@@ -1113,13 +1113,15 @@ impl Run {
         if self.allocated_on.lock().contains(agent) {
             return Ok(());
         }
-        let config = downloader_config(&self.record());
+        let record = self.record();
+        let config = downloader_config(&record);
         cx.agents
             .send_command(
                 agent,
                 Command::Allocate {
                     run: self.id.clone(),
                     config,
+                    allow_networks: record.allow_networks,
                 },
             )
             .await

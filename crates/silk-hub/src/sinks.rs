@@ -37,7 +37,8 @@ struct Offset {
 /// One sink of one run.
 enum Target {
     Sql,
-    Webhook(WebhookSink, reqwest::Client),
+    /// The sink, its client, and the private ranges the run's tenant may reach.
+    Webhook(WebhookSink, reqwest::Client, Vec<silk_core::net::IpNet>),
 }
 
 impl Target {
@@ -51,7 +52,7 @@ impl Target {
     fn batch(&self) -> usize {
         match self {
             Target::Sql => 500,
-            Target::Webhook(w, _) => w.batch.unwrap_or(100).max(1) as usize,
+            Target::Webhook(w, ..) => w.batch.unwrap_or(100).max(1) as usize,
         }
     }
 
@@ -80,7 +81,7 @@ impl Target {
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             }
-            Target::Webhook(w, client) => {
+            Target::Webhook(w, client, allow) => {
                 let body = serde_json::json!({
                     "run": run,
                     "items": keyed.iter().map(|(k, v)| serde_json::json!({"key": k, "item": v})).collect::<Vec<_>>(),
@@ -88,7 +89,7 @@ impl Target {
                 let body = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
                 // An IP literal is connected to without a lookup: checked here, on every
                 // delivery (also of a run started before this hub's allow_networks changed).
-                check_webhook(&shared.config, &w.url).map_err(|e| e.to_string())?;
+                check_webhook(&shared.config, allow, &w.url).map_err(|e| e.to_string())?;
                 let mut request = client
                     .post(&w.url)
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -99,7 +100,7 @@ impl Target {
                 let answer = request.send().await.map_err(|e| {
                     match silk_core::net::denied_in(&e) {
                         Some(denied) => format!(
-                            "POST refused: {denied} (not allowed for runs of this hub: allow_networks)"
+                            "POST refused: {denied} (not allowed for runs of this hub and tenant: allow_networks)"
                         ),
                         // reqwest's error names the URL, never the headers.
                         None => format!("POST failed: {e}"),
@@ -115,20 +116,28 @@ impl Target {
     }
 }
 
-/// The addresses webhook sinks may reach.
-fn webhook_policy(config: &crate::HubConfig) -> silk_core::net::AddressPolicy {
-    silk_core::net::AddressPolicy::new(config.allow_networks.clone())
+/// The addresses a run's webhook sink may reach: the hub's `allow_networks` and those of the
+/// run's tenant (`tenant`).
+fn webhook_policy(
+    config: &crate::HubConfig,
+    tenant: &[silk_core::net::IpNet],
+) -> silk_core::net::AddressPolicy {
+    silk_core::net::AddressPolicy::new(config.allow_networks.clone()).widened(tenant)
 }
 
-/// Refuses a webhook sink whose URL is a private IP literal not allowed by the hub (a name
-/// is checked as it resolves, at each delivery).
-pub(crate) fn check_webhook(config: &crate::HubConfig, url: &str) -> Result<(), HubError> {
+/// Refuses a webhook sink whose URL is a private IP literal not allowed by the hub or to the
+/// run's tenant (`tenant`; a name is checked as it resolves, at each delivery).
+pub(crate) fn check_webhook(
+    config: &crate::HubConfig,
+    tenant: &[silk_core::net::IpNet],
+    url: &str,
+) -> Result<(), HubError> {
     let Ok(url) = reqwest::Url::parse(url) else {
         return Ok(()); // the request's own check names a bad URL
     };
-    silk_core::net::check_literal(&webhook_policy(config), &url).map_err(|denied| {
+    silk_core::net::check_literal(&webhook_policy(config, tenant), &url).map_err(|denied| {
         HubError::BadRun(format!(
-            "sinks.webhook.url: {denied} (not allowed for runs of this hub: allow_networks)"
+            "sinks.webhook.url: {denied} (not allowed for runs of this hub and tenant: allow_networks)"
         ))
     })
 }
@@ -144,10 +153,15 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
     }
     if let Some(w) = &record.sinks.webhook {
         let builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
-        let client = silk_core::net::guard_client(builder, &webhook_policy(&shared.config), 5)
+        let policy = webhook_policy(&shared.config, &record.allow_networks);
+        let client = silk_core::net::guard_client(builder, &policy, 5)
             .build()
             .map_err(|e| HubError::BadRun(format!("sinks.webhook: {e}")))?;
-        targets.push(Target::Webhook(w.clone(), client));
+        targets.push(Target::Webhook(
+            w.clone(),
+            client,
+            record.allow_networks.clone(),
+        ));
     }
     if targets.is_empty() {
         return Ok(());

@@ -21,6 +21,26 @@ pub(crate) struct TenantDoc {
     /// Its weight in the fair share of slots (`None`: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Private ranges its runs may reach besides the agents' and hubs' own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_networks: Vec<silk_core::net::IpNet>,
+}
+
+/// The ranges of a tenant's `allow_networks` as an admin wrote them (CIDRs or addresses);
+/// the error names the one that is not.
+pub(crate) fn parse_networks(ranges: &[String]) -> Result<Vec<silk_core::net::IpNet>, HubError> {
+    let mut nets = Vec::with_capacity(ranges.len());
+    for (i, text) in ranges.iter().enumerate() {
+        let net = silk_core::net::parse_range(text).ok_or_else(|| {
+            HubError::BadTenant(format!(
+                "allow_networks[{i}]: `{text}` is no address range (CIDR such as 10.1.0.0/16)"
+            ))
+        })?;
+        if !nets.contains(&net) {
+            nets.push(net);
+        }
+    }
+    Ok(nets)
 }
 
 /// A tenant row's document (an unreadable one is an error naming the tenant).
@@ -37,6 +57,7 @@ pub(crate) fn tenant_view(row: &TenantRow, doc: &TenantDoc) -> TenantView {
         pools: doc.pools.clone(),
         quotas: doc.quotas.clone(),
         weight: doc.weight,
+        allow_networks: doc.allow_networks.iter().map(|n| n.to_string()).collect(),
         created_ms: row.created_ms,
     }
 }

@@ -132,6 +132,7 @@ impl Backend {
         self.command(Command::Allocate {
             run: run.clone(),
             config,
+            allow_networks: Vec::new(),
         })
         .await;
         let reply = within("the real agent's allocation reply", 10, async {
@@ -223,7 +224,7 @@ impl FakeAgent {
             let Ok(delivery) = next else { continue };
             if let Message::Command(command) = &delivery.envelope.body {
                 match command.clone() {
-                    Command::Allocate { run, config } => {
+                    Command::Allocate { run, config, .. } => {
                         if let Some(backend) = &self.backend {
                             backend.allocate(&run, config).await;
                         }

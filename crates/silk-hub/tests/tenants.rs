@@ -778,3 +778,169 @@ async fn quotas_pause_runs_and_resume_them_across_a_hub_restart() {
     assert_eq!(done.state, RunState::Cancelled, "{done:?}");
     hub.shutdown().await;
 }
+
+/// Private networks (item 3 of tenants): with a hub and an agent that allow no private range
+/// themselves, a tenant's run does not reach the loopback site (`private_address`, nothing
+/// reaches it) nor a loopback webhook, until an admin allows the range for that tenant; the
+/// other tenant's runs still do not reach it, and a run's own downloader settings cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn private_networks_are_refused_to_tenants_unless_an_admin_allows_them() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(6, 0).await;
+    let config = silk_hub::HubConfig {
+        allow_networks: Vec::new(),
+        ..hub_config(dir.path())
+    };
+    let hub = silk_hub::Hub::start(
+        config,
+        std::sync::Arc::new(bus.clone()),
+        std::sync::Arc::new(silk_core::SystemClock),
+    )
+    .await
+    .expect("hub starts");
+    let _agent = start_agent_with(
+        silk_agent::AgentConfig {
+            allow_networks: Vec::new(),
+            ..agent_config(dir.path(), "a1")
+        },
+        &bus,
+    )
+    .await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (base, admin) = serve(&hub).await;
+    let hook = silk_testkit::receiver::Receiver::start().await.unwrap();
+
+    // Ranges are checked, naming the one that is none.
+    let (status, e) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "acme", "allow_networks": ["127.0.0.0/8", "intranet"]})),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+    assert!(e.to_string().contains("allow_networks[1]"), "{e}");
+    for name in ["acme", "beta"] {
+        let (status, t) = call(
+            &admin,
+            Method::POST,
+            "/api/v1/tenants",
+            Some(json!({"name": name})),
+        )
+        .await;
+        assert_eq!(status, 201, "{t}");
+    }
+    let acme = client(&base, &token(&admin, "a", Role::Owner, Some("acme")).await);
+    let beta = client(&base, &token(&admin, "b", Role::Owner, Some("beta")).await);
+    let spider = job_spec(&site)["spider"].clone();
+    let start = async |who: &Client, body: Value| -> String {
+        let (status, run) = call(who, Method::POST, "/api/v1/runs", Some(body)).await;
+        assert_eq!(status, 201, "{run}");
+        run["id"].as_str().unwrap().to_owned()
+    };
+    let ended = async |id: &str| {
+        within("the run", 60, hub.wait_run(&silk_core::RunId::new(id)))
+            .await
+            .unwrap()
+    };
+
+    // Not allowed: the start page fails with private_address and nothing reaches the site;
+    // a literal loopback webhook is refused when the run starts, naming the field; a tenant
+    // cannot open the range itself (not through the run's downloader, not on its tenant).
+    let refused = ended(&start(&acme, json!({"spider": spider})).await).await;
+    assert_eq!(refused.stats.success, 0, "{:?}", refused.stats);
+    assert!(refused.stats.failed >= 1, "{:?}", refused.stats);
+    assert_eq!(site.stats().total_requests, 0, "nothing reached the site");
+    // The agent's log lines come over the bus, after the run's end maybe.
+    until("private_address in the run log", async || {
+        let path = format!("/api/v1/runs/{}/logs?q=private_address", refused.id);
+        let (status, page) = call(&acme, Method::GET, &path, None).await;
+        assert_eq!(status, 200, "{page}");
+        (!page["lines"].as_array()?.is_empty()).then_some(())
+    })
+    .await;
+    let (status, e) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": spider, "sinks": {"webhook": {"url": hook.url("/items")}}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+    assert!(e.to_string().contains("sinks.webhook.url"), "{e}");
+    let (status, e) = call(
+        &acme,
+        Method::POST,
+        "/api/v1/runs",
+        Some(json!({"spider": spider, "downloader": {"allow_networks": ["127.0.0.0/8"]}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+    assert!(e.to_string().contains("allow_networks"), "{e}");
+    let (status, _) = call(
+        &acme,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"allow_networks": ["127.0.0.0/8"]})),
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(site.stats().total_requests, 0, "nothing reached the site");
+
+    // An admin allows loopback for acme: its runs reach the site and the webhook; beta's
+    // still do not.
+    let (status, t) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"allow_networks": ["127.0.0.0/8", "::1"]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    assert_eq!(
+        t["allow_networks"],
+        json!(["127.0.0.0/8", "::1/128"]),
+        "{t}"
+    );
+    let allowed = ended(
+        &start(
+            &acme,
+            json!({"spider": spider, "sinks": {"webhook": {"url": hook.url("/items")}}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(allowed.state, RunState::Succeeded, "{allowed:?}");
+    assert!(allowed.stats.success > 0, "{:?}", allowed.stats);
+    assert!(allowed.stats.items > 0, "{:?}", allowed.stats);
+    until("the items at the webhook", async || {
+        let items: usize = hook
+            .received()
+            .iter()
+            .map(|r| r.json()["items"].as_array().map_or(0, Vec::len))
+            .sum();
+        (items as u64 == allowed.stats.items).then_some(())
+    })
+    .await;
+    let reached = site.stats().total_requests;
+    assert!(reached > 0);
+    let other = ended(&start(&beta, json!({"spider": spider})).await).await;
+    assert_eq!(other.stats.success, 0, "{:?}", other.stats);
+    assert_eq!(site.stats().total_requests, reached, "beta reached nothing");
+
+    // Taken back: runs started afterwards are refused again.
+    let (status, t) = call(
+        &admin,
+        Method::PATCH,
+        "/api/v1/tenants/acme",
+        Some(json!({"allow_networks": null})),
+    )
+    .await;
+    assert_eq!(status, 200, "{t}");
+    assert!(t.get("allow_networks").is_none(), "{t}");
+    let again = ended(&start(&acme, json!({"spider": spider})).await).await;
+    assert_eq!(again.stats.success, 0, "{:?}", again.stats);
+    assert_eq!(site.stats().total_requests, reached);
+    hub.shutdown().await;
+}

@@ -587,6 +587,7 @@
 /**
  * A tenant to create (admin).
  * @typedef {object} TenantRequest
+ * @property {Array<string>} [allow_networks] Private address ranges (CIDR, e.g. `10.1.0.0/16`) its runs may reach: their fetches on
  * @property {string|null} [description] For people.
  * @property {string} name Its name: 1 to 64 letters, digits, `.`, `_` or `-`.
  * @property {Array<string>|null} [pools] The agent pools its runs may use (a run naming no pool uses all of these; one naming
@@ -613,6 +614,7 @@
 /**
  * A tenant.
  * @typedef {object} TenantView
+ * @property {Array<string>} [allow_networks] Private address ranges (CIDR) its runs may reach besides what the agents and hubs
  * @property {number} created_ms Created, ms since the epoch.
  * @property {string|null} [description] For people.
  * @property {string} name Its name (letters, digits, `.`, `_`, `-`).

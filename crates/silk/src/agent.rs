@@ -49,14 +49,9 @@ pub(crate) fn allow_networks(s: &Settings) -> Result<Vec<silk_core::net::IpNet>,
         .map(str::trim)
         .filter(|v| !v.is_empty())
         .map(|v| {
-            v.parse::<silk_core::net::IpNet>()
-                .or_else(|_| {
-                    v.parse::<std::net::IpAddr>()
-                        .map(silk_core::net::IpNet::from)
-                })
-                .map_err(|_| {
-                    format!("allow_networks: `{v}` is no address range (CIDR such as 10.1.0.0/16)")
-                })
+            silk_core::net::parse_range(v).ok_or_else(|| {
+                format!("allow_networks: `{v}` is no address range (CIDR such as 10.1.0.0/16)")
+            })
         })
         .collect()
 }

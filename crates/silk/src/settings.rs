@@ -544,7 +544,7 @@ pub const KNOBS: &[Knob] = &[
         Kind::List,
         None,
         Some("allow-network"),
-        "Private address ranges (CIDR, e.g. `10.1.0.0/16`) that runs may reach: their fetches on an agent, their webhook sinks on a hub. Runs never reach loopback, link-local, RFC 1918, CGNAT, ULA, unspecified or multicast addresses otherwise (checked after DNS, on the addresses connected to, and on every redirect): such a request fails with `private_address`. `silk up --demo` adds loopback for its demo site; `0.0.0.0/0,::/0` opens everything.",
+        "Private address ranges (CIDR, e.g. `10.1.0.0/16`) that runs may reach: their fetches on an agent, their webhook sinks on a hub. Runs never reach loopback, link-local, RFC 1918, CGNAT, ULA, unspecified or multicast addresses otherwise (checked after DNS, on the addresses connected to, and on every redirect), unless an admin allowed the range for their tenant (`silk tenants networks`): such a request fails with `private_address`. `silk up --demo` adds loopback for its demo site; `0.0.0.0/0,::/0` opens everything.",
     ),
     knob(
         "demo",

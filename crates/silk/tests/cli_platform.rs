@@ -646,7 +646,7 @@ fn projects_from_a_file_build_by_hand_list_versions_follow_the_log_and_delete() 
 }
 
 #[test]
-fn tenants_get_weights_and_quotas_and_show_their_usage() {
+fn tenants_get_weights_quotas_and_networks_and_show_their_usage() {
     let p = Platform::start(10);
     p.ok(&["tenants", "create", "acme", "--weight", "3", "--pool", "eu"]);
     let set = p.json(&[
@@ -680,4 +680,18 @@ fn tenants_get_weights_and_quotas_and_show_their_usage() {
         );
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("quotas.time_zone"), "{stderr}");
+    // Private networks: the whole list, checked; none given: none.
+    let opened = p.json(&["tenants", "networks", "acme", "10.1.0.0/16", "10.2.3.4"]);
+    assert_eq!(
+        opened["allow_networks"],
+        serde_json::json!(["10.1.0.0/16", "10.2.3.4/32"]),
+        "{opened}"
+    );
+    let listed = p.ok(&["tenants", "list"]);
+    assert!(listed.contains("10.1.0.0/16,10.2.3.4/32"), "{listed}");
+    let (out, stderr) = output(p.cli().args(["tenants", "networks", "acme", "intranet"]));
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("allow_networks[0]"), "{stderr}");
+    let closed = p.json(&["tenants", "networks", "acme"]);
+    assert!(closed.get("allow_networks").is_none(), "{closed}");
 }

@@ -166,6 +166,7 @@ fn bus_message() {
         Command::Allocate {
             run: "r1".into(),
             config: serde_json::json!({"spider": "name: x", "proxies": {"provider": {"command": "p"}}}),
+            allow_networks: Vec::new(),
         }
         .into(),
         Command::Download {

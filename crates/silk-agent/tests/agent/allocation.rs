@@ -79,6 +79,7 @@ pub async fn replies_say_whether_allocation_succeeded(bus: Arc<dyn Bus>, agent: 
     hub.send(Command::Allocate {
         run: RunId::new("bad"),
         config: serde_json::json!({"spider": "name: x\nstart_urls: [\"http://127.0.0.1:1/\"]\nextract: {p: {css: \"[[\"}}\n", "qps": -1}),
+        allow_networks: Vec::new(),
     })
     .await;
     let r = next_allocation_reply(&mut replies).await;
@@ -98,6 +99,7 @@ pub async fn replies_say_whether_allocation_succeeded(bus: Arc<dyn Bus>, agent: 
     hub.send(Command::Allocate {
         run: RunId::new("worse"),
         config: serde_json::json!([1, 2]),
+        allow_networks: Vec::new(),
     })
     .await;
     let r = next_allocation_reply(&mut replies).await;

@@ -290,6 +290,7 @@ async fn unknown_runs_release_and_bad_configs() {
     hub.send(Command::Allocate {
         run: RunId::new("bad"),
         config: serde_json::json!({"spider": "name: x\nstart_urls: [\"http://127.0.0.1:1/\"]\nextract: {p: {css: \"[[\"}}\n", "qps": -1}),
+        allow_networks: Vec::new(),
     })
     .await;
     let why = event(&mut events, "allocation refused", |e| match e {
@@ -316,6 +317,7 @@ async fn unknown_runs_release_and_bad_configs() {
         hub.send(Command::Allocate {
             run: RunId::new("worse"),
             config,
+            allow_networks: Vec::new(),
         })
         .await;
         event(&mut events, "refused", |e| {

@@ -85,6 +85,7 @@ async fn an_agent_that_hears_no_hub_detaches_and_registers_again_when_one_is_hea
         Command::Allocate {
             run: RunId::new("r-old"),
             config: spider.to_json(),
+            allow_networks: Vec::new(),
         },
         clock.now_ms() - 6_000,
     );

@@ -153,6 +153,7 @@ impl Hub {
         self.send(Command::Allocate {
             run: RunId::new(run),
             config: config.to_json(),
+            allow_networks: Vec::new(),
         })
         .await;
     }

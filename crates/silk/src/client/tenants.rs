@@ -1,6 +1,6 @@
-//! `silk tenants list|create NAME|pools NAME|quotas NAME|usage NAME|delete NAME`: the
-//! platform's tenants, the agent pools granted to them and their quotas (an admin's; any
-//! other token lists only its own and reads its own usage).
+//! `silk tenants list|create NAME|pools NAME|quotas NAME|weight NAME|networks NAME|usage
+//! NAME|delete NAME`: the platform's tenants, the agent pools, private networks and quotas
+//! granted to them (an admin's; any other token lists only its own and reads its own usage).
 
 use super::output::{Align, Table, ago, now_ms, print_json};
 use super::{Client, Conn, parse};
@@ -37,6 +37,20 @@ pub enum TenantsCommand {
         /// Its weight in the fair share of agents' slots between tenants (1 to 1000; default 1).
         #[arg(long, value_name = "N")]
         weight: Option<u32>,
+        /// Let its runs reach this private address range (CIDR such as 10.1.0.0/16, or an
+        /// address); repeat for more.
+        #[arg(long = "allow-network", value_name = "CIDR")]
+        allow_networks: Vec<String>,
+    },
+    /// Set the private address ranges a tenant's runs may reach (admin), besides those the
+    /// agents and hubs allow themselves: their fetches and their webhook sinks. The whole
+    /// list; none given: no private range. Runs started afterwards get it.
+    Networks {
+        /// The tenant's name.
+        name: String,
+        /// CIDRs (10.1.0.0/16, fd00::/8) or addresses.
+        #[arg(value_name = "CIDR")]
+        ranges: Vec<String>,
     },
     /// Set a tenant's weight in the fair share of agents' slots (admin): tenants weighted
     /// 1 and 3 that saturate the same agents get 25 % and 75 % of the fetches.
@@ -112,6 +126,7 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
             description,
             pools,
             weight,
+            allow_networks,
         } => {
             let answer = client
                 .post(
@@ -122,6 +137,7 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                         pools: (!pools.is_empty()).then_some(pools),
                         quotas: None,
                         weight,
+                        allow_networks,
                     })?,
                 )
                 .await?;
@@ -175,6 +191,13 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
             };
             eprintln!("tenant {name}: weight {}", tenant.weight.unwrap_or(1));
         }
+        TenantsCommand::Networks { name, ranges } => {
+            let patch = serde_json::json!({ "allow_networks": ranges });
+            let Some(tenant) = patch_tenant(&client, &name, &patch, json).await? else {
+                return Ok(ExitCode::SUCCESS);
+            };
+            eprintln!("tenant {name}: {}", networks_text(&tenant.allow_networks));
+        }
         TenantsCommand::Usage { name } => {
             let usage = client
                 .api()
@@ -218,11 +241,21 @@ async fn patch_tenant(
     Ok(Some(tenant))
 }
 
+/// The private ranges a tenant's runs may reach, for people.
+fn networks_text(ranges: &[String]) -> String {
+    if ranges.is_empty() {
+        "no private network".to_owned()
+    } else {
+        ranges.join(",")
+    }
+}
+
 fn tenants_table(tenants: &[TenantView], now_ms: u64) -> Table {
     use Align::Left;
     let mut table = Table::new(&[
         ("NAME", Left),
         ("POOLS", Left),
+        ("NETWORKS", Left),
         ("CREATED", Left),
         ("DESCRIPTION", Left),
     ]);
@@ -230,6 +263,7 @@ fn tenants_table(tenants: &[TenantView], now_ms: u64) -> Table {
         table.row(vec![
             t.name.clone(),
             pools_text(t.pools.as_deref()),
+            networks_text(&t.allow_networks),
             ago(t.created_ms, now_ms),
             t.description.clone().unwrap_or_default(),
         ]);
