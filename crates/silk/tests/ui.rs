@@ -537,6 +537,14 @@ async fn a_run_is_followed_paused_resumed_and_finished_in_the_browser() {
     let Some((p, api, b)) = signed_in().await else {
         return;
     };
+    // A daily page quota well above the run: the dashboard shows the tenant's usage bar.
+    api.client
+        .update_tenant(
+            "default",
+            &json!({"quotas": {"pages_per_day": 1_000_000, "concurrent_runs": 4}}),
+        )
+        .await
+        .expect("quotas");
     let spec: JobSpec = serde_json::from_value(json!({"name": JOB, "spider": spider_text(&p)}))
         .expect("a job spec");
     api.client.create_job(&spec).await.expect("the job");
@@ -611,6 +619,19 @@ async fn a_run_is_followed_paused_resumed_and_finished_in_the_browser() {
         .await;
     b.until("the dashboard's agent sparklines", async || {
         (b.count("[data-testid=agent-card]").await == 2).then_some(())
+    })
+    .await;
+    // The tenant's usage today: the pages fetched so far against the quota.
+    b.until("the usage bars", async || {
+        let pages = b.text("[data-testid=usage-pages]").await?;
+        let runs = b.text("[data-testid=usage-runs]").await?;
+        let counted: u64 = pages
+            .split(" of ")
+            .next()?
+            .replace([',', '\u{a0}', '\u{202f}', ' '], "")
+            .parse()
+            .ok()?;
+        (counted > 0 && pages.ends_with("of 1,000,000") && runs.ends_with("of 4")).then_some(())
     })
     .await;
     b.shot("dashboard").await;

@@ -1,7 +1,8 @@
 // @ts-check
-// The dashboard (`#/`): agents, runs in progress, recent runs.
+// The dashboard (`#/`): agents, the tenant's usage against its quotas, runs in progress,
+// recent runs.
 
-import { api, poll } from '../api.js';
+import { api, poll, tenant } from '../api.js';
 import { cssVar, drawSpark } from '../chart.js';
 import { h, syncRows, table } from '../dom.js';
 import { ACTIVE, TERMINAL, badge, fmtBytes, fmtDuration, fmtInt, fmtRate, progressBar, rel, runLink } from '../format.js';
@@ -9,6 +10,7 @@ import { agentHistory, meter, pageHeader, recordAgents, runName, section, sortRu
 
 /** @typedef {import('../types.js').AgentView} AgentView */
 /** @typedef {import('../types.js').RunView} RunView */
+/** @typedef {import('../types.js').TenantUsage} TenantUsage */
 
 export function viewDashboard(root) {
   const tiles = h('div', { class: 'tiles' });
@@ -16,10 +18,14 @@ export function viewDashboard(root) {
   const agentsEmpty = h('p', { class: 'empty', hidden: true }, 'No agents have registered yet.');
   const active = table('dashboard-runs', ['Run', 'Job', 'State', { label: 'Progress', cls: 'col-progress' }, 'Pages/s', 'Items', 'Started']);
   const recent = table('dashboard-recent', ['Run', 'Job', 'State', 'Items', 'Finished', 'Took']);
+  const usageBox = h('div', { class: 'usage', testid: 'dashboard-usage' });
+  const usageSection = section('Usage today', usageBox);
+  usageSection.hidden = true;
   root.append(
     pageHeader('Dashboard', 'The fleet and the work in progress, refreshed every 2 s.'),
     tiles,
     section('Agents', agentGrid, agentsEmpty),
+    usageSection,
     section('Runs in progress', active.el),
     section('Recently finished', recent.el),
   );
@@ -87,8 +93,46 @@ export function viewDashboard(root) {
       h('td', null, rel(r.finished_ms)),
       h('td', null, r.finished_ms && r.started_ms ? fmtDuration(r.finished_ms - r.started_ms) : '—')));
     recent.setEmpty(finished.length ? '' : 'No finished runs yet.');
+    await showUsage(usageSection, usageBox);
   });
   return stop;
+}
+
+/**
+ * The usage of the tenant the UI acts in (the one chosen by an admin, else the token's own)
+ * against its quotas: a bar per limited quota, a count for the others. Hidden when it cannot
+ * be read.
+ */
+async function showUsage(sectionEl, box) {
+  /** @type {TenantUsage} */
+  let u;
+  try {
+    let name = tenant();
+    if (!name) {
+      /** @type {Array<{name: string}>} */
+      const tenants = await api('GET', '/api/v1/tenants');
+      name = tenants.length === 1 ? tenants[0].name : 'default';
+    }
+    u = await api('GET', `/api/v1/tenants/${encodeURIComponent(name)}/usage`);
+  } catch {
+    sectionEl.hidden = true;
+    return;
+  }
+  sectionEl.hidden = false;
+  const q = u.quotas || {};
+  const row = (label, used, limit, fmt, testid) => h('div', { class: 'kv' }, h('span', null, label),
+    limit != null
+      ? meter(used / limit, `${fmt(used)} of ${fmt(limit)}`, testid)
+      : h('span', { class: 'meter-label', testid }, `${fmt(used)} (no limit)`));
+  box.replaceChildren(
+    h('div', { class: 'muted' }, `Tenant ${u.tenant}, ${u.day} (${u.time_zone}); the counters start again `, rel(u.resets_ms), '.'),
+    row('Pages', u.pages, q.pages_per_day, fmtInt, 'usage-pages'),
+    row('Bytes', u.bytes, q.bytes_per_day, fmtBytes, 'usage-bytes'),
+    row('Runs running', u.running_runs, q.concurrent_runs, fmtInt, 'usage-runs'),
+    h('div', { class: 'muted', testid: 'usage-notes' },
+      `${fmtInt(u.reserved)} pages reserved by running runs · ${fmtInt(u.overshoot_pages)} past their slices · ${fmtInt(u.quota_paused_runs)} run(s) paused by a quota`
+        + (q.pages_per_run != null ? ` · at most ${fmtInt(q.pages_per_run)} pages per run` : '')),
+  );
 }
 
 function tile(label, value, testid) {
