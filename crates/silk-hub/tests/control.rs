@@ -1006,9 +1006,7 @@ async fn webhook_sinks_do_not_reach_private_addresses_the_hub_does_not_allow() {
         allow_networks: Vec::new(),
         ..hub_config(dir.path())
     };
-    let hub = Hub::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
-        .await
-        .expect("hub starts");
+    let hub = start_hub_with(config, &bus).await;
     let _a = start_agent(dir.path(), &bus, "a1").await;
     within("a live agent", 10, hub.wait_for_live_agents(1)).await;
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1081,9 +1079,7 @@ async fn sinks_get_every_item_once(frontier_url: Option<String>) {
     let mut config = hub_config(dir.path());
     config.frontier_prefix = format!("hubtest-{}", std::process::id());
     config.frontier_url = frontier_url.clone();
-    let hub = Hub::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
-        .await
-        .expect("hub starts");
+    let hub = start_hub_with(config, &bus).await;
     let _a = start_agent(dir.path(), &bus, "a1").await;
     within("a live agent", 10, hub.wait_for_live_agents(1)).await;
     // A webhook receiver that fails its first call (the sink retries) and records keys.

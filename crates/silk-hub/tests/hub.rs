@@ -692,13 +692,7 @@ async fn a_hub_that_loses_a_runs_lease_lets_the_run_go_and_adopts_it_when_it_is_
     let site = site(200, 20).await;
     let mut config = hub_config(dir.path());
     config.ownership_ttl_ms = 600;
-    let hub = silk_hub::Hub::start(
-        config,
-        std::sync::Arc::new(bus.clone()),
-        std::sync::Arc::new(silk_core::SystemClock),
-    )
-    .await
-    .expect("hub starts");
+    let hub = start_hub_with(config, &bus).await;
     let _a = start_agent(dir.path(), &bus, "a1").await;
     let _b = start_agent(dir.path(), &bus, "a2").await;
     within("two live agents", 10, hub.wait_for_live_agents(2)).await;

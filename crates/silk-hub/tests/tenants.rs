@@ -792,13 +792,7 @@ async fn private_networks_are_refused_to_tenants_unless_an_admin_allows_them() {
         allow_networks: Vec::new(),
         ..hub_config(dir.path())
     };
-    let hub = silk_hub::Hub::start(
-        config,
-        std::sync::Arc::new(bus.clone()),
-        std::sync::Arc::new(silk_core::SystemClock),
-    )
-    .await
-    .expect("hub starts");
+    let hub = start_hub_with(config, &bus).await;
     let _agent = start_agent_with(
         silk_agent::AgentConfig {
             allow_networks: Vec::new(),

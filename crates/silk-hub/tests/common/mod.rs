@@ -112,6 +112,13 @@ pub async fn start_hub(dir: &Path, bus: &InProcessBus) -> HubHandle {
     start_hub_on(dir, bus, Arc::new(SystemClock)).await
 }
 
+/// A hub with `config` on the system clock.
+pub async fn start_hub_with(config: HubConfig, bus: &InProcessBus) -> HubHandle {
+    Hub::start(config, Arc::new(bus.clone()), Arc::new(SystemClock))
+        .await
+        .expect("hub starts")
+}
+
 /// [`start_hub`] with the hub on `clock`.
 pub async fn start_hub_on(dir: &Path, bus: &InProcessBus, clock: Arc<dyn Clock>) -> HubHandle {
     Hub::start(hub_config(dir), Arc::new(bus.clone()), clock)
