@@ -26,7 +26,8 @@
 //!   `labels` (object of strings), `capacity`.
 //! - `heartbeat` → [`Heartbeat`]: `agent`, `cpu_pct`, `memory_bytes`, `active_downloaders`,
 //!   `in_flight`, `qps`, `seq`.
-//! - `command` → [`Command`], tagged by `op`: `{"op":"allocate","run":"r1","config":{…}}`,
+//! - `command` → [`Command`], tagged by `op`: `{"op":"allocate","run":"r1","config":{…},
+//!   "allow_networks":["10.1.0.0/16"]}` (ranges left out when none),
 //!   `{"op":"download","run":"r1","batch":[{"lease_id":"00000000000000a3","request":{…Request…}}],
 //!   "reply_to":"hub-a"}`, `{"op":"release","run":"r1"}`, `{"op":"shutdown"}`.
 //!   `reply_to` (added in wire version 1; absent when `None`) is the id of the hub that sent

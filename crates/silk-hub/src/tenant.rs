@@ -26,9 +26,18 @@ pub(crate) struct TenantDoc {
     pub allow_networks: Vec<silk_core::net::IpNet>,
 }
 
+/// The most ranges a tenant's `allow_networks` holds (every fetch checks them in turn).
+const MAX_NETWORKS: usize = 256;
+
 /// The ranges of a tenant's `allow_networks` as an admin wrote them (CIDRs or addresses);
 /// the error names the one that is not.
 pub(crate) fn parse_networks(ranges: &[String]) -> Result<Vec<silk_core::net::IpNet>, HubError> {
+    if ranges.len() > MAX_NETWORKS {
+        return Err(HubError::BadTenant(format!(
+            "allow_networks: at most {MAX_NETWORKS} ranges ({} given)",
+            ranges.len()
+        )));
+    }
     let mut nets = Vec::with_capacity(ranges.len());
     for (i, text) in ranges.iter().enumerate() {
         let net = silk_core::net::parse_range(text).ok_or_else(|| {
@@ -212,6 +221,29 @@ pub(crate) fn granted_pools(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn allowed_networks_are_checked_named_and_capped() {
+        let nets = parse_networks(&[
+            "10.1.0.0/16".into(),
+            "10.2.3.4".into(),
+            "10.1.0.0/16".into(),
+        ])
+        .unwrap();
+        assert_eq!(nets.len(), 2, "no range twice");
+        assert_eq!(nets[1].to_string(), "10.2.3.4/32");
+        let e = parse_networks(&["::1".into(), "intranet".into()]).unwrap_err();
+        assert!(e.to_string().contains("allow_networks[1]"), "{e}");
+        let many: Vec<String> = (0..=MAX_NETWORKS)
+            .map(|i| format!("10.9.{}.0/24", i % 256))
+            .collect();
+        assert!(
+            parse_networks(&many)
+                .unwrap_err()
+                .to_string()
+                .contains("at most")
+        );
+    }
 
     #[test]
     fn slices_follow_speed_within_bounds() {

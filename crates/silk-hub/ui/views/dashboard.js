@@ -20,6 +20,8 @@ export function viewDashboard(root) {
   const recent = table('dashboard-recent', ['Run', 'Job', 'State', 'Items', 'Finished', 'Took']);
   const usageBox = h('div', { class: 'usage', testid: 'dashboard-usage' });
   const usageSection = section('Usage today', usageBox);
+  // The token's own tenant, looked up once per visit of the dashboard.
+  const usageOf = { name: '' };
   usageSection.hidden = true;
   root.append(
     pageHeader('Dashboard', 'The fleet and the work in progress, refreshed every 2 s.'),
@@ -93,29 +95,33 @@ export function viewDashboard(root) {
       h('td', null, rel(r.finished_ms)),
       h('td', null, r.finished_ms && r.started_ms ? fmtDuration(r.finished_ms - r.started_ms) : '—')));
     recent.setEmpty(finished.length ? '' : 'No finished runs yet.');
-    await showUsage(usageSection, usageBox);
+    await showUsage(usageSection, usageBox, usageOf);
   });
   return stop;
 }
 
 /**
- * The usage of the tenant the UI acts in (the one chosen by an admin, else the token's own)
- * against its quotas: a bar per limited quota, a count for the others. Hidden when it cannot
- * be read.
+ * The usage of the tenant the UI acts in (the one chosen by an admin, else the token's own;
+ * an admin's token with several tenants and none chosen: `default`, as the switcher shows)
+ * against its quotas: a bar per limited quota, a count for the others. What was shown stays
+ * when a poll cannot read it; hidden when it was never read (e.g. no such rights).
  */
-async function showUsage(sectionEl, box) {
+async function showUsage(sectionEl, box, of) {
   /** @type {TenantUsage} */
   let u;
   try {
     let name = tenant();
     if (!name) {
-      /** @type {Array<{name: string}>} */
-      const tenants = await api('GET', '/api/v1/tenants');
-      name = tenants.length === 1 ? tenants[0].name : 'default';
+      if (!of.name) {
+        /** @type {Array<{name: string}>} */
+        const tenants = await api('GET', '/api/v1/tenants');
+        of.name = tenants.length === 1 ? tenants[0].name : 'default';
+      }
+      name = of.name;
     }
     u = await api('GET', `/api/v1/tenants/${encodeURIComponent(name)}/usage`);
   } catch {
-    sectionEl.hidden = true;
+    if (!box.childElementCount) sectionEl.hidden = true;
     return;
   }
   sectionEl.hidden = false;
