@@ -15,6 +15,10 @@ pub enum CoreError {
     /// A spider file that parses but has invalid values; every problem is listed.
     #[error("{file}: {}", problems.join("; "))]
     SpiderInvalid { file: String, problems: Vec<String> },
+    /// A spider's `expand` that cannot be resolved (a file, an argument, too many values);
+    /// every problem is listed.
+    #[error("{}", problems.join("; "))]
+    ExpandInvalid { problems: Vec<String> },
     /// A regular expression that does not compile.
     #[error("{at}: invalid regex `{pattern}`: {reason}")]
     InvalidRegex {

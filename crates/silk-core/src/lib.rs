@@ -9,6 +9,7 @@ pub mod canon;
 pub mod clock;
 pub mod command;
 pub mod error;
+pub mod expand;
 pub mod ids;
 pub mod net;
 pub mod outcome;

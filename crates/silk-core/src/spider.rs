@@ -23,8 +23,17 @@ use url::Url;
 pub struct SpiderSpec {
     /// Name of the spider (used in logs and file names).
     pub name: String,
-    /// Where the crawl starts.
+    /// Where the crawl starts (may be empty when `expand` gives the start requests).
+    #[serde(default)]
     pub start_urls: Vec<String>,
+    /// Start requests expanded from URL templates and their parameters, fed to the frontier
+    /// in batches (see [`crate::expand`]): one `{template, params}` or a list of them.
+    #[serde(
+        default,
+        deserialize_with = "crate::expand::one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub expand: Vec<crate::expand::ExpandSpec>,
     /// Host names whose pages are fetched (subdomains included); empty = any host.
     #[serde(default)]
     pub allowed_domains: Vec<String>,
@@ -349,8 +358,11 @@ impl SpiderSpec {
         if self.name.trim().is_empty() {
             p.push("name: must not be empty".into());
         }
-        if self.start_urls.is_empty() {
+        if self.start_urls.is_empty() && self.expand.is_empty() {
             p.push(NO_SEEDS.into());
+        }
+        for (i, e) in self.expand.iter().enumerate() {
+            p.extend(e.problems(&crate::expand::at_of(self.expand.len(), i)));
         }
         if self.max_html_depth == 0 {
             p.push("max_html_depth: must be at least 1".into());
@@ -506,7 +518,7 @@ pub struct Spider {
 }
 
 /// The problem of a spider without start URLs.
-const NO_SEEDS: &str = "start_urls: at least one URL is needed";
+const NO_SEEDS: &str = "start_urls: at least one URL is needed (or an `expand` template)";
 
 impl Spider {
     /// Compiles a spec (which must have passed [`SpiderSpec::parse`]).
@@ -648,6 +660,61 @@ impl Spider {
             .collect()
     }
 
+    /// Resolves the spider's `expand` with the run's `args` and a reader of its files
+    /// (`None`: it has none). The first request of each template must be a URL Silk can
+    /// fetch.
+    pub fn expansion(
+        &self,
+        args: &BTreeMap<String, String>,
+        read: &mut dyn FnMut(&str) -> Result<String, String>,
+    ) -> Result<Option<crate::expand::Expansion>, CoreError> {
+        if self.spec.expand.is_empty() {
+            return Ok(None);
+        }
+        let expansion = crate::expand::Expansion::compile(&self.spec.expand, args, read)?;
+        let mut problems = Vec::new();
+        for (i, first) in expansion.firsts().enumerate() {
+            if let Some(e) = expansion.get(first)
+                && let Err(err) = crate::canon::canonicalize_str(&e.url, None, &self.canon)
+            {
+                problems.push(format!(
+                    "{}.template: its first request `{}` is not a URL Silk fetches: {err}",
+                    crate::expand::at_of(self.spec.expand.len(), i),
+                    e.url
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(CoreError::ExpandInvalid { problems });
+        }
+        Ok(Some(expansion))
+    }
+
+    /// Requests `from..from + n` of `expansion` (fewer past its end), as start requests
+    /// (depth 0, their parameters in `meta.params`); those that are not fetchable URLs or
+    /// are outside the allowed domains are left out.
+    pub fn expanded_requests(
+        &self,
+        expansion: &crate::expand::Expansion,
+        from: u64,
+        n: u64,
+    ) -> Vec<crate::Request> {
+        let end = from.saturating_add(n).min(expansion.total());
+        (from..end)
+            .filter_map(|i| expansion.get(i))
+            .filter_map(|e| {
+                let url = crate::canon::canonicalize_str(&e.url, None, &self.canon).ok()?;
+                if !self.host_allowed(&url) {
+                    return None;
+                }
+                let mut r = crate::Request::from_canonical(url.into());
+                r.meta
+                    .insert("params".into(), serde_json::Value::Object(e.params));
+                Some(r)
+            })
+            .collect()
+    }
+
     /// The requests the spider starts from: its start URLs within its allowed domains (one
     /// mapping for the local engine and the hub's runs).
     pub fn seed_requests(&self) -> Vec<crate::Request> {
@@ -732,6 +799,51 @@ mod tests {
         let spec = SpiderSpec::parse(&yaml, "t.yaml").unwrap();
         let text = serde_yaml_ng::to_string(&spec).unwrap();
         assert_eq!(SpiderSpec::parse(&text, "again.yaml").unwrap(), spec);
+    }
+
+    #[test]
+    fn an_expanding_spider_needs_no_start_urls_and_makes_start_requests_by_index() {
+        let yaml = "name: t\nallowed_domains: [a.example]\nexpand:\n  template: 'http://{+host}/s?q={kw}&utm_source=x'\n  params: {host: [a.example, b.example], kw: {arg: kw}}\n";
+        let spider = Spider::from_yaml(yaml, "t.yaml").unwrap();
+        assert!(spider.seed_requests().is_empty());
+        let args = BTreeMap::from([("kw".to_string(), "red hats,shoes".to_string())]);
+        let expansion = spider
+            .expansion(&args, &mut |_| Err("no files".into()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(expansion.total(), 4);
+        // b.example is not an allowed domain; the canonical form drops utm_*.
+        let requests = spider.expanded_requests(&expansion, 0, 10);
+        let urls: Vec<&str> = requests.iter().map(|r| r.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "http://a.example/s?q=red%20hats",
+                "http://a.example/s?q=shoes"
+            ]
+        );
+        assert_eq!(requests[1].meta["params"]["kw"], "shoes");
+        assert_eq!(requests[1].depth, 0);
+        assert_eq!(spider.expanded_requests(&expansion, 1, 1).len(), 1);
+        // Neither start URLs nor a template: the spider has nowhere to start.
+        let err = Spider::from_yaml("name: t\n", "t.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("an `expand` template"), "{err}");
+        // A template that makes no fetchable URL is named when the run starts.
+        let bad = Spider::from_yaml(
+            "name: t\nexpand: {template: 'ftp://{h}/', params: {h: [x]}}\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let err = bad
+            .expansion(&BTreeMap::new(), &mut |_| Err("none".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("expand.template: its first request `ftp://x/`"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -16,10 +16,12 @@ use silk_core::{Clock, OutcomeCode, Request};
 use silk_fetch::robots::RobotsCache;
 use silk_fetch::{Extractor, FetchConfig, Fetcher, Retry, Verdict};
 use silk_frontier::{
-    AckResult, EmbeddedFrontier, FrontierConfig, FrontierStats, FrontierStore, Lease, Outcome,
+    AckResult, EmbeddedFrontier, ExpandFeed, FrontierConfig, FrontierStats, FrontierStore, Lease,
+    Outcome,
 };
 use silk_items::{JsonlSink, Written};
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -35,6 +37,22 @@ pub struct CrawlOptions {
     pub out: PathBuf,
     /// The clock (tests inject a manual one).
     pub clock: Arc<dyn Clock>,
+    /// The values of the spider's `expand` parameters of the form `{arg: NAME}`.
+    pub args: BTreeMap<String, String>,
+    /// Where the spider's `expand` files (`{file: PATH}`) are read: the spider file's
+    /// directory (`None`: a spider with such a parameter is refused).
+    pub files_dir: Option<PathBuf>,
+}
+
+/// The file in the data dir that holds how far the spider's expansion has been fed.
+const EXPAND_CURSOR: &str = "expand.json";
+
+/// The cursor file's contents: the expansion's size (a changed spider starts over; the
+/// frontier's dedup skips what was fed) and the next request to feed.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Cursor {
+    total: u64,
+    next: u64,
 }
 
 /// Live counters of a crawl, published to whoever watches (the CLI's progress line).
@@ -89,6 +107,8 @@ pub struct Summary {
 pub struct Crawl {
     shared: Arc<CrawlCore>,
     progress_tx: watch::Sender<Progress>,
+    /// The spider's expansion and its cursor file (none without `expand`).
+    feed: Option<(ExpandFeed, PathBuf)>,
 }
 
 struct CrawlCore {
@@ -219,6 +239,10 @@ impl Crawl {
         // is written (see `CrawlError::is_bad_spider`).
         let spec = &spider.spec;
         let extractor = Arc::new(Extractor::compile(&spider)?);
+        let expansion = spider.expansion(&opts.args, &mut |file| match &opts.files_dir {
+            Some(dir) => std::fs::read_to_string(dir.join(file)).map_err(|e| e.to_string()),
+            None => Err("this crawl reads no files".into()),
+        })?;
         let fetcher = Fetcher::new(FetchConfig::from_spider(spec))?;
         std::fs::create_dir_all(&opts.data_dir).map_err(|e| CrawlError::DataDir {
             path: opts.data_dir.clone(),
@@ -236,6 +260,15 @@ impl Crawl {
         let sink = JsonlSink::open(&opts.out, &spec.item_key)?;
         let seeds = spider.seed_requests();
         frontier.enqueue(seeds).await?;
+        let feed = match expansion {
+            None => None,
+            Some(expansion) => {
+                let path = opts.data_dir.join(EXPAND_CURSOR);
+                let next = read_cursor(&path, expansion.total())?;
+                let batch = silk_frontier::expand::batch_for(u64::from(spec.concurrency));
+                Some((ExpandFeed::new(expansion, next, batch), path))
+            }
+        };
         let per_host_delay = Duration::from_millis(spider.spec.per_host_delay_ms);
         let shared = Arc::new(CrawlCore {
             spider,
@@ -261,6 +294,7 @@ impl Crawl {
         Ok(Self {
             shared,
             progress_tx,
+            feed,
         })
     }
 
@@ -271,7 +305,7 @@ impl Crawl {
 
     /// Runs until nothing is left, a limit is reached, or `stop` turns true; then waits for
     /// the requests in flight, syncs the frontier and the items, and returns the counters.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) -> Result<Summary, CrawlError> {
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>) -> Result<Summary, CrawlError> {
         let started = Instant::now();
         let shared = self.shared.clone();
         let spec = &shared.spider.spec;
@@ -321,6 +355,16 @@ impl Crawl {
             } else {
                 Vec::new()
             };
+            // The frontier runs short: the expansion's next batch goes in.
+            if leases.len() < want
+                && let Some((feed, path)) = &mut self.feed
+                && feed.top_up(&shared.spider, &*shared.frontier).await?
+            {
+                write_cursor(path, feed)?;
+                if leases.is_empty() {
+                    continue;
+                }
+            }
             if !leases.is_empty() {
                 for lease in leases {
                     let permit = slots
@@ -340,7 +384,10 @@ impl Crawl {
             let idle = slots.available_permits() == concurrency;
             let next = shared.frontier.next_ready_ms().await?;
             if idle && next.is_none() {
-                break Finish::Complete;
+                if self.feed.as_ref().is_none_or(|(feed, _)| feed.done()) {
+                    break Finish::Complete;
+                }
+                continue;
             }
             // Sleep until a worker finishes, the next host becomes ready, or we are stopped.
             let wait = match next {
@@ -395,6 +442,43 @@ impl Crawl {
         self.progress_tx.send_replace(p.clone());
         p
     }
+}
+
+/// The stored cursor of an expansion of `total` requests (0: none, or another expansion's).
+fn read_cursor(path: &Path, total: u64) -> Result<u64, CrawlError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => {
+            return Err(CrawlError::DataDir {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            });
+        }
+    };
+    match serde_json::from_str::<Cursor>(&text) {
+        Ok(c) if c.total == total => Ok(c.next),
+        // Another expansion (the spider changed), or a torn file: start over; the frontier's
+        // dedup skips what was already fed.
+        _ => Ok(0),
+    }
+}
+
+/// Stores the cursor (after the batch it counts is in the frontier), replacing the file
+/// atomically.
+fn write_cursor(path: &Path, feed: &ExpandFeed) -> Result<(), CrawlError> {
+    let err = |e: std::io::Error| CrawlError::DataDir {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    };
+    let cursor = Cursor {
+        total: feed.total(),
+        next: feed.next(),
+    };
+    let text = serde_json::to_string(&cursor).unwrap_or_default();
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
 }
 
 impl CrawlCore {

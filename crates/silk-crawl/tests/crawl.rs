@@ -21,6 +21,8 @@ async fn crawl(spider: Spider, dir: &Path) -> Summary {
         data_dir: dir.join("data"),
         out: dir.join("items.jsonl"),
         clock: Arc::new(SystemClock),
+        args: BTreeMap::new(),
+        files_dir: None,
     };
     Crawl::open(spider, opts)
         .await
@@ -243,6 +245,8 @@ async fn stopped_crawl_resumes_without_duplicates() {
         data_dir: dir.path().join("data"),
         out: dir.path().join("items.jsonl"),
         clock: Arc::new(SystemClock),
+        args: BTreeMap::new(),
+        files_dir: None,
     };
     let first = Crawl::open(spider(&yaml), opts.clone()).await.unwrap();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -266,6 +270,99 @@ async fn stopped_crawl_resumes_without_duplicates() {
         .unwrap();
     assert_eq!(resumed.finish, Finish::Complete);
     assert_every_page_once(dir.path(), &site);
+}
+
+/// A spider whose start requests are expanded from a template (hosts from a file, ports from
+/// an argument, an integer range of pages) fetches each of them exactly once, feeds its
+/// frontier in batches rather than all at once, and a stopped crawl resumes from its cursor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expanded_start_requests_are_fed_in_batches_and_resume_from_their_cursor() {
+    let site = DemoSite::start(DemoConfig {
+        port: 0,
+        hosts: 3,
+        pages: 2_000,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let hosts: Vec<String> = site.host_ips().iter().map(|ip| ip.to_string()).collect();
+    std::fs::write(dir.path().join("hosts.txt"), hosts.join("\n") + "\n\n").unwrap();
+    let yaml = format!(
+        "name: t\nallowed_domains: [{}]\nfollow: []\nrobots: false\nitem_when: '/p/\\d+$'\n\
+         extract:\n  sku: {{json: '$.sku'}}\nconcurrency: 8\nper_host_concurrency: 8\nper_host_delay_ms: 0\n\
+         expand:\n  template: 'http://{{+host}}:{{port}}/p/{{i}}'\n  params:\n    host: {{file: hosts.txt}}\n    port: {{arg: port}}\n    i: {{range: [0, 1999]}}\n",
+        hosts.join(", ")
+    );
+    let opts = CrawlOptions {
+        data_dir: dir.path().join("data"),
+        out: dir.path().join("items.jsonl"),
+        clock: Arc::new(SystemClock),
+        args: BTreeMap::from([("port".to_string(), site.port().to_string())]),
+        files_dir: Some(dir.path().to_owned()),
+    };
+    let first = Crawl::open(spider(&yaml), opts.clone()).await.unwrap();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let run = tokio::spawn(first.run(stop_rx));
+    site.wait_for_requests(500).await;
+    stop_tx.send(true).expect("the crawl is still running");
+    let stopped = run.await.unwrap().unwrap();
+    assert_eq!(stopped.finish, Finish::Stopped);
+    // Fed in batches of 1,000: a few of them, not the 6,000 requests.
+    let cursor: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("data/expand.json")).unwrap(),
+    )
+    .unwrap();
+    let fed = cursor["next"].as_u64().unwrap();
+    assert_eq!(cursor["total"], 6_000);
+    assert!((1_000..=3_000).contains(&fed), "fed {fed}");
+    assert!(stopped.progress.frontier.total <= fed);
+
+    let resumed = Crawl::open(spider(&yaml), opts)
+        .await
+        .unwrap()
+        .run(watch::channel(false).1)
+        .await
+        .unwrap();
+    assert_eq!(resumed.finish, Finish::Complete);
+    let items = items(dir.path());
+    let keys: BTreeSet<String> = items
+        .iter()
+        .map(|i| i["url"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys.len(), 6_000);
+    assert_eq!(items.len(), 6_000, "an item was written twice");
+    let stats = site.stats();
+    assert!(stats.repeated().is_empty(), "{:?}", stats.repeated());
+    assert_eq!(stats.hits_under("/p/"), 6_000);
+
+    // A spider whose parameter names a file that is not there is refused before anything.
+    let missing = yaml.replace("hosts.txt", "gone.txt");
+    let err = match Crawl::open(
+        spider(&missing),
+        CrawlOptions {
+            data_dir: dir.path().join("other"),
+            out: dir.path().join("other.jsonl"),
+            clock: Arc::new(SystemClock),
+            args: BTreeMap::new(),
+            files_dir: Some(dir.path().to_owned()),
+        },
+    )
+    .await
+    {
+        Ok(_) => panic!("a missing file was accepted"),
+        Err(e) => e,
+    };
+    assert!(err.is_bad_spider());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("expand.params.host.file: cannot read `gone.txt`"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("expand.params.port.arg: the run has no argument `port`"),
+        "{msg}"
+    );
 }
 
 /// `max_pages` and `max_items` stop the crawl at their limit.

@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use silk_core::SystemClock;
 use silk_core::spider::Spider;
 use silk_crawl::{Crawl, CrawlOptions, Finish, Progress};
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +37,19 @@ pub struct CrawlArgs {
     /// Seconds between progress lines when not on a terminal.
     #[arg(long, default_value_t = 5)]
     pub log_every_s: u64,
+    /// An argument `NAME=VALUE` (repeatable): fills `${args.NAME}` in the spider file and
+    /// `{arg: NAME}` parameters of its `expand`.
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = parse_arg)]
+    pub args: Vec<(String, String)>,
+}
+
+fn parse_arg(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("`{s}` is not NAME=VALUE")),
+    }
 }
 
 /// Runs `silk crawl`.
@@ -44,6 +58,14 @@ pub async fn run(args: CrawlArgs) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.spider)
         .with_context(|| format!("cannot read spider file {}", args.spider.display()))?;
     let file = args.spider.display().to_string();
+    let values: BTreeMap<String, String> = args.args.iter().cloned().collect();
+    let text = match silk_hub::jobs::fill_args(&text, &values) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {file}: {e} (give it with --arg NAME=VALUE)");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let spider = match Spider::from_yaml(&text, &file) {
         Ok(s) => s,
         Err(e) => {
@@ -73,6 +95,14 @@ pub async fn run(args: CrawlArgs) -> anyhow::Result<ExitCode> {
             data_dir: data_dir.clone(),
             out: out.clone(),
             clock: Arc::new(SystemClock),
+            args: values,
+            // `expand` files are next to the spider file.
+            files_dir: Some(
+                args.spider
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .unwrap_or_default(),
+            ),
         },
     )
     .await;
