@@ -409,6 +409,19 @@ pub struct RunView {
     #[serde(default)]
     #[schema(required = true)]
     pub fail_if: FailIf,
+    /// How far the spider's `expand` has been fed to the frontier (absent without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expand: Option<ExpandProgress>,
+}
+
+/// How far a run's expanded start requests have gone into its frontier: they are fed in
+/// batches as it runs short, so `fed` grows to `total` while the run goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ExpandProgress {
+    /// Requests made from the templates and put into the frontier so far.
+    pub fed: u64,
+    /// Requests the templates give in all.
+    pub total: u64,
 }
 
 impl RunView {

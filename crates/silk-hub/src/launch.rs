@@ -84,6 +84,14 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     {
         request.spider = crate::run::program_spider(spec);
     }
+    // The spider's expansion is resolved now (a missing file or arg is `400`), and again
+    // whenever a hub opens the run (from the same version and args).
+    let expand_total = match &new.feed {
+        None => crate::expansion::resolve(&*hub.store, &spider, &new.args, program.as_ref())
+            .await?
+            .map(|e| e.total()),
+        Some(_) => None,
+    };
     let now = hub.clock.now_ms();
     let id = RunId::new(uuid::Uuid::now_v7().simple().to_string());
     let (job_id, job_name) = new.job.unzip();
@@ -152,6 +160,8 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         max_retries,
         quota: None,
         allow_networks,
+        expand_total,
+        expanded: 0,
     };
     if !hub.repo.hold(&id).await? {
         return Err(HubError::Store(format!(

@@ -58,6 +58,7 @@ mod builds;
 mod config;
 mod dispatch;
 pub mod error;
+mod expansion;
 mod fair;
 mod feeds;
 mod files;

@@ -167,6 +167,10 @@ pub(crate) struct Run {
     pub(crate) quota_paused: std::sync::atomic::AtomicBool,
     /// How many requests it would have out now if it could (for the fair share).
     pub(crate) demand: AtomicU64,
+    /// The spider's expansion and its cursor (none without `expand`, or for a fed run).
+    pub(crate) expand: tokio::sync::Mutex<Option<silk_frontier::ExpandFeed>>,
+    /// The expanded requests not fed to the frontier yet.
+    pub(crate) unexpanded: AtomicU64,
 }
 
 /// Why a run did not take fed requests.

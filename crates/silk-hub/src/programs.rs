@@ -752,6 +752,7 @@ pub(crate) async fn lease(
     ask: silk_api::programs::LeaseAsk,
 ) -> Result<silk_api::programs::Leases, HubError> {
     use base64::Engine;
+    use std::sync::atomic::Ordering;
     let max = (ask.max as usize).clamp(1, silk_api::programs::MAX_REQUESTS_PER_CALL);
     let wait_ms = ask.wait_ms.min(silk_api::programs::MAX_LEASE_WAIT_MS);
     let until = cx.clock.now_ms().saturating_add(wait_ms);
@@ -777,6 +778,13 @@ pub(crate) async fn lease(
                 .lease(max)
                 .await
                 .map_err(|e| frontier_error(run, e))?;
+            // The frontier runs short: the expansion's next batch goes in.
+            if leases.len() < max
+                && run.expand_more(cx).await.map_err(HubError::Store)?
+                && leases.is_empty()
+            {
+                continue;
+            }
         }
         let now = cx.clock.now_ms();
         if !leases.is_empty() || ending || now >= until {
@@ -789,6 +797,8 @@ pub(crate) async fn lease(
                     .map(|s| s.left)
                     .unwrap_or(stats.left)
             };
+            // What the expansion has not fed yet is left too.
+            let left = left.saturating_add(run.unexpanded.load(Ordering::SeqCst));
             let leases = leases
                 .into_iter()
                 .map(|l| silk_api::programs::LeasedView {

@@ -253,6 +253,12 @@ pub struct RunRecord {
     /// with the allocation; its webhook sink may reach them too).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_networks: Vec<silk_core::net::IpNet>,
+    /// The spider's `expand`: how many requests its templates give (resolved at the start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expand_total: Option<u64>,
+    /// The cursor of the spider's `expand`: the requests before it are in the frontier.
+    #[serde(default)]
+    pub expanded: u64,
 }
 
 /// A slice of quota a run holds: `pages` reserved on the counters `scopes` of day `period`.
@@ -346,5 +352,11 @@ pub fn run_view(record: &RunRecord, stats: RunStats, items_path: Option<PathBuf>
             version: p.version.clone(),
             workers: p.workers.clone(),
         }),
+        expand: record
+            .expand_total
+            .map(|total| silk_api::runs::ExpandProgress {
+                fed: record.expanded.min(total),
+                total,
+            }),
     }
 }

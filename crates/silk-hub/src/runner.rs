@@ -126,6 +126,26 @@ impl Run {
                 .await
                 .map_err(|e| storage(&e))?;
         }
+        // The spider's expansion, from the stored cursor on (a fed run's requests are routed).
+        let expansion = match record.feed {
+            None => {
+                crate::expansion::resolve(
+                    &*cx.store,
+                    &spider,
+                    &record.args,
+                    record.program.as_ref(),
+                )
+                .await?
+            }
+            Some(_) => None,
+        };
+        let expand = expansion.map(|e| {
+            let batch = silk_frontier::expand::batch_for(record.max_pending.max(1));
+            silk_frontier::ExpandFeed::new(e, record.expanded, batch)
+        });
+        let unexpanded = expand
+            .as_ref()
+            .map_or(0, |f| f.total().saturating_sub(f.next()));
         let success_before = frontier.stats().await.map_err(|e| storage(&e))?.success;
         let quota_paused = record.state == RunState::Paused
             && crate::tenant::quota_paused(record.reason.as_deref());
@@ -181,6 +201,8 @@ impl Run {
             quota,
             quota_paused: std::sync::atomic::AtomicBool::new(quota_paused),
             demand: AtomicU64::new(record_max_pending),
+            expand: tokio::sync::Mutex::new(expand),
+            unexpanded: AtomicU64::new(unexpanded),
         }))
     }
 
@@ -204,6 +226,31 @@ impl Run {
         drop(open);
         self.wake.notify_one();
         Ok(enqueued.added)
+    }
+
+    /// When the frontier runs short, feeds it the expansion's next batch and stores the
+    /// cursor (after the batch is in: a crash feeds it again, and dedup drops the repeat);
+    /// whether it fed any.
+    pub(crate) async fn expand_more(&self, cx: &RunContext) -> Result<bool, String> {
+        let mut feed = self.expand.lock().await;
+        let Some(feed) = feed.as_mut() else {
+            return Ok(false);
+        };
+        if !feed
+            .top_up(&self.spider, &*self.frontier)
+            .await
+            .map_err(|e| format!("frontier: {e}"))?
+        {
+            return Ok(false);
+        }
+        let next = feed.next();
+        self.unexpanded
+            .store(feed.total().saturating_sub(next), Ordering::SeqCst);
+        self.update(cx, |r| r.expanded = next)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.enqueued.notify_waiters();
+        Ok(true)
     }
 
     /// Changes the record (under its lock: two writers never interleave), then stores it.
@@ -908,6 +955,10 @@ impl Run {
                         (has * 2 + 1).min(max_pending as u64)
                     };
                     self.demand.store(demand, Ordering::Relaxed);
+                    // The frontier runs short: the expansion's next batch goes in.
+                    if leases.len() < room && self.expand_more(cx).await? && leases.is_empty() {
+                        continue;
+                    }
                     if !leases.is_empty() {
                         if out == 0 {
                             self.last_progress_ms.store(now, Ordering::Relaxed);

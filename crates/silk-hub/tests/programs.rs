@@ -89,6 +89,7 @@ async fn world() -> World {
         ("pipe.sh", PIPER),
         ("wait.sh", WAITER),
         ("push.sh", PUSHER),
+        ("kw.txt", "shoes\nred hats\n\n"),
     ];
     let build = BuildSpec {
         kind: BuildKind::Command,
@@ -724,6 +725,89 @@ async fn a_program_drives_its_runs_frontier_over_the_api_with_its_run_token() {
     )
     .await;
     assert_eq!(status, 403);
+    std::fs::write(marks.path().join("stop"), "").unwrap();
+    let done = until_state(&w.admin, &id, |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+}
+
+/// A program run's spider may expand its start requests from a file of its project version:
+/// the hub reads it out of the version's packed directory, and the program leases the
+/// requests with their parameters; a file that is not in the version is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_runs_expansion_reads_its_file_from_the_version() {
+    let w = world().await;
+    let marks = tempfile::tempdir().unwrap();
+    let mut request = program(
+        &["sh", "wait.sh"],
+        1,
+        &[("MARKS", marks.path().display().to_string())],
+    );
+    // (Canonical URLs sort their query parameters.)
+    let spider = "name: shop\nper_host_concurrency: 8\nper_host_delay_ms: 0\n\
+                  expand: {template: 'http://127.0.0.1:9/s?q={kw}&p={p}', params: {kw: {file: kw.txt}, p: {range: [1, 2]}}}\n";
+    request.spider = spider.replace("kw.txt", "gone.txt");
+    let refused = w.admin.start_run(&request).await.unwrap_err();
+    assert_eq!(refused.status(), Some(400), "{refused}");
+    assert!(
+        refused.to_string().contains(
+            "expand.params.kw.file: cannot read `gone.txt`: not a file of the project version"
+        ),
+        "{refused}"
+    );
+    request.spider = spider.into();
+    let run = w.admin.start_run(&request).await.unwrap();
+    assert_eq!(
+        run.expand,
+        Some(silk_api::runs::ExpandProgress { fed: 0, total: 4 })
+    );
+    let id = run.id.to_string();
+    let token = w.hub.run_token(&run.id);
+    let (status, leased) = call(
+        &token,
+        format!("{}/api/v1/runs/{id}/lease", w.base),
+        serde_json::json!({"max": 10}),
+    )
+    .await;
+    assert_eq!(status, 200, "{leased}");
+    let mut got: Vec<(String, serde_json::Value)> = leased["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["url"].as_str().unwrap().to_owned(),
+                l["meta"]["params"].clone(),
+            )
+        })
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        got,
+        [
+            (
+                "http://127.0.0.1:9/s?p=1&q=red%20hats".to_owned(),
+                serde_json::json!({"kw": "red hats", "p": 1})
+            ),
+            (
+                "http://127.0.0.1:9/s?p=1&q=shoes".to_owned(),
+                serde_json::json!({"kw": "shoes", "p": 1})
+            ),
+            (
+                "http://127.0.0.1:9/s?p=2&q=red%20hats".to_owned(),
+                serde_json::json!({"kw": "red hats", "p": 2})
+            ),
+            (
+                "http://127.0.0.1:9/s?p=2&q=shoes".to_owned(),
+                serde_json::json!({"kw": "shoes", "p": 2})
+            ),
+        ]
+    );
+    assert_eq!(leased["left"], 4, "{leased}");
+    let view = w.admin.run(&id).await.unwrap();
+    assert_eq!(
+        view.expand,
+        Some(silk_api::runs::ExpandProgress { fed: 4, total: 4 })
+    );
     std::fs::write(marks.path().join("stop"), "").unwrap();
     let done = until_state(&w.admin, &id, |v| v.state.is_terminal()).await;
     assert_eq!(done.state, RunState::Succeeded, "{done:?}");

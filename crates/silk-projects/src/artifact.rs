@@ -83,6 +83,54 @@ pub fn unpack(from: &Path, dir: &Path) -> Result<(), ProjectError> {
         .map_err(|e| ProjectError::io(from, e))
 }
 
+/// Reads the regular files `wanted` (paths relative to the packed directory, `./` or not)
+/// out of packed bytes read from `packed`, each at most `max_bytes`; a file that is not in
+/// it (or is a link or a directory) is missing from the answer. `what` names the artifact in
+/// errors. Blocking.
+pub fn read_files(
+    packed: impl std::io::Read,
+    wanted: &[String],
+    max_bytes: u64,
+    what: &str,
+) -> Result<std::collections::BTreeMap<String, Vec<u8>>, ProjectError> {
+    use std::io::Read;
+    let at = Path::new(what);
+    let normal = |p: &str| p.trim_start_matches("./").to_owned();
+    let wanted: std::collections::BTreeSet<String> = wanted.iter().map(|w| normal(w)).collect();
+    let mut found = std::collections::BTreeMap::new();
+    let decoder = zstd::Decoder::new(packed).map_err(|e| ProjectError::io(at, e))?;
+    let mut archive = tar::Archive::new(decoder);
+    for entry in archive.entries().map_err(|e| ProjectError::io(at, e))? {
+        let entry = entry.map_err(|e| ProjectError::io(at, e))?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let name = match entry.path() {
+            Ok(p) => normal(&p.to_string_lossy()),
+            Err(_) => continue,
+        };
+        if !wanted.contains(&name) {
+            continue;
+        }
+        if entry.size() > max_bytes {
+            return Err(ProjectError::Invalid {
+                what: name,
+                reason: format!("{} bytes, more than {max_bytes} (in {what})", entry.size()),
+            });
+        }
+        let mut bytes = Vec::new();
+        entry
+            .take(max_bytes)
+            .read_to_end(&mut bytes)
+            .map_err(|e| ProjectError::io(at, e))?;
+        found.insert(name, bytes);
+        if found.len() == wanted.len() {
+            break;
+        }
+    }
+    Ok(found)
+}
+
 /// The SHA-256 (hex) of a file. Blocking.
 pub fn sha256_of(path: &Path) -> Result<String, ProjectError> {
     let mut file = std::fs::File::open(path).map_err(|e| ProjectError::io(path, e))?;
@@ -127,5 +175,16 @@ mod tests {
         // Packing is deterministic for the same tree and times.
         let again = dir.path().join("b.tar.zst");
         assert_eq!(pack(&src, &again).unwrap().0, sha);
+        // Files are read out of the packed bytes by their relative path; links, `.git` and
+        // names not there are not found, and a file over the limit is an error.
+        let wanted = ["./pkg/sub/a.py", "run.sh", "link", ".git/HEAD", "nope"].map(String::from);
+        let open = || std::fs::File::open(&packed).unwrap();
+        let found = read_files(open(), &wanted, 1_000, "a.tar.zst").unwrap();
+        assert_eq!(found.keys().collect::<Vec<_>>(), ["pkg/sub/a.py", "run.sh"]);
+        assert_eq!(found["pkg/sub/a.py"], b"print(1)\n");
+        let err = read_files(open(), &wanted, 5, "a.tar.zst")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("more than 5"), "{err}");
     }
 }

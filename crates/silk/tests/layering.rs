@@ -131,7 +131,14 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
     (
         "adapters",
         &[
-            "files", "items", "link", "logs", "outcomes", "repo", "tailer",
+            "expansion",
+            "files",
+            "items",
+            "link",
+            "logs",
+            "outcomes",
+            "repo",
+            "tailer",
         ],
     ),
     ("state", &["live", "quotas", "state"]),
