@@ -143,3 +143,87 @@ async fn a_job_expands_into_requests_fed_in_batches_and_a_restarted_hub_goes_on_
     assert_eq!(done.stats.success, 3_000, "{:?}", done.stats);
     hub.shutdown().await;
 }
+
+/// The Python SDK runs a job with parameters (`silk_sdk.Hub.run_job`) and follows the run
+/// to its end: the job's template takes the values of the trigger's args.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_python_sdk_runs_a_job_with_parameters() {
+    let Some(python) = silk_testkit::service_url("SILK_TEST_PYTHON") else {
+        return;
+    };
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = silk_testkit::demo::DemoSite::start(silk_testkit::demo::DemoConfig {
+        hosts: 2,
+        pages: 1_500,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let hub = start_hub(dir.path(), &bus).await;
+    let (base, admin) = serve(&hub).await;
+    let _agent = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (status, job) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/jobs",
+        Some(json!({"name": "search", "spider": spider().replace("[0, 1499]", "[10, 19]")})),
+    )
+    .await;
+    assert_eq!(status, 201, "{job}");
+    let token = admin
+        .create_token(&silk_api::tokens::TokenRequest {
+            name: "sdk".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .token;
+    let hosts = format!("127.0.0.2:{0}, 127.0.0.1:{0}", site.port());
+    let script = "import json, sys, silk_sdk\n\
+                  with silk_sdk.Hub(sys.argv[1], sys.argv[2]) as hub:\n\
+                  \x20   run = hub.run_job('search', args={'hosts': sys.argv[3]})\n\
+                  \x20   done = hub.wait_run(run['id'], timeout=60, every=0.1)\n\
+                  \x20   print(json.dumps({'state': done['state'], 'expand': done['expand'], 'args': done['args']}))\n\
+                  \x20   try:\n\
+                  \x20       hub.run_job('search')\n\
+                  \x20   except silk_sdk.SilkError as e:\n\
+                  \x20       print(json.dumps({'status': e.status, 'message': e.message}))\n";
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .args(["-c", script, &base, &token, &hosts])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = stdout.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
+    let done = lines.next().unwrap();
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(done["expand"], json!({"fed": 20, "total": 20}));
+    let refused = lines.next().unwrap();
+    assert_eq!(refused["status"], 400, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("expand.params.host.arg"),
+        "{refused}"
+    );
+    let fetched: Vec<String> = site
+        .stats()
+        .hits
+        .keys()
+        .filter(|u| u.contains("/p/"))
+        .cloned()
+        .collect();
+    assert_eq!(fetched.len(), 20, "{fetched:?}");
+    hub.shutdown().await;
+}

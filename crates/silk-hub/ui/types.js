@@ -199,6 +199,13 @@
  */
 
 /**
+ * How far a run's expanded start requests have gone into its frontier: they are fed in
+ * @typedef {object} ExpandProgress
+ * @property {number} fed Requests made from the templates and put into the frontier so far.
+ * @property {number} total Requests the templates give in all.
+ */
+
+/**
  * When a run that ran to its end counts as failed (the `fail_if` of a job or run request).
  * @typedef {object} FailIf
  * @property {boolean} [all_failed] Fail when every request that finished failed (at least one finished). Default `true`.
@@ -536,6 +543,7 @@
  * @property {Record<string, string>} args The arguments the spider was filled with.
  * @property {number} attempt 0, or the retry number.
  * @property {number} created_ms Submitted, ms since the epoch.
+ * @property {null|ExpandProgress} [expand]
  * @property {FailIf} fail_if When the run counts as failed at its end (the thresholds in force, defaults filled).
  * @property {null|Feed} [feed]
  * @property {number|null} [finished_ms] Finished.

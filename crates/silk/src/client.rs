@@ -18,7 +18,7 @@
 mod agents;
 mod alerts;
 mod items;
-mod jobfile;
+pub(crate) mod jobfile;
 mod jobs;
 mod logs;
 mod output;

@@ -39,17 +39,8 @@ pub struct CrawlArgs {
     pub log_every_s: u64,
     /// An argument `NAME=VALUE` (repeatable): fills `${args.NAME}` in the spider file and
     /// `{arg: NAME}` parameters of its `expand`.
-    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = parse_arg)]
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = crate::client::jobfile::parse_arg)]
     pub args: Vec<(String, String)>,
-}
-
-fn parse_arg(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((name, value)) if !name.trim().is_empty() => {
-            Ok((name.trim().to_owned(), value.to_owned()))
-        }
-        _ => Err(format!("`{s}` is not NAME=VALUE")),
-    }
 }
 
 /// Runs `silk crawl`.

@@ -211,6 +211,9 @@ export function viewRun(root, id) {
     const end = view.finished_ms || Date.now();
     const rows = [
       ['Job', view.job_id ? h('a', { href: `#/jobs/${enc(view.job_id)}` }, view.job_name || view.job_id) : 'ad-hoc'],
+      // Start requests expanded from templates go into the frontier in batches.
+      ...(view.expand ? [['Expanded', h('span', { testid: 'run-expanded' },
+        `${fmtInt(view.expand.fed)} of ${fmtInt(view.expand.total)} start requests fed`)]] : []),
       ['Agents', (view.agents || []).length ? (view.agents || []).join(', ') : '—'],
       ['In flight', fmtInt(s.in_flight)],
       ['Pending', fmtInt(s.pending)],

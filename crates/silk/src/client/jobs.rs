@@ -84,8 +84,8 @@ pub struct TriggerArgs {
     /// The job's id or name.
     #[arg(value_name = "JOB")]
     pub id: String,
-    /// An argument of this run, merged over the job's (`${args.NAME}` in the spider);
-    /// repeatable.
+    /// An argument of this run, merged over the job's (`${args.NAME}` in the spider, and
+    /// `{arg: NAME}` parameters of its `expand`); repeatable.
     #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = parse_arg)]
     pub args: Vec<(String, String)>,
     /// Follow the run until it ends. Exit status: 0 succeeded, 1 failed, 3 cancelled, 130

@@ -1,5 +1,6 @@
 """Silk's Python SDK: a program run's items, logs, frontier and fetches through the download
-center (``silk_sdk.Run``), and Scrapy on Silk (``silk_sdk.scrapy``).
+center (``silk_sdk.Run``), Scrapy on Silk (``silk_sdk.scrapy``), and the hub's API for
+starting runs and running jobs with arguments (``silk_sdk.Hub``).
 
     import silk_sdk
     run = silk_sdk.Run.from_env()          # inside a worker of a program run
@@ -12,7 +13,7 @@ center (``silk_sdk.Run``), and Scrapy on Silk (``silk_sdk.scrapy``).
         run.ack_one(lease, "done", requests=[silk_sdk.new_request(link) for link in links])
 """
 
-from .client import Lease, Leases, Response, Run, SilkError, new_request
+from .client import Hub, Lease, Leases, Response, Run, SilkError, new_request
 
-__all__ = ["Lease", "Leases", "Response", "Run", "SilkError", "new_request"]
+__all__ = ["Hub", "Lease", "Leases", "Response", "Run", "SilkError", "new_request"]
 __version__ = "0.2.0"

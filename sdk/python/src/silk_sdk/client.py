@@ -17,10 +17,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
+from urllib.parse import quote
 
 import httpx
 
-__all__ = ["Run", "Lease", "Leases", "Response", "SilkError", "new_request"]
+__all__ = ["Hub", "Run", "Lease", "Leases", "Response", "SilkError", "new_request"]
 
 #: Acks and their meaning on the frontier.
 OUTCOMES = ("done", "retry", "failed", "dropped", "release")
@@ -347,42 +348,121 @@ class Run:
         self, method: str, path: str, body: Any = None, *, timeout: Optional[float] = None
     ) -> Any:
         url = f"{self.api_url}/api/v1/runs/{self.run_id}{path}"
-        delay = 0.2
-        for attempt in range(self._retries + 1):
-            try:
-                extra: dict[str, Any] = {}
-                if timeout is not None:
-                    extra["timeout"] = timeout
-                if body is None:
-                    r = self._http.request(method, url, **extra)
-                else:
-                    r = self._http.request(
-                        method,
-                        url,
-                        content=json.dumps(body, separators=(",", ":")),
-                        headers={"Content-Type": "application/json"},
-                        **extra,
-                    )
-            except httpx.TransportError as e:
-                if attempt == self._retries:
-                    raise SilkError(f"{method} {path or '/'}: {e}") from e
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            if r.status_code == 503 and attempt < self._retries:
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            if r.is_success:
-                return r.json() if r.content else None
-            try:
-                err = r.json()
-                code, message = err.get("code", ""), err.get("message", r.text)
-            except ValueError:
-                code, message = "", r.text
-            raise SilkError(
-                f"{method} {path or '/'}: {r.status_code} {code}: {message}",
-                code=code,
-                status=r.status_code,
-            )
-        raise SilkError(f"{method} {path or '/'}: no answer")
+        return _send(self._http, self._retries, method, url, path or "/", body, timeout)
+
+
+def _send(
+    http: httpx.Client,
+    retries: int,
+    method: str,
+    url: str,
+    what: str,
+    body: Any = None,
+    timeout: Optional[float] = None,
+) -> Any:
+    """One API call: connection failures and ``503`` are retried with back-off; another
+    error answer raises :class:`SilkError` with the hub's code and message."""
+    delay = 0.2
+    for attempt in range(retries + 1):
+        try:
+            extra: dict[str, Any] = {}
+            if timeout is not None:
+                extra["timeout"] = timeout
+            if body is None:
+                r = http.request(method, url, **extra)
+            else:
+                r = http.request(
+                    method,
+                    url,
+                    content=json.dumps(body, separators=(",", ":")),
+                    headers={"Content-Type": "application/json"},
+                    **extra,
+                )
+        except httpx.TransportError as e:
+            if attempt == retries:
+                raise SilkError(f"{method} {what}: {e}") from e
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        if r.status_code == 503 and attempt < retries:
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        if r.is_success:
+            return r.json() if r.content else None
+        try:
+            err = r.json()
+            code, message = err.get("code", ""), err.get("message", r.text)
+        except ValueError:
+            code, message = "", r.text
+        raise SilkError(
+            f"{method} {what}: {r.status_code} {code}: {message}",
+            code=code,
+            status=r.status_code,
+        )
+    raise SilkError(f"{method} {what}: no answer")
+
+
+#: Run states after which a run changes no more.
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class Hub:
+    """A hub's API with a user's token (``silk tokens create``): start runs, run jobs with
+    arguments (a job whose spider expands ``{arg: NAME}`` parameters takes its values so),
+    and follow them.
+
+        hub = silk_sdk.Hub("http://hub:8700", token)
+        run = hub.run_job("search", args={"kw": "shoes,red hats"})
+        done = hub.wait_run(run["id"])
+    """
+
+    def __init__(self, api_url: str, token: str, *, timeout: float = 40.0, retries: int = 5):
+        self.api_url = api_url.rstrip("/")
+        self._retries = retries
+        self._http = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {token}"})
+
+    def __repr__(self) -> str:  # the token stays out of it
+        return f"Hub({self.api_url!r})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Hub":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run_job(self, job: str, args: Optional[Mapping[str, str]] = None) -> dict[str, Any]:
+        """A run of job ``job`` (its id or name) now, with ``args`` over the job's: the run
+        as the hub shows it."""
+        body = {"args": {str(k): str(v) for k, v in (args or {}).items()}}
+        return self._call("POST", f"/jobs/{_segment(job)}/runs", body)
+
+    def start_run(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """An ad-hoc run (the body of ``POST /api/v1/runs``: ``spider``, ``program``, …)."""
+        return self._call("POST", "/runs", dict(request))
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """The run as the hub shows it (``state``, ``stats``, ``expand``, …)."""
+        return self._call("GET", f"/runs/{_segment(run_id)}")
+
+    def wait_run(self, run_id: str, timeout: float = 3600.0, every: float = 0.5) -> dict[str, Any]:
+        """Polls the run until it has ended (or ``timeout`` seconds passed: SilkError)."""
+        until = time.monotonic() + timeout
+        while True:
+            run = self.run(run_id)
+            if run.get("state") in TERMINAL:
+                return run
+            if time.monotonic() >= until:
+                raise SilkError(f"run {run_id} has not ended after {timeout} s", code="timeout")
+            time.sleep(every)
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        return _send(self._http, self._retries, method, f"{self.api_url}/api/v1{path}", path, body)
+
+
+def _segment(s: str) -> str:
+    """``s`` as one path segment."""
+    return quote(s, safe="")
