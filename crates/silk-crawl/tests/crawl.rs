@@ -436,6 +436,12 @@ fn every_example_spider_compiles() {
                 .unwrap_or_else(|e| panic!("{e}"));
             silk_fetch::Extractor::compile(&spider)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            // An `expand` resolves with its files next to the example.
+            spider
+                .expansion(&BTreeMap::new(), &mut |f| {
+                    std::fs::read_to_string(dir.join(f)).map_err(|e| e.to_string())
+                })
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             n += 1;
         }
     }
