@@ -97,3 +97,46 @@ pub struct AgentView {
 fn null_is_infinite<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }
+
+/// A pool that declares the agents it needs (`silk hub --pools FILE`), as `GET
+/// /api/v1/pools` shows it. The scale command itself is never shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PoolView {
+    /// The pool: agents labelled `pool=NAME`.
+    pub name: String,
+    /// Live agents it needs.
+    pub agents: u32,
+    /// Live agents it has (labelled, not drained).
+    pub alive: u32,
+    /// `agents - alive` (0 when it has enough).
+    pub deficit: u32,
+    /// Its scale command's state.
+    pub scale: ScaleView,
+}
+
+/// What a pool's scale command did last and does next.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ScaleView {
+    /// Whether the pool has a scale command (without one the deficit is only reported).
+    pub command: bool,
+    /// Whether it is running now.
+    pub running: bool,
+    /// Runs since the pool last had enough agents.
+    pub attempts: u32,
+    /// When the last run ended, ms since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ms: Option<u64>,
+    /// Whether the last run exited with status 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_ok: Option<bool>,
+    /// The last run's output (its stdout, or why it failed), at most 500 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message: Option<String>,
+    /// The deficit the last run was told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_deficit: Option<u32>,
+    /// When the deficit is checked again and the command run if it stays, ms since the
+    /// epoch (absent while the pool has enough agents or the command runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_ms: Option<u64>,
+}

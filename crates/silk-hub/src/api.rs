@@ -12,6 +12,7 @@
 //! | `GET /metrics` | Prometheus text: agents, runs, per-run counters, log lines |
 //! | `GET /api/v1/openapi.json` | the OpenAPI 3.1 document |
 //! | `GET /api/v1/agents` | `[AgentView]` |
+//! | `GET /api/v1/pools` | the declared pools: agents wanted, alive, deficit, scale command's state → `[PoolView]` |
 //! | `POST /api/v1/agents/{id}/shutdown` | the agent stops (admin) → `202 AgentView` |
 //! | `POST, DELETE /api/v1/agents/{id}/drain` | drain the agent: no new work, it finishes the runs that hold it; end the drain (admin) → `AgentView` |
 //! | `GET, POST /api/v1/jobs` | `[Job]`; create from `JobSpec` → `201 Job` (`409 conflict` on a taken name) |
@@ -188,6 +189,7 @@ fn api_routes() -> (
 ) {
     let (authed, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(list_agents))
+        .routes(routes!(list_pools))
         .routes(routes!(shutdown_agent))
         .routes(routes!(drain_agent, undrain_agent))
         .routes(routes!(list_jobs, create_job))
@@ -642,6 +644,13 @@ fn run_id(id: &str) -> ApiResult<RunId> {
 #[utoipa::path(get, path = "/api/v1/agents", responses((status = 200, body = [AgentView])))]
 async fn list_agents(State(hub): State<HubHandle>) -> Json<Vec<AgentView>> {
     Json(hub.agents())
+}
+
+/// The agent pools the hub's config declares (`--pools`): the agents each needs, those alive,
+/// the deficit and the scale command's state (never the command).
+#[utoipa::path(get, path = "/api/v1/pools", responses((status = 200, body = [silk_api::agents::PoolView])))]
+async fn list_pools(State(hub): State<HubHandle>) -> Json<Vec<silk_api::agents::PoolView>> {
+    Json(hub.pools())
 }
 
 /// Tells an agent to stop (admin only): it finishes or gives back its work within its grace
@@ -1445,6 +1454,41 @@ async fn metrics(State(hub): State<HubHandle>) -> Response {
             label(a.id.as_str()),
             a.qps
         );
+    }
+    let pools = hub.pools();
+    type PoolGauge = (
+        &'static str,
+        &'static str,
+        fn(&silk_api::agents::PoolView) -> u64,
+    );
+    let pool_gauges: [PoolGauge; 4] = [
+        (
+            "silk_pool_agents_wanted",
+            "Live agents a declared pool needs.",
+            |p| u64::from(p.agents),
+        ),
+        (
+            "silk_pool_agents_alive",
+            "Live, open agents of a declared pool.",
+            |p| u64::from(p.alive),
+        ),
+        (
+            "silk_pool_agents_deficit",
+            "Agents a declared pool lacks.",
+            |p| u64::from(p.deficit),
+        ),
+        (
+            "silk_pool_scale_attempts",
+            "Runs of a pool's scale command since it last had enough agents.",
+            |p| u64::from(p.scale.attempts),
+        ),
+    ];
+    for (name, help, value) in pool_gauges {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for p in &pools {
+            let _ = writeln!(out, "{name}{{pool=\"{}\"}} {}", label(&p.name), value(p));
+        }
     }
     let active = hub
         .runs(&RunQuery {

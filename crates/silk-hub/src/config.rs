@@ -2,6 +2,7 @@
 
 use crate::phi::PhiConfig;
 use silk_bus::TtlPolicy;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// How long a run log line waits at most before it is stored, ms (`logs`; the API's log
@@ -75,6 +76,84 @@ pub struct HubConfig {
     /// RFC 1918, CGNAT, ULA, unspecified and multicast addresses are refused otherwise,
     /// after DNS and on every redirect): `silk hub --allow-network CIDR`.
     pub allow_networks: Vec<silk_core::net::IpNet>,
+    /// Agent pools that declare the agents they need, by name (`silk hub --pools FILE`):
+    /// when fewer are alive, the hub runs the pool's scale command (see `scale`).
+    pub pools: BTreeMap<String, PoolDecl>,
+}
+
+/// What a pool needs: `agents` live, open agents labelled `pool=NAME`, and the command an
+/// admin wrote to get more. A table of the `--pools` TOML file:
+///
+/// ```toml
+/// [eu]
+/// agents = 4
+/// scale_command = ["/opt/silk/scale-up.sh", "eu"]   # no shell; env: SILK_POOL, SILK_POOL_AGENTS, SILK_POOL_ALIVE, SILK_POOL_DEFICIT
+/// scale_timeout_ms = 120000                          # killed (its process group) after
+/// scale_backoff_ms = 30000                           # then re-checked: 30 s, 1 min, 2 min, … 10 min
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolDecl {
+    /// Live agents the pool needs.
+    pub agents: u32,
+    /// The program and its arguments the hub runs when fewer are alive (empty: the deficit
+    /// is only reported).
+    #[serde(default)]
+    pub scale_command: Vec<String>,
+    /// The command is killed after this long, ms.
+    #[serde(default = "default_scale_timeout_ms")]
+    pub scale_timeout_ms: u64,
+    /// The wait after a run of the command before the deficit is checked and the command
+    /// run again, ms; it doubles while the deficit stays, up to [`MAX_SCALE_BACKOFF_MS`].
+    #[serde(default = "default_scale_backoff_ms")]
+    pub scale_backoff_ms: u64,
+    /// Environment variables of the command besides `PATH`, `HOME`, `LANG` and the
+    /// `SILK_POOL*` ones (nothing else of the hub's environment is passed on).
+    #[serde(default)]
+    pub scale_env: BTreeMap<String, String>,
+}
+
+/// The longest wait between two runs of a pool's scale command.
+pub const MAX_SCALE_BACKOFF_MS: u64 = 600_000;
+
+fn default_scale_timeout_ms() -> u64 {
+    120_000
+}
+
+fn default_scale_backoff_ms() -> u64 {
+    30_000
+}
+
+impl PoolDecl {
+    /// Every invalid value of pool `name`, as `name.key: reason`.
+    pub fn problems(&self, name: &str) -> Vec<String> {
+        let mut p = Vec::new();
+        if silk_api::runs::check_pools(std::slice::from_ref(&name.to_owned())).is_err() {
+            p.push(format!(
+                "`{}`: not a pool name (1 to 64 letters, digits, `.`, `_`, `-`)",
+                name.escape_debug()
+            ));
+        }
+        if self.agents == 0 {
+            p.push(format!("{name}.agents: must be at least 1"));
+        }
+        if self
+            .scale_command
+            .first()
+            .is_some_and(|c| c.trim().is_empty())
+        {
+            p.push(format!(
+                "{name}.scale_command: the program must not be empty"
+            ));
+        }
+        if self.scale_timeout_ms == 0 {
+            p.push(format!("{name}.scale_timeout_ms: must be at least 1"));
+        }
+        if self.scale_backoff_ms == 0 {
+            p.push(format!("{name}.scale_backoff_ms: must be at least 1"));
+        }
+        p
+    }
 }
 
 /// The settings a run gets when its request (`max_pending`, `stall_timeout_ms`) or its spider
@@ -130,6 +209,7 @@ impl HubConfig {
             public_url: None,
             run_defaults: RunDefaults::default(),
             allow_networks: Vec::new(),
+            pools: BTreeMap::new(),
         }
     }
 }

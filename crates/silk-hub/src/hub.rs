@@ -191,6 +191,7 @@ impl Hub {
             builds: crate::state::Builds::new(secrets, build_settings),
             alerts_wake: tokio::sync::Notify::new(),
             alerts_task: Mutex::new(None),
+            pools: Mutex::new(BTreeMap::new()),
         });
         // Per-hub durables: every hub reads every registration, and the results of the
         // downloads it sent (`results.{hub id}`).
@@ -245,6 +246,7 @@ impl Hub {
         tokio::spawn(crate::builds::build_loop(shared.clone()));
         let alerts = tokio::spawn(crate::alerts::alert_loop(shared.clone()));
         *shared.alerts_task.lock() = Some(alerts);
+        tokio::spawn(crate::scale::scale_loop(shared.clone()));
         tracing::info!(hub = %shared.hub_id, data_dir = %shared.config.data_dir.display(), store = shared.store.backend(), frontier = if shared.config.frontier_url.is_some() { "redis" } else { "embedded" }, "hub started");
         Ok(HubHandle { shared })
     }
@@ -658,6 +660,31 @@ impl HubHandle {
     pub fn agents(&self) -> Vec<AgentView> {
         let now = self.shared.clock.now_ms();
         self.shared.registry.lock().agents(now)
+    }
+
+    /// The pools declared in the hub's config, with their live agents and scale hook.
+    pub fn pools(&self) -> Vec<silk_api::agents::PoolView> {
+        let seen = self.shared.pools.lock().clone();
+        self.shared
+            .config
+            .pools
+            .iter()
+            .map(|(name, decl)| {
+                seen.get(name).cloned().unwrap_or_else(|| {
+                    // Not looked at yet (the hub has just started).
+                    silk_api::agents::PoolView {
+                        name: name.clone(),
+                        agents: decl.agents,
+                        alive: 0,
+                        deficit: decl.agents,
+                        scale: silk_api::agents::ScaleView {
+                            command: !decl.scale_command.is_empty(),
+                            ..Default::default()
+                        },
+                    }
+                })
+            })
+            .collect()
     }
 
     /// Tells agent `id` to stop (the bus's `shutdown` command): it stops taking work,

@@ -73,6 +73,8 @@ pub(crate) struct HubCore {
     pub(crate) alerts_wake: tokio::sync::Notify,
     /// The alerts service's task (stopped before the hub gives its lease back).
     pub(crate) alerts_task: Mutex<Option<JoinHandle<()>>>,
+    /// The declared pools as this hub last saw them (`scale`), by name.
+    pub(crate) pools: Mutex<BTreeMap<String, silk_api::agents::PoolView>>,
 }
 
 impl HubCore {

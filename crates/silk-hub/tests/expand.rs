@@ -204,7 +204,9 @@ async fn the_python_sdk_runs_a_job_with_parameters() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut lines = stdout.lines().map(|l| serde_json::from_str::<Value>(l).unwrap());
+    let mut lines = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap());
     let done = lines.next().unwrap();
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["expand"], json!({"fed": 20, "total": 20}));

@@ -53,7 +53,8 @@ export function fmtClock(ms) {
   return d.toDateString() === new Date().toDateString() ? time : `${d.toLocaleDateString()} ${time}`;
 }
 
-function relText(ms) {
+/** A relative time as text ("3 s ago", "in 4 min"), as of now. */
+export function relText(ms) {
   const d = ms - Date.now();
   const a = Math.abs(d);
   let t;

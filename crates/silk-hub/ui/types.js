@@ -412,6 +412,16 @@
  */
 
 /**
+ * A pool that declares the agents it needs (`silk hub --pools FILE`), as `GET
+ * @typedef {object} PoolView
+ * @property {number} agents Live agents it needs.
+ * @property {number} alive Live agents it has (labelled, not drained).
+ * @property {number} deficit `agents - alive` (0 when it has enough).
+ * @property {string} name The pool: agents labelled `pool=NAME`.
+ * @property {ScaleView} scale Its scale command's state.
+ */
+
+/**
  * What a program run runs.
  * @typedef {object} ProgramSpec
  * @property {Array<string>} [command] The program and its arguments (no shell); `${args.NAME}` is filled from the run's
@@ -573,6 +583,19 @@
 /**
  * Where a program's workers run.
  * @typedef {"process"|"container"} Runtime
+ */
+
+/**
+ * What a pool's scale command did last and does next.
+ * @typedef {object} ScaleView
+ * @property {number} attempts Runs since the pool last had enough agents.
+ * @property {boolean} command Whether the pool has a scale command (without one the deficit is only reported).
+ * @property {number|null} [last_deficit] The deficit the last run was told.
+ * @property {string|null} [last_message] The last run's output (its stdout, or why it failed), at most 500 characters.
+ * @property {number|null} [last_ms] When the last run ended, ms since the epoch.
+ * @property {boolean|null} [last_ok] Whether the last run exited with status 0.
+ * @property {number|null} [next_ms] When the deficit is checked again and the command run if it stays, ms since the
+ * @property {boolean} running Whether it is running now.
  */
 
 /**

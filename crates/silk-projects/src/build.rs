@@ -495,9 +495,11 @@ async fn run_logged(
     }
 }
 
-/// Runs `cmd` and returns its trimmed standard output (its error output goes nowhere but
-/// into the error).
-async fn capture(
+/// Runs `cmd` in its own process group with exactly `env` (stdin closed) and returns its
+/// trimmed standard output; an exit other than 0 is an error with the end of its error
+/// output. Dropping the future kills the whole group (a caller's timeout does). `what`
+/// names the command in errors.
+pub async fn capture(
     cmd: Command,
     env: &BTreeMap<String, String>,
     what: &str,

@@ -48,6 +48,14 @@ pub struct UpArgs {
 }
 
 /// Options of `silk hub` (its settings: see [`UpArgs`]).
+///
+/// `--pools FILE`: a TOML file of agent pools that declare the agents they need: one table
+/// per pool with `agents = N` (live agents labelled `pool=NAME`, not drained) and optionally
+/// `scale_command = [program, args…]` (no shell), which the hub runs while fewer are alive,
+/// with `SILK_POOL`, `SILK_POOL_AGENTS`, `SILK_POOL_ALIVE` and `SILK_POOL_DEFICIT` in its
+/// environment, then again after `scale_backoff_ms` (default 30 s, doubling up to 10 min)
+/// while the deficit stays; `scale_timeout_ms` (default 2 min) and `scale_env = {KEY =
+/// "value"}`. The deficit is in `GET /api/v1/pools`, the web UI and `/metrics`.
 #[derive(Debug, Args)]
 pub struct HubArgs {
     #[command(flatten)]
@@ -128,6 +136,29 @@ fn hub_config(s: &Settings, data_dir: PathBuf, router: Option<&RouterSetup>) -> 
         max_retries: u32::try_from(s.count("runs.max_retries")).unwrap_or(u32::MAX),
     };
     config
+}
+
+/// The pools of the `pools` file (none without one); the error names the file and every
+/// problem.
+pub(crate) fn load_pools(
+    path: Option<&std::path::Path>,
+) -> Result<std::collections::BTreeMap<String, silk_hub::PoolDecl>, String> {
+    let Some(path) = path else {
+        return Ok(Default::default());
+    };
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("pools {}: {e}", path.display()))?;
+    let pools: std::collections::BTreeMap<String, silk_hub::PoolDecl> = toml::from_str(&text)
+        .map_err(|e| format!("pools {}: {}", path.display(), e.to_string().trim_end()))?;
+    let problems: Vec<String> = pools
+        .iter()
+        .flat_map(|(name, decl)| decl.problems(name))
+        .collect();
+    if problems.is_empty() {
+        Ok(pools)
+    } else {
+        Err(format!("pools {}: {}", path.display(), problems.join("; ")))
+    }
 }
 
 /// Loads the `router.config` and binds its port; `Err` is the exit code (the problems are
@@ -239,6 +270,13 @@ pub async fn up(s: Settings) -> anyhow::Result<ExitCode> {
     };
     let mut config = hub_config(&s, data_dir.join("hub"), router.as_ref());
     config.allow_networks = networks.clone();
+    config.pools = match load_pools(s.path("pools").as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     config.public_url = Some(public_url(&s, listener.local_addr()?));
     let hub = match Hub::start(config, bus.clone(), Arc::new(SystemClock)).await {
         Ok(hub) => hub,
@@ -427,6 +465,13 @@ pub async fn hub(s: Settings) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    config.pools = match load_pools(s.path("pools").as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     config.public_url = Some(public_url(&s, listener.local_addr()?));
     config.hub_id = s.text("id");
     config.ownership_ttl_ms = s.ms("ownership_ttl");
@@ -491,4 +536,41 @@ async fn serve(
     }
     hub.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pools_file_is_checked_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pools.toml");
+        std::fs::write(
+            &path,
+            "[eu]\nagents = 2\nscale_command = ['/opt/scale.sh', 'eu']\n[cn]\nagents = 1\n",
+        )
+        .unwrap();
+        let pools = load_pools(Some(&path)).unwrap();
+        assert_eq!(pools["eu"].scale_command, ["/opt/scale.sh", "eu"]);
+        assert_eq!(pools["eu"].scale_backoff_ms, 30_000);
+        assert!(pools["cn"].scale_command.is_empty());
+        std::fs::write(
+            &path,
+            "[eu]\nagents = 0\nscale_timeout_ms = 0\n['bad pool']\nagents = 1\n",
+        )
+        .unwrap();
+        let err = load_pools(Some(&path)).unwrap_err();
+        for needle in [
+            "eu.agents: must be at least 1",
+            "eu.scale_timeout_ms",
+            "`bad pool`: not a pool name",
+        ] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        std::fs::write(&path, "[eu]\nagents = 1\nscale_comand = []\n").unwrap();
+        let err = load_pools(Some(&path)).unwrap_err();
+        assert!(err.contains("scale_comand"), "{err}");
+        assert!(load_pools(None).unwrap().is_empty());
+    }
 }

@@ -235,6 +235,14 @@ pub const KNOBS: &[Knob] = &[
         "Serve `/healthz` (200 while the agent runs, has registered and is not detached, else 503) and `/metrics` (Prometheus text) on this address; unset: no HTTP.",
     ),
     knob(
+        "pools",
+        SERVERS,
+        Kind::Path,
+        None,
+        Some("pools"),
+        "A TOML file of agent pools and the agents each needs: a table per pool with `agents = N` and optionally `scale_command = [program, args…]` (run when fewer are alive, with `SILK_POOL_DEFICIT`), `scale_timeout_ms`, `scale_backoff_ms`, `scale_env` (see `silk hub --help`).",
+    ),
+    knob(
         "public_url",
         SERVERS,
         Kind::Text,

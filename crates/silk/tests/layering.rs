@@ -153,6 +153,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "presence",
             "programs",
             "runner",
+            "scale",
             "scheduler",
             "sinks",
         ],

@@ -1,10 +1,11 @@
 //! `silk agents [list]`: the agents known to the hub; `silk agents shutdown ID`: stop one;
-//! `silk agents drain ID` / `undrain ID`: no new work for one, or again.
+//! `silk agents drain ID` / `undrain ID`: no new work for one, or again; `silk agents pools`:
+//! the pools the hub's config declares and their deficits.
 
 use super::output::{Align, Table, ago, human_bytes, now_ms, print_json};
 use super::{Client, Conn, parse};
 use clap::{Args, Subcommand};
-use silk_api::agents::AgentView;
+use silk_api::agents::{AgentView, PoolView};
 use std::process::ExitCode;
 
 /// Options of `silk agents`.
@@ -21,6 +22,9 @@ pub struct AgentsArgs {
 pub enum AgentsCommand {
     /// List the agents: state, load, last heartbeat (the default).
     List,
+    /// List the pools the hub's config declares (`--pools`): agents wanted and alive, the
+    /// deficit, and the scale command's last run.
+    Pools,
     /// Tell an agent to stop: it finishes or gives back its work within its grace and exits;
     /// its runs go on as for an agent that died. Admin only.
     Shutdown {
@@ -75,6 +79,22 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<ExitCode> {
             eprintln!("agent {} takes new work again", view.id);
             return Ok(ExitCode::SUCCESS);
         }
+        Some(AgentsCommand::Pools) => {
+            let answer = client.get(&["api", "v1", "pools"]).await?;
+            if args.conn.json {
+                print_json(&answer);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let pools: Vec<PoolView> = parse(&answer.value, "a list of pools")?;
+            print!("{}", pools_table(&pools, now_ms()).render());
+            if pools.is_empty() {
+                eprintln!(
+                    "the hub at {} declares no pools (silk hub --pools FILE)",
+                    client.server()
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         Some(AgentsCommand::List) | None => {}
     }
     let answer = client.get(&["api", "v1", "agents"]).await?;
@@ -88,6 +108,48 @@ pub async fn agents(args: AgentsArgs) -> anyhow::Result<ExitCode> {
         eprintln!("no agents registered with the hub at {}", client.server());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn pools_table(pools: &[PoolView], now_ms: u64) -> Table {
+    use Align::{Left, Right};
+    let mut table = Table::new(&[
+        ("POOL", Left),
+        ("WANTED", Right),
+        ("ALIVE", Right),
+        ("DEFICIT", Right),
+        ("SCALE", Left),
+    ]);
+    for p in pools {
+        let s = &p.scale;
+        let scale = if !s.command {
+            "no command".to_owned()
+        } else if s.running {
+            "running".to_owned()
+        } else {
+            match (s.last_ms, s.last_ok) {
+                (Some(at), Some(ok)) => format!(
+                    "{} {} ({} attempt(s)){}",
+                    if ok { "ok" } else { "failed" },
+                    ago(at, now_ms),
+                    s.attempts,
+                    s.last_message
+                        .as_deref()
+                        .filter(|m| !ok && !m.is_empty())
+                        .map(|m| format!(": {m}"))
+                        .unwrap_or_default()
+                ),
+                _ => "not run".to_owned(),
+            }
+        };
+        table.row(vec![
+            p.name.clone(),
+            p.agents.to_string(),
+            p.alive.to_string(),
+            p.deficit.to_string(),
+            scale,
+        ]);
+    }
+    table
 }
 
 fn agents_table(agents: &[AgentView], now_ms: u64) -> Table {
@@ -147,6 +209,24 @@ mod tests {
         let out = agents_table(&agents, 2_200).render();
         assert!(
             out.contains("1.2s ago") && out.contains("3.0 GiB") && out.contains("inf"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn pools_show_their_deficit_and_the_last_scale_run() {
+        let pools: Vec<PoolView> = parse(
+            &json!([{"name": "eu", "agents": 4, "alive": 3, "deficit": 1,
+                     "scale": {"command": true, "running": false, "attempts": 2, "last_ms": 1_000,
+                               "last_ok": false, "last_message": "no cloud", "next_ms": 61_000}},
+                    {"name": "cn", "agents": 1, "alive": 1, "deficit": 0,
+                     "scale": {"command": false, "running": false, "attempts": 0}}]),
+            "pools",
+        )
+        .unwrap();
+        let out = pools_table(&pools, 2_000).render();
+        assert!(
+            out.contains("failed 1.0s ago (2 attempt(s)): no cloud") && out.contains("no command"),
             "{out}"
         );
     }
