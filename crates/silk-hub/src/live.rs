@@ -86,6 +86,8 @@ pub(crate) struct Counters {
     pub(crate) blocked: AtomicU64,
     /// Requests given up as poison.
     pub(crate) poisoned: AtomicU64,
+    /// A program's fetches through the download center answered (its pages, for quotas).
+    pub(crate) fetched: AtomicU64,
     /// Results taken off the requests out and not yet acked (counted in `succeeded` only
     /// once acked): the quota counts them as still out.
     pub(crate) applying: AtomicU64,
@@ -171,6 +173,11 @@ pub(crate) struct Run {
     pub(crate) expand: tokio::sync::Mutex<Option<silk_frontier::ExpandFeed>>,
     /// The expanded requests not fed to the frontier yet.
     pub(crate) unexpanded: AtomicU64,
+    /// A program run's fetches through the download center its quota slice still allows
+    /// (`u64::MAX`: no limit); set by its driver each turn, taken by the fetch route.
+    pub(crate) fetch_room: AtomicU64,
+    /// Woken when `fetch_room` was set again.
+    pub(crate) fetch_room_set: Notify,
 }
 
 /// Why a run did not take fed requests.

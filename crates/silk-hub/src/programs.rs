@@ -42,6 +42,8 @@ use std::time::Duration;
 
 /// How long after a cancel's grace period the hub waits for the workers' ends.
 const CANCEL_MARGIN_MS: u64 = 5_000;
+/// How long a fetch waits for its run's quota room before it is answered `503`, ms.
+const FETCH_ROOM_WAIT_MS: u64 = 2_000;
 
 /// The version `spec` names, ready to run: `latest` is the newest `ready` one.
 pub(crate) async fn resolve(
@@ -131,6 +133,8 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
     let mut cancel_by: Option<u64> = None;
     // Set when a limit of the spider was reached: the workers were told to stop by then.
     let mut limited_by: Option<u64> = None;
+    // Whether the workers were told to pause for a quota.
+    let mut quota_told = false;
     loop {
         if *cx.stop.borrow() {
             return Ok(End::HubStopping);
@@ -157,12 +161,32 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
             tell_all(cx, run, ProgramAction::Stop { grace_ms }).await;
             return Err(reason);
         }
+        let going = desired == Desired::Run && limited_by.is_none();
+        let pages_per_run = quota_turn(cx, run, going).await?;
+        // A quota that holds the run pauses its workers (the run shows `paused` with the
+        // reason); they go on when it allows again.
+        let quota_paused = run.quota_paused.load(std::sync::atomic::Ordering::SeqCst);
+        if going && quota_paused != quota_told {
+            let action = if quota_paused {
+                ProgramAction::Pause
+            } else {
+                ProgramAction::Resume
+            };
+            tell_all(cx, run, action).await;
+            quota_told = quota_paused;
+        }
         if limited_by.is_none() && desired != Desired::Cancel {
             let success = match run.spider.spec.max_pages {
                 Some(_) => run.frontier.stats().await.ok().map(|s| s.success),
                 None => None,
             };
-            if let Some(why) = limit_reached(cx, run, success) {
+            let fetched = run.session_counts().0;
+            let limit = limit_reached(cx, run, success).or_else(|| {
+                pages_per_run
+                    .filter(|m| fetched >= *m)
+                    .map(|m| format!("the tenant's pages_per_run reached ({m} fetches)"))
+            });
+            if let Some(why) = limit {
                 cx.logs
                     .hub(&run.id, Level::Info, format!("{why}: stopping the workers"));
                 tell_all(cx, run, ProgramAction::Stop { grace_ms }).await;
@@ -194,6 +218,94 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
             () = tokio::time::sleep(Duration::from_millis(1_000)) => {}
         }
     }
+}
+
+/// One quota turn of a program run (`going`: it runs and may fetch): its fetches through
+/// the download center are its pages; what its slice allows is the fetch route's room.
+/// Paused (or ending), it gives back what it holds. The tenant's `pages_per_run`.
+async fn quota_turn(cx: &RunContext, run: &Arc<Run>, going: bool) -> Result<Option<u64>, String> {
+    use std::sync::atomic::Ordering;
+    let now = cx.clock.now_ms();
+    let session = run.session_counts();
+    let out = run.fetches.lock().len() as u64;
+    let (room, blocked, pages_per_run) = if going {
+        let dispatching = run.state() == crate::run::RunState::Running;
+        match run
+            .quota
+            .turn(&*cx.store, run.id.as_str(), now, session, out, dispatching)
+            .await
+        {
+            Ok(t) => (t.room.unwrap_or(u64::MAX), t.blocked, t.pages_per_run),
+            Err(e) => {
+                // The store is away: no new fetch this turn, the next one asks again.
+                tracing::warn!(run = %run.id, error = %e, "quotas not read: no new fetch this turn");
+                (0, None, None)
+            }
+        }
+    } else {
+        if let Err(e) = run.quota.release(&*cx.store, now, session, out).await {
+            tracing::warn!(run = %run.id, error = %e, "quota slice not given back (it is at the next turn)");
+        }
+        (0, None, None)
+    };
+    run.fetch_room.store(room, Ordering::SeqCst);
+    run.fetch_room_set.notify_waiters();
+    run.quota_changes(cx, going, blocked.as_deref())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(pages_per_run)
+}
+
+/// Takes one fetch from the run's quota room, waiting up to [`FETCH_ROOM_WAIT_MS`] for its
+/// driver to get more; `503` (the SDK tries again) while the quota holds the run.
+async fn take_fetch_room(run: &Run) -> Result<(), HubError> {
+    use std::sync::atomic::Ordering;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(FETCH_ROOM_WAIT_MS);
+    loop {
+        let set = run.fetch_room_set.notified();
+        tokio::pin!(set);
+        set.as_mut().enable();
+        let took = run
+            .fetch_room
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| match r {
+                u64::MAX => Some(r),
+                0 => None,
+                r => Some(r - 1),
+            })
+            .is_ok();
+        if took {
+            return Ok(());
+        }
+        // Used up: the driver asks for the next slice now.
+        run.wake.notify_one();
+        if tokio::time::timeout_at(deadline, set).await.is_err() {
+            let why = run
+                .record
+                .lock()
+                .reason
+                .clone()
+                .filter(|r| crate::tenant::quota_paused(Some(r)))
+                .unwrap_or_else(|| {
+                    format!(
+                        "{}: waiting for the tenant's quota",
+                        crate::tenant::QUOTA_EXHAUSTED
+                    )
+                });
+            return Err(HubError::FetchUnanswered(format!(
+                "run `{}` may not fetch now: {why}",
+                run.id
+            )));
+        }
+    }
+}
+
+/// Gives back a fetch taken from the room that fetched nothing.
+fn give_fetch_room(run: &Run) {
+    let _ = run.fetch_room.fetch_update(
+        std::sync::atomic::Ordering::SeqCst,
+        std::sync::atomic::Ordering::SeqCst,
+        |r| (r != u64::MAX).then(|| r.saturating_add(1)),
+    );
 }
 
 /// Which of the spider's limits the run has reached, if one: `max_pages` (with the
@@ -956,8 +1068,23 @@ pub(crate) async fn fetch(
     let mut given_back = 0;
     loop {
         let agent = &agents[turn % agents.len()];
-        let reply = ask_agent(cx, run, agent, &request, ask.trim).await?;
+        take_fetch_room(run).await?;
+        let reply = match ask_agent(cx, run, agent, &request, ask.trim).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                give_fetch_room(run);
+                return Err(e);
+            }
+        };
         let o = &reply.outcome;
+        if o.given_back() {
+            // Not fetched: the page goes back to the room.
+            give_fetch_room(run);
+        } else {
+            run.counters
+                .fetched
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         if o.given_back() && given_back < FETCH_GIVEN_BACK_TRIES {
             given_back += 1;
             if o.error.as_ref().is_some_and(|e| e.code != "robots_fetched") {

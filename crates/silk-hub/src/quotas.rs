@@ -19,6 +19,10 @@
 //! not counted. Bytes are
 //! known only after the fetch: a run may pass `bytes_per_day` by what one slice downloads.
 //! Pages past a slice (none on this path) are added to the counters' `overshoot`.
+//!
+//! A program run's pages are its fetches through the download center: its driver
+//! (`programs::drive`) takes the same turns, and the fetch route takes each fetch from the
+//! room its slice leaves.
 
 use crate::error::HubError;
 use crate::run::{HeldSlice, RunRecord};

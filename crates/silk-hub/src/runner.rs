@@ -203,6 +203,9 @@ impl Run {
             demand: AtomicU64::new(record_max_pending),
             expand: tokio::sync::Mutex::new(expand),
             unexpanded: AtomicU64::new(unexpanded),
+            // Set by a program run's driver at its first turn.
+            fetch_room: AtomicU64::new(0),
+            fetch_room_set: Notify::new(),
         }))
     }
 
@@ -352,9 +355,12 @@ impl Run {
 
     /// The pages it fetched and bytes it downloaded in this hub session (what its quota
     /// counts).
-    fn session_counts(&self) -> (u64, u64) {
+    /// The pages (pages fetched by agents for a spider run, fetches through the download
+    /// center for a program run) and bytes of this hub session.
+    pub(crate) fn session_counts(&self) -> (u64, u64) {
         (
-            self.counters.succeeded.load(Ordering::Relaxed),
+            self.counters.succeeded.load(Ordering::Relaxed)
+                + self.counters.fetched.load(Ordering::Relaxed),
             self.counters.bytes.load(Ordering::Relaxed),
         )
     }
@@ -362,7 +368,7 @@ impl Run {
     /// Shows the quotas in the run's record: the slice it holds, and `paused` with the reason
     /// while a quota holds it (`running` again when it does not).
     /// `goes_on`: the turn dispatches (only such a turn pauses or resumes the run).
-    async fn quota_changes(
+    pub(crate) async fn quota_changes(
         &self,
         cx: &RunContext,
         goes_on: bool,

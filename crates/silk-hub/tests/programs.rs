@@ -813,6 +813,113 @@ async fn a_program_runs_expansion_reads_its_file_from_the_version() {
     assert_eq!(done.state, RunState::Succeeded, "{done:?}");
 }
 
+/// A program run's fetches through the download center are its tenant's pages: when the
+/// day's pages are used up, the next fetch is answered `503` naming the quota and the run is
+/// paused with `quota_exhausted`; a larger quota resumes it, and it fetches again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_programs_fetches_are_its_tenants_pages_and_a_used_up_quota_pauses_it() {
+    let w = world().await;
+    let site = silk_testkit::demo::DemoSite::start(silk_testkit::demo::DemoConfig {
+        port: 0,
+        hosts: 1,
+        pages: 20,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let quota = |pages: u64| {
+        let admin = &w.admin;
+        async move {
+            admin
+                .request(
+                    reqwest::Method::PATCH,
+                    "/api/v1/tenants/default",
+                    Some(&serde_json::json!({"quotas": {"pages_per_day": pages}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    quota(3).await;
+    let marks = tempfile::tempdir().unwrap();
+    let mut request = program(
+        &["sh", "wait.sh"],
+        1,
+        &[("MARKS", marks.path().display().to_string())],
+    );
+    request.spider =
+        "name: shop\nrobots: false\nper_host_concurrency: 8\nper_host_delay_ms: 0\n".into();
+    let run = w.admin.start_run(&request).await.unwrap();
+    let id = run.id.to_string();
+    let token = w.hub.run_token(&run.id);
+    let fetch = |i: u32| {
+        let (token, url, page) = (
+            token.clone(),
+            format!("{}/api/v1/runs/{id}/fetch", w.base),
+            site.page_url(1, i),
+        );
+        async move { call(&token, url, serde_json::json!({"url": page})).await }
+    };
+    for i in 0..3 {
+        let (status, page) = fetch(i).await;
+        assert_eq!(
+            (status, page["status"].as_u64()),
+            (200, Some(200)),
+            "{page}"
+        );
+    }
+    let (status, refused) = fetch(3).await;
+    assert_eq!(status, 503, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("quota_exhausted: pages_per_day of tenant `default` (3)"),
+        "{refused}"
+    );
+    let paused = until_state(&w.admin, &id, |v| v.state == RunState::Paused).await;
+    assert!(
+        paused
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("quota_exhausted")),
+        "{paused:?}"
+    );
+    assert_eq!(
+        site.stats().hits_under("/p/"),
+        3,
+        "nothing past the quota reached the site"
+    );
+    let usage = within("the usage to be counted", 30, async {
+        loop {
+            let answer = w
+                .admin
+                .request(reqwest::Method::GET, "/api/v1/tenants/default/usage", None)
+                .await
+                .unwrap();
+            if answer.value["pages"] == 3 {
+                return answer.value;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(usage["overshoot_pages"], 0, "{usage}");
+
+    // More pages for the day: the run resumes by itself and fetches again.
+    quota(10).await;
+    until_state(&w.admin, &id, |v| v.state == RunState::Running).await;
+    let (status, page) = fetch(4).await;
+    assert_eq!(
+        (status, page["status"].as_u64()),
+        (200, Some(200)),
+        "{page}"
+    );
+    std::fs::write(marks.path().join("stop"), "").unwrap();
+    let done = until_state(&w.admin, &id, |v| v.state.is_terminal()).await;
+    assert_eq!(done.state, RunState::Succeeded, "{done:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_serves_the_python_sdk_as_a_wheel_that_pip_installs() {
     let python = std::env::var("SILK_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
