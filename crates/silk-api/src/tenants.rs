@@ -60,6 +60,10 @@ pub struct Quotas {
     /// Most pages of one run (a spider's `max_pages` above it is lowered to it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages_per_run: Option<u64>,
+    /// Most requests its spider runs have out at agents at once (agent slots), on each hub
+    /// (its runs there share them: each run's share of the fair share is cut to its part).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_slots: Option<u32>,
     /// The IANA time zone its days are counted in (default `UTC`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,

@@ -25,6 +25,26 @@ pub(crate) struct Want {
     pub demand: u64,
     /// The agents it may send to (runs share slots only with runs that share an agent).
     pub agents: Vec<String>,
+    /// Its tenant's `agent_slots`: most requests out of all its runs (on this hub).
+    pub tenant_slots: Option<u64>,
+}
+
+/// Run `run`'s part of its tenant's `slots` (`agent_slots`), shared with the tenant's other
+/// runs in `wants` by what they want (water-filling, equal weights; at least 1 to a run
+/// that wants anything).
+pub(crate) fn tenant_part(slots: u64, run: &str, wants: &[Want]) -> u64 {
+    let Some(me) = wants.iter().find(|w| w.run == run) else {
+        return slots;
+    };
+    let runs: Vec<(String, f64, f64)> = wants
+        .iter()
+        .filter(|w| w.tenant == me.tenant)
+        .map(|w| (w.run.clone(), 1.0, w.demand as f64))
+        .collect();
+    let part = water_fill(slots as f64, &runs)
+        .get(run)
+        .map_or(0.0, |s| (s + 1e-6).floor()) as u64;
+    if me.demand > 0 { part.max(1) } else { 0 }
 }
 
 /// Water-fills `capacity` over `(key, weight, demand)`: each key's share.
@@ -104,7 +124,24 @@ mod tests {
             weight,
             demand,
             agents: Vec::new(),
+            tenant_slots: None,
         }
+    }
+
+    #[test]
+    fn a_tenants_agent_slots_are_split_among_its_runs() {
+        let wants = [
+            want("a1", "t1", 1, 100),
+            want("a2", "t1", 1, 3),
+            want("b", "t2", 1, 100),
+        ];
+        // 10 slots: the small run keeps its 3, the other gets the rest.
+        assert_eq!(tenant_part(10, "a2", &wants), 3);
+        assert_eq!(tenant_part(10, "a1", &wants), 7);
+        // Fewer slots than runs: each run still gets one.
+        assert_eq!(tenant_part(1, "a1", &wants), 1);
+        // Another tenant's runs do not count; a run alone gets them all.
+        assert_eq!(tenant_part(4, "b", &wants), 4);
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub(crate) struct QuotaTurn {
     pub pages_per_run: Option<u64>,
     /// The tenant's weight in the fair share.
     pub weight: u32,
+    /// The tenant's `agent_slots`.
+    pub agent_slots: Option<u64>,
 }
 
 /// The quota state of one run on this hub.
@@ -143,6 +145,7 @@ impl RunQuota {
             blocked: s.runs_blocked.clone(),
             pages_per_run: s.quotas.pages_per_run,
             weight: s.weight.max(1),
+            agent_slots: s.quotas.agent_slots.map(u64::from),
         };
         if turn.blocked.is_some() {
             // Waiting under concurrent_runs: it holds only what is out.
@@ -410,7 +413,8 @@ pub(crate) struct FairTable {
 impl FairTable {
     /// Notes what run `want.run` wants at `now_ms` and answers how many requests it may have
     /// out, of `capacity` slots (those of the agents it may use; the runs sharing agents
-    /// share them); `None`: no limit (nothing contended).
+    /// share them), and within its part of its tenant's `agent_slots` (shared by the
+    /// tenant's runs on this hub); `None`: no limit (nothing contended, no agent slots).
     pub(crate) fn cap(&self, want: crate::fair::Want, capacity: u64, now_ms: u64) -> Option<u64> {
         let mut wants = self.wants.lock();
         wants.retain(|_, (_, seen)| now_ms.saturating_sub(*seen) <= WANT_TTL_MS);
@@ -423,8 +427,22 @@ impl FairTable {
             .cloned()
             .chain(std::iter::once(want.clone()))
             .collect();
+        let tenant = want.tenant_slots.map(|slots| {
+            let mine: Vec<crate::fair::Want> = wants
+                .values()
+                .map(|(w, _)| w)
+                .filter(|w| w.run != run && w.tenant == want.tenant)
+                .cloned()
+                .chain(std::iter::once(want.clone()))
+                .collect();
+            crate::fair::tenant_part(slots, &run, &mine)
+        });
         wants.insert(run.clone(), (want, now_ms));
-        crate::fair::shares(capacity, &all).map(|s| s.get(&run).copied().unwrap_or(1))
+        let fair = crate::fair::shares(capacity, &all).map(|s| s.get(&run).copied().unwrap_or(1));
+        match (fair, tenant) {
+            (Some(f), Some(t)) => Some(f.min(t)),
+            (f, t) => f.or(t),
+        }
     }
 
     /// The run no longer dispatches.

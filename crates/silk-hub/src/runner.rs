@@ -916,6 +916,7 @@ impl Run {
                     weight: quota.weight,
                     demand: self.demand.load(Ordering::Relaxed).max(out as u64),
                     agents: live.iter().map(|a| a.to_string()).collect(),
+                    tenant_slots: quota.agent_slots,
                 };
                 cx.fair.cap(want, cx.agents.capacity(&live), now)
             } else {

@@ -88,6 +88,11 @@ pub(crate) fn check_doc(doc: &TenantDoc) -> Result<(), HubError> {
     if doc.weight.is_some_and(|w| !(1..=1000).contains(&w)) {
         return Err(HubError::BadTenant("weight: 1 to 1000".into()));
     }
+    if doc.quotas.agent_slots == Some(0) {
+        return Err(HubError::BadTenant(
+            "quotas.agent_slots: at least 1 (a tenant that may not run is given no pool)".into(),
+        ));
+    }
     if doc.quotas.concurrent_runs == Some(0) {
         return Err(HubError::BadTenant(
             "quotas.concurrent_runs: at least 1 (a tenant that may not run is given no pool)"

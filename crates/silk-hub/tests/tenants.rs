@@ -783,6 +783,88 @@ async fn quotas_pause_runs_and_resume_them_across_a_hub_restart() {
 /// themselves, a tenant's run does not reach the loopback site (`private_address`, nothing
 /// reaches it) nor a loopback webhook, until an admin allows the range for that tenant; the
 /// other tenant's runs still do not reach it, and a run's own downloader settings cannot.
+/// A tenant's `agent_slots` bound the requests its runs have out at once: on a slow site
+/// the same run has at most that many in flight at the site, where a tenant without the
+/// quota has many more; every page is still fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agent_slots_bound_a_tenants_requests_in_flight() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let bus = bus();
+    let site = silk_testkit::demo::DemoSite::start(silk_testkit::demo::DemoConfig {
+        hosts: 1,
+        pages: 40,
+        latency_ms: Some(30),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let hub = start_hub(dir.path(), &bus).await;
+    let _agent = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (base, admin) = serve(&hub).await;
+    let (status, e) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "slim", "quotas": {"agent_slots": 0}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("quotas.agent_slots"),
+        "{e}"
+    );
+    let (status, made) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/tenants",
+        Some(json!({"name": "slim", "quotas": {"agent_slots": 2}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    let spider = format!(
+        "name: slow\nstart_urls: ['{}']\nfollow: [{{deny: ['/calendar/', '/s\\?']}}]\n\
+         per_host_concurrency: 16\nper_host_delay_ms: 0\n",
+        site.start_url()
+    );
+    let slim = client(&base, &token(&admin, "m", Role::Member, Some("slim")).await);
+    let mut peaks = Vec::new();
+    for who in [&slim, &admin] {
+        site.reset_stats();
+        let (status, run) = call(
+            who,
+            Method::POST,
+            "/api/v1/runs",
+            Some(json!({"spider": spider, "max_pending": 16})),
+        )
+        .await;
+        assert_eq!(status, 201, "{run}");
+        let id = silk_core::RunId::new(run["id"].as_str().unwrap());
+        let done = within("the run", 60, hub.wait_run(&id)).await.unwrap();
+        assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+        let stats = site.stats();
+        assert_eq!(stats.hits_under("/p/"), 40, "every page is fetched");
+        peaks.push(
+            stats
+                .per_host_max_in_flight
+                .values()
+                .copied()
+                .max()
+                .unwrap_or(0),
+        );
+    }
+    assert!(
+        peaks[0] <= 2,
+        "slim had {} requests in flight at once",
+        peaks[0]
+    );
+    assert!(peaks[1] > 2, "without agent_slots: {} at once", peaks[1]);
+    hub.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn private_networks_are_refused_to_tenants_unless_an_admin_allows_them() {
     let dir = tempfile::TempDir::new().unwrap();

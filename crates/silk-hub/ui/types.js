@@ -473,6 +473,7 @@
 /**
  * A tenant's quotas, set by an admin; a field left out is no limit. Days are counted in
  * @typedef {object} Quotas
+ * @property {number|null} [agent_slots] Most requests its spider runs have out at agents at once (agent slots), on each hub
  * @property {number|null} [bytes_per_day] Most bytes downloaded per day, over all its runs (checked before each slice of pages
  * @property {number|null} [concurrent_runs] Most of its runs dispatching at once (the others wait, paused).
  * @property {number|null} [pages_per_day] Most pages fetched per day, over all its runs.

@@ -137,7 +137,8 @@ async function showUsage(sectionEl, box, of) {
     row('Runs running', u.running_runs, q.concurrent_runs, fmtInt, 'usage-runs'),
     h('div', { class: 'muted', testid: 'usage-notes' },
       `${fmtInt(u.reserved)} pages reserved by running runs · ${fmtInt(u.overshoot_pages)} past their slices · ${fmtInt(u.quota_paused_runs)} run(s) paused by a quota`
-        + (q.pages_per_run != null ? ` · at most ${fmtInt(q.pages_per_run)} pages per run` : '')),
+        + (q.pages_per_run != null ? ` · at most ${fmtInt(q.pages_per_run)} pages per run` : '')
+        + (q.agent_slots != null ? ` · at most ${fmtInt(q.agent_slots)} requests out at once (agent slots)` : '')),
   );
 }
 

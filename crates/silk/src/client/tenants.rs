@@ -88,11 +88,14 @@ pub enum TenantsCommand {
         /// Most pages of one run.
         #[arg(long, value_name = "N")]
         pages_per_run: Option<u64>,
+        /// Most requests its spider runs have out at agents at once (on each hub).
+        #[arg(long, value_name = "N")]
+        agent_slots: Option<u32>,
         /// The IANA time zone its days are counted in (default UTC).
         #[arg(long, value_name = "ZONE")]
         time_zone: Option<String>,
         /// No quota.
-        #[arg(long, conflicts_with_all = ["concurrent_runs", "pages_per_day", "bytes_per_day", "pages_per_run", "time_zone"])]
+        #[arg(long, conflicts_with_all = ["concurrent_runs", "pages_per_day", "bytes_per_day", "pages_per_run", "agent_slots", "time_zone"])]
         none: bool,
     },
     /// What a tenant used today (in its time zone) against its quotas.
@@ -164,6 +167,7 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
             pages_per_day,
             bytes_per_day,
             pages_per_run,
+            agent_slots,
             time_zone,
             none,
         } => {
@@ -172,6 +176,7 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                 pages_per_day,
                 bytes_per_day,
                 pages_per_run,
+                agent_slots,
                 time_zone,
             };
             let patch = if none || quotas.is_empty() {
@@ -283,6 +288,7 @@ fn quotas_text(q: &Quotas) -> String {
     add("pages/day", q.pages_per_day.map(|n| n.to_string()));
     add("bytes/day", q.bytes_per_day.map(|n| n.to_string()));
     add("pages/run", q.pages_per_run.map(|n| n.to_string()));
+    add("agent slots", q.agent_slots.map(|n| n.to_string()));
     add("time zone", q.time_zone.clone());
     if parts.is_empty() {
         "no quota".into()
@@ -316,6 +322,10 @@ fn usage_text(u: &TenantUsage) -> String {
     out.push_str(&format!(
         "  pages per run  {}\n",
         limit(u.quotas.pages_per_run)
+    ));
+    out.push_str(&format!(
+        "  agent slots    {}\n",
+        limit(u.quotas.agent_slots.map(u64::from))
     ));
     out
 }
