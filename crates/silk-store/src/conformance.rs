@@ -62,6 +62,7 @@ macro_rules! store_conformance_tests {
             project_delete_takes_its_versions_logs_and_deliveries, artifacts_in_chunks,
             settings_first_value_wins, alert_rules_crud, alerts_outbox,
             ended_runs_noticed_once, tenants_scope_their_objects,
+            a_tenant_deleted_while_written_for_leaves_no_orphan,
             quota_reservations_hold_their_limits);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
@@ -2321,6 +2322,81 @@ pub async fn tenants_scope_their_objects(f: &dyn StoreFactory) {
     assert!(s.delete_tenant("acme").await.expect("delete"));
     assert!(!s.delete_tenant("acme").await.expect("delete again"));
     assert_eq!(s.get_tenant("acme").await.expect("get"), None);
+
+    // Nothing is written for a tenant that is not there (deleted while a hub wrote for it):
+    // no orphan job, run or token.
+    let mut orphan = job("j-gone", "nightly");
+    orphan.tenant = "acme".to_owned();
+    let res = s.create_job(&orphan).await;
+    expect_err(
+        res,
+        "NotFound",
+        &["acme", "nightly"],
+        "a job of a deleted tenant",
+    );
+    assert_eq!(s.get_job("j-gone").await.expect("get"), None);
+    let mut orphan = run("r-gone", None, "running", T0);
+    orphan.tenant = "acme".to_owned();
+    let res = s.put_run(&orphan).await;
+    expect_err(
+        res,
+        "NotFound",
+        &["acme", "r-gone"],
+        "a run of a deleted tenant",
+    );
+    assert!(
+        s.acquire_lease(&run_lease_name("r-gone"), "hub-a", 60_000)
+            .await
+            .expect("lease")
+    );
+    let res = s
+        .put_run_held(&orphan, &run_lease_name("r-gone"), "hub-a")
+        .await;
+    expect_err(res, "NotFound", &["acme"], "a held run of a deleted tenant");
+    assert_eq!(s.get_run("r-gone").await.expect("get"), None);
+    let mut orphan = token("t-gone", T0);
+    orphan.tenant = "acme".to_owned();
+    let res = s.create_token(&orphan).await;
+    expect_err(res, "NotFound", &["acme"], "a token of a deleted tenant");
+    assert_eq!(s.get_token("t-gone").await.expect("get"), None);
+}
+
+/// A tenant deleted while a job and a token are written for it: either they are written
+/// and the delete is refused (it saw them), or the tenant is gone and they are not written —
+/// never a job or token of a tenant that does not exist.
+pub async fn a_tenant_deleted_while_written_for_leaves_no_orphan(f: &dyn StoreFactory) {
+    let s = f.open().await;
+    for i in 0..40 {
+        let name = format!("racer{i}");
+        s.create_tenant(&TenantRow {
+            name: name.clone(),
+            doc: json!({}),
+            created_ms: T0,
+            updated_ms: T0,
+        })
+        .await
+        .expect("tenant");
+        let mut j = job(&format!("j-race-{i}"), "nightly");
+        j.tenant = name.clone();
+        let mut t = token(&format!("t-race-{i}"), T0);
+        t.tenant = name.clone();
+        let (deleted, made, minted) =
+            tokio::join!(s.delete_tenant(&name), s.create_job(&j), s.create_token(&t));
+        let tenant = s.get_tenant(&name).await.expect("get").is_some();
+        let job_there = s.get_job(&j.id).await.expect("get").is_some();
+        let token_there = s.get_token(&t.id).await.expect("get").is_some();
+        assert!(
+            tenant || (!job_there && !token_there),
+            "round {i}: an orphan (deleted {deleted:?}, job {made:?}, token {minted:?})"
+        );
+        assert_eq!(made.is_ok(), job_there, "round {i}: {made:?}");
+        assert_eq!(minted.is_ok(), token_there, "round {i}: {minted:?}");
+        assert_eq!(
+            deleted.as_ref().is_ok_and(|d| *d),
+            !tenant,
+            "round {i}: {deleted:?}"
+        );
+    }
 }
 
 /// Quota counters: a reservation never takes a counter past its page limit (also when hubs

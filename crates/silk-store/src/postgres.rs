@@ -107,11 +107,13 @@ crate::sql::impl_meta_store!(
     backend = "postgres",
     lock = Some(LOCK_SQL),
     c = " COLLATE \"C\"",
-    now = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+    now = "(extract(epoch from clock_timestamp()) * 1000)::bigint",
+    share = " FOR KEY SHARE"
 );
 crate::sql_projects::impl_project_store!(
     store = PgStore,
     db = sqlx::Postgres,
-    c = " COLLATE \"C\""
+    c = " COLLATE \"C\"",
+    update = " FOR UPDATE"
 );
 crate::sql_alerts::impl_alert_store!(store = PgStore, db = sqlx::Postgres, c = " COLLATE \"C\"");

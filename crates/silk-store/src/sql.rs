@@ -192,9 +192,27 @@ macro_rules! impl_meta_store {
         backend = $backend:literal,
         lock = $lock:expr,
         c = $c:literal,
-        now = $now:literal
+        now = $now:literal,
+        share = $share:literal
     ) => {
         use $crate::error::StoreError;
+
+        /// The condition that the tenant bound to `$param` exists; on PostgreSQL it locks the
+        /// tenant's row (`FOR KEY SHARE`) until the statement's transaction ends, so a
+        /// `delete_tenant` (which locks it `FOR UPDATE` before counting what the tenant
+        /// owns) either waits for the new row and sees it, or deletes the tenant first and
+        /// the row is not written. SQLite runs one writer at a time.
+        fn tenant_exists(param: &str) -> String {
+            format!("EXISTS (SELECT 1 FROM tenants WHERE name = {param}{})", $share)
+        }
+
+        /// The error of a `what` named `name` of a tenant that does not exist (deleted
+        /// meanwhile).
+        fn no_tenant(tenant: &str, what: &str, name: &str) -> StoreError {
+            StoreError::NotFound {
+                what: format!("tenant {tenant:?} (of {what} {name:?})"),
+            }
+        }
         use $crate::model::{
             AgentRow, AllocationRow, ItemRow, JobRow, LeaseRow, Level, LogLine, LogQuery, LogSearch,
             MAX_PAGE, NewLogLine, RunFilter, RunRow, TokenRow, run_lease_name,
@@ -267,9 +285,10 @@ macro_rules! impl_meta_store {
         }
 
         /// Runs `query` and decodes the row it returns, if any.
-        /// Inserts or replaces a run; with `held = Some((lease, holder))` only while `holder`
-        /// holds `lease` (`INSERT … SELECT … WHERE EXISTS`, whose WHERE also keeps SQLite
-        /// from reading the ON CONFLICT as a join constraint). Returns the rows written.
+        /// Inserts or replaces a run of a tenant that exists; with `held = Some((lease,
+        /// holder))` only while `holder` holds `lease` (`INSERT … SELECT … WHERE EXISTS`,
+        /// whose WHERE also keeps SQLite from reading the ON CONFLICT as a join constraint).
+        /// Returns the rows written.
         async fn upsert_run(
             pool: &sqlx::Pool<$db>,
             run: &RunRow,
@@ -280,10 +299,16 @@ macro_rules! impl_meta_store {
             let created_ms = to_db(run.created_ms, || w("created_ms"))?;
             let finished_ms = opt_to_db(run.finished_ms, || w("finished_ms"))?;
             let (source, op) = match held {
-                None => ("VALUES ($1, $2, $3, $4, $5, $6, $7)", "put_run"),
+                None => (
+                    format!("SELECT $1, $2, $3, $4, $5, $6, $7 WHERE {}", tenant_exists("$7")),
+                    "put_run",
+                ),
                 Some(_) => (
-                    "SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS \
-                     (SELECT 1 FROM leases WHERE name = $8 AND holder = $9)",
+                    format!(
+                        "SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS \
+                         (SELECT 1 FROM leases WHERE name = $8 AND holder = $9) AND {}",
+                        tenant_exists("$7")
+                    ),
                     "put_run_held",
                 ),
             };
@@ -756,10 +781,15 @@ macro_rules! impl_meta_store {
                 const OP: &str = "create_job";
                 let b = JobBinds::new(job)?;
                 let sql = format!(
-                    "INSERT INTO jobs ({JOB_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                    "INSERT INTO jobs ({JOB_COLS}) SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 \
+                     WHERE {}",
+                    tenant_exists("$10")
                 );
                 let res = b.bind(job, sqlx::query(&sql)).execute(&self.pool).await;
                 match res {
+                    Ok(done) if done.rows_affected() == 0 => {
+                        Err(no_tenant(&job.tenant, "job", &job.name))
+                    }
                     Ok(_) => Ok(()),
                     Err(e) if is_unique_violation(&e) => {
                         let what = if self.job_id_exists(&job.id, OP).await? {
@@ -828,7 +858,10 @@ macro_rules! impl_meta_store {
 
             async fn put_run(&self, run: &RunRow) -> Result<(), StoreError> {
                 let _clock = $crate::held::hold_clock();
-                upsert_run(&self.pool, run, None).await.map(|_| ())
+                if upsert_run(&self.pool, run, None).await? == 0 {
+                    return Err(no_tenant(&run.tenant, "run", &run.id));
+                }
+                Ok(())
             }
 
             async fn put_run_held(
@@ -838,7 +871,17 @@ macro_rules! impl_meta_store {
                 holder: &str,
             ) -> Result<bool, StoreError> {
                 let _clock = $crate::held::hold_clock();
-                Ok(upsert_run(&self.pool, run, Some((lease, holder))).await? > 0)
+                if upsert_run(&self.pool, run, Some((lease, holder))).await? > 0 {
+                    return Ok(true);
+                }
+                // Not written: the lease is another's, or the tenant is gone.
+                if $crate::tenants::TenantStore::get_tenant(self, &run.tenant)
+                    .await?
+                    .is_none()
+                {
+                    return Err(no_tenant(&run.tenant, "run", &run.id));
+                }
+                Ok(false)
             }
 
             async fn get_run(&self, id: &str) -> Result<Option<RunRow>, StoreError> {
@@ -1152,10 +1195,12 @@ macro_rules! impl_meta_store {
                 let w = |col: &str| format!("token {:?} {col}", token.id);
                 let created_ms = to_db(token.created_ms, || w("created_ms"))?;
                 let last_used_ms = opt_to_db(token.last_used_ms, || w("last_used_ms"))?;
-                let res = sqlx::query(
+                let sql = format!(
                     "INSERT INTO tokens (id, name, hash, admin, created_ms, last_used_ms, tenant, \
-                     role) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
+                     role) SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE {}",
+                    tenant_exists("$7")
+                );
+                let res = sqlx::query(&sql)
                 .bind(&token.id)
                 .bind(&token.name)
                 .bind(&token.hash)
@@ -1167,6 +1212,9 @@ macro_rules! impl_meta_store {
                 .execute(&self.pool)
                 .await;
                 match res {
+                    Ok(done) if done.rows_affected() == 0 => {
+                        Err(no_tenant(&token.tenant, "token", &token.name))
+                    }
                     Ok(_) => Ok(()),
                     Err(e) if is_unique_violation(&e) => Err(StoreError::Conflict {
                         what: format!("token id {:?}", token.id),

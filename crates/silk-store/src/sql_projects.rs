@@ -7,7 +7,7 @@
 /// Implements [`crate::ProjectStore`] for `$store` (see the module doc). `$c` is the
 /// collation suffix of text `ORDER BY`s.
 macro_rules! impl_project_store {
-    (store = $store:ty, db = $db:ty, c = $c:literal) => {
+    (store = $store:ty, db = $db:ty, c = $c:literal, update = $update:literal) => {
         const DOC_COLS: &str = "name, doc, created_ms, updated_ms";
         const VERSION_COLS: &str = "project, version, build_id, state, created_ms, artifact, doc";
 
@@ -540,6 +540,15 @@ macro_rules! impl_project_store {
                 let _clock = $crate::held::hold_clock();
                 const OP: &str = "delete_tenant";
                 let mut tx = self.begin_write().await.map_err(|e| StoreError::query(OP, e))?;
+                // Locked first (PostgreSQL; SQLite has one writer): a job, run or token being
+                // written for the tenant holds it `FOR KEY SHARE` (`tenant_exists`), so it is
+                // either counted below or not written at all.
+                let lock = format!("SELECT name FROM tenants WHERE name = $1{}", $update);
+                sqlx::query(&lock)
+                    .bind(name)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| StoreError::query(OP, e))?;
                 for table in ["jobs", "runs", "tokens"] {
                     let sql = format!("SELECT COUNT(*) FROM {table} WHERE tenant = $1");
                     let count: i64 = sqlx::query_scalar(&sql)

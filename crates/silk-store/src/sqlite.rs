@@ -87,9 +87,15 @@ crate::sql::impl_meta_store!(
     backend = "sqlite",
     lock = None,
     c = "",
-    now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+    now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
+    share = ""
 );
-crate::sql_projects::impl_project_store!(store = SqliteStore, db = sqlx::Sqlite, c = "");
+crate::sql_projects::impl_project_store!(
+    store = SqliteStore,
+    db = sqlx::Sqlite,
+    c = "",
+    update = ""
+);
 crate::sql_alerts::impl_alert_store!(store = SqliteStore, db = sqlx::Sqlite, c = "");
 
 /// Whether `e` is SQLite's "database is locked" (SQLITE_BUSY, code 5, or one of its
