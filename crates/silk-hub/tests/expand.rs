@@ -6,22 +6,11 @@
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use silk_api::client::Client;
 use silk_api::runs::{ExpandProgress, RunState};
 use tempfile::TempDir;
 
 mod common;
 use common::*;
-
-async fn call(client: &Client, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    match client.request(method, path, body.as_ref()).await {
-        Ok(answer) => (answer.status, answer.value),
-        Err(e) => match (e.status(), e.body()) {
-            (Some(status), Some(body)) => (status, body),
-            _ => panic!("no API answer from {path}: {e}"),
-        },
-    }
-}
 
 /// A spider of 2 hosts × 1,500 pages of the demo site, given as a template: the hosts come
 /// from the trigger's `hosts` argument, the pages from a range.

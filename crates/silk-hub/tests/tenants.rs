@@ -13,16 +13,6 @@ use silk_api::client::Client;
 use silk_api::runs::RunState;
 use silk_api::tokens::{Role, TokenRequest};
 
-async fn call(client: &Client, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    match client.request(method, path, body.as_ref()).await {
-        Ok(answer) => (answer.status, answer.value),
-        Err(e) => match (e.status(), e.body()) {
-            (Some(status), Some(body)) => (status, body),
-            _ => panic!("no API answer from {path}: {e}"),
-        },
-    }
-}
-
 fn client(base: &str, token: &str) -> Client {
     Client::new(reqwest::Url::parse(base).unwrap(), Some(token.to_owned())).unwrap()
 }

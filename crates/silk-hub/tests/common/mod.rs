@@ -225,3 +225,20 @@ pub fn items_once(view: &silk_api::runs::RunView) -> std::collections::BTreeSet<
     assert_eq!(urls.len(), unique.len(), "an item is in the output twice");
     unique
 }
+
+/// One API call: the status and JSON body of the hub's answer, success or not (fails the
+/// test when there is no answer at all).
+pub async fn call(
+    client: &silk_api::client::Client,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    match client.request(method, path, body.as_ref()).await {
+        Ok(answer) => (answer.status, answer.value),
+        Err(e) => match (e.status(), e.body()) {
+            (Some(status), Some(body)) => (status, body),
+            _ => panic!("no API answer from {path}: {e}"),
+        },
+    }
+}
