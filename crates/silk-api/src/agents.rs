@@ -129,7 +129,8 @@ pub struct ScaleView {
     /// Whether the last run exited with status 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_ok: Option<bool>,
-    /// The last run's output (its stdout, or why it failed), at most 500 characters.
+    /// The last run's output (its stdout, or why it failed), at most 500 characters; shown
+    /// to admins only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_message: Option<String>,
     /// The deficit the last run was told.

@@ -428,6 +428,7 @@ struct Part {
 pub struct Expansion {
     parts: Vec<Part>,
     total: u64,
+    fingerprint: u64,
 }
 
 /// The `i`-th request of an expansion: its URL (not canonical yet) and its parameters.
@@ -527,7 +528,14 @@ impl Expansion {
             .iter()
             .try_fold(0u64, |acc, p| acc.checked_add(p.total));
         match total {
-            Some(total) if problems.is_empty() => Ok(Self { parts, total }),
+            Some(total) if problems.is_empty() => {
+                let fingerprint = fingerprint(specs, &parts);
+                Ok(Self {
+                    parts,
+                    total,
+                    fingerprint,
+                })
+            }
             Some(_) => Err(CoreError::ExpandInvalid { problems }),
             None => {
                 problems.push("expand: the templates give more than 2^64 requests".into());
@@ -539,6 +547,13 @@ impl Expansion {
     /// How many requests it gives.
     pub fn total(&self) -> u64 {
         self.total
+    }
+
+    /// A hash of the templates and every value (args and file lines included): two
+    /// expansions with the same one give the same requests in the same order (a stored
+    /// cursor belongs to it).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// The index of each template's first request.
@@ -591,6 +606,34 @@ impl Expansion {
             .collect();
         Some(Expanded { url, params })
     }
+}
+
+/// The hash of [`Expansion::fingerprint`].
+fn fingerprint(specs: &[ExpandSpec], parts: &[Part]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for (spec, part) in specs.iter().zip(parts) {
+        h.update(spec.template.as_bytes());
+        h.update(&[0xff]);
+        for (name, values) in &part.dims {
+            h.update(name.as_bytes());
+            h.update(&[0xfe]);
+            match values {
+                Values::List(v) => {
+                    for value in v {
+                        h.update(value.as_bytes());
+                        h.update(&[0xfd]);
+                    }
+                }
+                Values::Range { start, step, len } => {
+                    for n in [*start, *step] {
+                        h.update(&n.to_le_bytes());
+                    }
+                    h.update(&len.to_le_bytes());
+                }
+            }
+        }
+    }
+    h.digest()
 }
 
 /// How the `i`-th of `n` expansions is named in messages.
@@ -713,6 +756,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.total(), 10_000_000);
+        // Other values, the same count: another expansion.
+        let other = compile(
+            "expand: {template: 'http://s/{a}/{b}', params: {a: {range: [2, 10001]}, b: {range: [0, 999]}}}",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(other.total(), e.total());
+        assert_ne!(other.fingerprint(), e.fingerprint());
         assert_eq!(e.get(9_999_999).unwrap().url, "http://s/10000/999");
         assert_eq!(e.get(1_234_567).unwrap().url, "http://s/1235/567");
     }

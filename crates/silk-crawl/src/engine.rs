@@ -11,6 +11,7 @@
 
 use crate::error::CrawlError;
 use serde::Serialize;
+use silk_core::expand::Expansion;
 use silk_core::spider::Spider;
 use silk_core::{Clock, OutcomeCode, Request};
 use silk_fetch::robots::RobotsCache;
@@ -47,10 +48,12 @@ pub struct CrawlOptions {
 /// The file in the data dir that holds how far the spider's expansion has been fed.
 const EXPAND_CURSOR: &str = "expand.json";
 
-/// The cursor file's contents: the expansion's size (a changed spider starts over; the
-/// frontier's dedup skips what was fed) and the next request to feed.
+/// The cursor file's contents: the expansion's fingerprint and size (another expansion —
+/// a changed spider, other args or file lines — starts over; the frontier's dedup skips
+/// what was fed) and the next request to feed.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Cursor {
+    fingerprint: u64,
     total: u64,
     next: u64,
 }
@@ -264,7 +267,7 @@ impl Crawl {
             None => None,
             Some(expansion) => {
                 let path = opts.data_dir.join(EXPAND_CURSOR);
-                let next = read_cursor(&path, expansion.total())?;
+                let next = read_cursor(&path, &expansion)?;
                 let batch = silk_frontier::expand::batch_for(u64::from(spec.concurrency));
                 Some((ExpandFeed::new(expansion, next, batch), path))
             }
@@ -444,8 +447,8 @@ impl Crawl {
     }
 }
 
-/// The stored cursor of an expansion of `total` requests (0: none, or another expansion's).
-fn read_cursor(path: &Path, total: u64) -> Result<u64, CrawlError> {
+/// The stored cursor of `expansion` (0: none, or another expansion's).
+fn read_cursor(path: &Path, expansion: &Expansion) -> Result<u64, CrawlError> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
@@ -457,7 +460,9 @@ fn read_cursor(path: &Path, total: u64) -> Result<u64, CrawlError> {
         }
     };
     match serde_json::from_str::<Cursor>(&text) {
-        Ok(c) if c.total == total => Ok(c.next),
+        Ok(c) if c.total == expansion.total() && c.fingerprint == expansion.fingerprint() => {
+            Ok(c.next)
+        }
         // Another expansion (the spider changed), or a torn file: start over; the frontier's
         // dedup skips what was already fed.
         _ => Ok(0),
@@ -472,12 +477,15 @@ fn write_cursor(path: &Path, feed: &ExpandFeed) -> Result<(), CrawlError> {
         reason: e.to_string(),
     };
     let cursor = Cursor {
+        fingerprint: feed.fingerprint(),
         total: feed.total(),
         next: feed.next(),
     };
     let text = serde_json::to_string(&cursor).unwrap_or_default();
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(err)?;
+    let mut file = std::fs::File::create(&tmp).map_err(err)?;
+    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(err)?;
+    file.sync_all().map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
 }
 

@@ -318,7 +318,7 @@ async fn expanded_start_requests_are_fed_in_batches_and_resume_from_their_cursor
     assert!((1_000..=3_000).contains(&fed), "fed {fed}");
     assert!(stopped.progress.frontier.total <= fed);
 
-    let resumed = Crawl::open(spider(&yaml), opts)
+    let resumed = Crawl::open(spider(&yaml), opts.clone())
         .await
         .unwrap()
         .run(watch::channel(false).1)
@@ -335,6 +335,32 @@ async fn expanded_start_requests_are_fed_in_batches_and_resume_from_their_cursor
     let stats = site.stats();
     assert!(stats.repeated().is_empty(), "{:?}", stats.repeated());
     assert_eq!(stats.hits_under("/p/"), 6_000);
+
+    // Other file lines of the same count are another expansion: the cursor starts over (the
+    // frontier's dedup drops what was fetched) rather than taking the old one's place.
+    let cursor = |dir: &Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("data/expand.json")).unwrap())
+            .unwrap()
+    };
+    let before = cursor(dir.path());
+    let mut reversed = hosts.clone();
+    reversed.reverse();
+    std::fs::write(dir.path().join("hosts.txt"), reversed.join("\n")).unwrap();
+    let again = Crawl::open(spider(&yaml), opts.clone())
+        .await
+        .unwrap()
+        .run(watch::channel(false).1)
+        .await
+        .unwrap();
+    assert_eq!(again.finish, Finish::Complete);
+    let after = cursor(dir.path());
+    assert_ne!(after["fingerprint"], before["fingerprint"]);
+    assert_eq!(after["next"], 6_000, "fed again from the start");
+    assert_eq!(
+        site.stats().hits_under("/p/"),
+        6_000,
+        "nothing fetched twice"
+    );
 
     // A spider whose parameter names a file that is not there is refused before anything.
     let missing = yaml.replace("hosts.txt", "gone.txt");

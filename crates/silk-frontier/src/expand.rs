@@ -47,6 +47,11 @@ impl ExpandFeed {
         self.expansion.total()
     }
 
+    /// The expansion's fingerprint (see `silk_core::expand::Expansion::fingerprint`).
+    pub fn fingerprint(&self) -> u64 {
+        self.expansion.fingerprint()
+    }
+
     /// Whether every request has been fed.
     pub fn done(&self) -> bool {
         self.next >= self.expansion.total()

@@ -647,10 +647,19 @@ async fn list_agents(State(hub): State<HubHandle>) -> Json<Vec<AgentView>> {
 }
 
 /// The agent pools the hub's config declares (`--pools`): the agents each needs, those alive,
-/// the deficit and the scale command's state (never the command).
+/// the deficit and the scale command's state (never the command; its output to admins only).
 #[utoipa::path(get, path = "/api/v1/pools", responses((status = 200, body = [silk_api::agents::PoolView])))]
-async fn list_pools(State(hub): State<HubHandle>) -> Json<Vec<silk_api::agents::PoolView>> {
-    Json(hub.pools())
+async fn list_pools(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+) -> Json<Vec<silk_api::agents::PoolView>> {
+    let mut pools = hub.pools();
+    if !principal.is_admin() {
+        for p in &mut pools {
+            p.scale.last_message = None;
+        }
+    }
+    Json(pools)
 }
 
 /// Tells an agent to stop (admin only): it finishes or gives back its work within its grace

@@ -12,8 +12,8 @@ use silk_core::spider::Spider;
 use silk_store::MetaStore;
 use std::collections::BTreeMap;
 
-/// Most bytes of one parameter file.
-const MAX_FILE_BYTES: u64 = 256 << 20;
+/// Most bytes of one parameter file (a file of keywords, read whenever a hub opens the run).
+const MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// The spider's expansion (`None`: it has no `expand`); `400` naming the parameter when a
 /// file or an arg is missing or a template gives no fetchable URL.

@@ -863,8 +863,9 @@ impl HubHandle {
             task.abort();
             let _ = task.await;
         }
-        // The runs' leases went back as their loops ended; the scheduler's and the alerts'
-        // go now (another hub takes them at once).
+        // The runs' leases went back as their loops ended; the scheduler's, the alerts' and
+        // the pools' go now (another hub takes them at once).
+        crate::scale::release_leases(&self.shared).await;
         for lease in [
             crate::ownership::SCHEDULER_LEASE,
             crate::alerts::ALERTS_LEASE,

@@ -173,11 +173,25 @@ pub(crate) struct Run {
     pub(crate) expand: tokio::sync::Mutex<Option<silk_frontier::ExpandFeed>>,
     /// The expanded requests not fed to the frontier yet.
     pub(crate) unexpanded: AtomicU64,
-    /// A program run's fetches through the download center its quota slice still allows
-    /// (`u64::MAX`: no limit); set by its driver each turn, taken by the fetch route.
-    pub(crate) fetch_room: AtomicU64,
+    /// A program run's fetches through the download center under its quota slice: set by
+    /// its driver each turn, taken by the fetch route.
+    pub(crate) fetch_room: Mutex<FetchRoom>,
     /// Woken when `fetch_room` was set again.
     pub(crate) fetch_room_set: Notify,
+}
+
+/// The fetches a program run's quota slice still allows, and those taken: changed under
+/// one lock with the run's `fetched` counter, so a quota turn sees every fetch exactly once
+/// (out, or counted) and a fetch taken while the turn asked the store is subtracted from
+/// the room it sets.
+#[derive(Debug, Default)]
+pub(crate) struct FetchRoom {
+    /// Fetches it may start (`u64::MAX`: no limit).
+    pub(crate) room: u64,
+    /// Fetches started, ever (the turn subtracts those started meanwhile).
+    pub(crate) taken: u64,
+    /// Fetches started and not counted yet.
+    pub(crate) out: u64,
 }
 
 /// Why a run did not take fed requests.

@@ -129,12 +129,11 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
     place(cx, run).await?;
     start_all(cx, run, &public_url).await;
     let grace_ms = program(run).map(|p| p.spec.stop_grace_ms()).unwrap_or(0);
-    let mut told = Desired::Run;
     let mut cancel_by: Option<u64> = None;
     // Set when a limit of the spider was reached: the workers were told to stop by then.
     let mut limited_by: Option<u64> = None;
-    // Whether the workers were told to pause for a quota.
-    let mut quota_told = false;
+    // Whether the workers were last told to run (they start running).
+    let mut workers_running = true;
     loop {
         if *cx.stop.borrow() {
             return Ok(End::HubStopping);
@@ -144,17 +143,9 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
             return Ok(End::Disowned(why));
         }
         let desired = *run.desired.borrow();
-        if desired != told {
-            let action = match desired {
-                Desired::Pause => ProgramAction::Pause,
-                Desired::Run => ProgramAction::Resume,
-                Desired::Cancel => {
-                    cancel_by = Some(cx.clock.now_ms() + grace_ms + CANCEL_MARGIN_MS);
-                    ProgramAction::Stop { grace_ms }
-                }
-            };
-            tell_all(cx, run, action).await;
-            told = desired;
+        if desired == Desired::Cancel && cancel_by.is_none() {
+            cancel_by = Some(cx.clock.now_ms() + grace_ms + CANCEL_MARGIN_MS);
+            tell_all(cx, run, ProgramAction::Stop { grace_ms }).await;
         }
         let fatal = run.fatal.lock().take();
         if let Some(reason) = fatal {
@@ -163,17 +154,18 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
         }
         let going = desired == Desired::Run && limited_by.is_none();
         let pages_per_run = quota_turn(cx, run, going).await?;
-        // A quota that holds the run pauses its workers (the run shows `paused` with the
-        // reason); they go on when it allows again.
+        // The workers run while the user wants the run to and no quota holds it (a quota
+        // shows the run `paused` with its reason, and lets it go on when it allows again).
         let quota_paused = run.quota_paused.load(std::sync::atomic::Ordering::SeqCst);
-        if going && quota_paused != quota_told {
-            let action = if quota_paused {
-                ProgramAction::Pause
-            } else {
+        let should_run = desired == Desired::Run && !quota_paused;
+        if desired != Desired::Cancel && limited_by.is_none() && should_run != workers_running {
+            let action = if should_run {
                 ProgramAction::Resume
+            } else {
+                ProgramAction::Pause
             };
             tell_all(cx, run, action).await;
-            quota_told = quota_paused;
+            workers_running = should_run;
         }
         if limited_by.is_none() && desired != Desired::Cancel {
             let success = match run.spider.spec.max_pages {
@@ -224,10 +216,12 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
 /// the download center are its pages; what its slice allows is the fetch route's room.
 /// Paused (or ending), it gives back what it holds. The tenant's `pages_per_run`.
 async fn quota_turn(cx: &RunContext, run: &Arc<Run>, going: bool) -> Result<Option<u64>, String> {
-    use std::sync::atomic::Ordering;
     let now = cx.clock.now_ms();
-    let session = run.session_counts();
-    let out = run.fetches.lock().len() as u64;
+    // One snapshot: every fetch is out or counted, once.
+    let (taken, out, session) = {
+        let r = run.fetch_room.lock();
+        (r.taken, r.out, run.session_counts())
+    };
     let (room, blocked, pages_per_run) = if going {
         let dispatching = run.state() == crate::run::RunState::Running;
         match run
@@ -235,6 +229,8 @@ async fn quota_turn(cx: &RunContext, run: &Arc<Run>, going: bool) -> Result<Opti
             .turn(&*cx.store, run.id.as_str(), now, session, out, dispatching)
             .await
         {
+            // Held (by `concurrent_runs` too): no new fetch.
+            Ok(t) if t.blocked.is_some() => (0, t.blocked, t.pages_per_run),
             Ok(t) => (t.room.unwrap_or(u64::MAX), t.blocked, t.pages_per_run),
             Err(e) => {
                 // The store is away: no new fetch this turn, the next one asks again.
@@ -248,7 +244,15 @@ async fn quota_turn(cx: &RunContext, run: &Arc<Run>, going: bool) -> Result<Opti
         }
         (0, None, None)
     };
-    run.fetch_room.store(room, Ordering::SeqCst);
+    {
+        let mut r = run.fetch_room.lock();
+        let since = r.taken.saturating_sub(taken);
+        r.room = if room == u64::MAX {
+            room
+        } else {
+            room.saturating_sub(since)
+        };
+    }
     run.fetch_room_set.notify_waiters();
     run.quota_changes(cx, going, blocked.as_deref())
         .await
@@ -258,23 +262,25 @@ async fn quota_turn(cx: &RunContext, run: &Arc<Run>, going: bool) -> Result<Opti
 
 /// Takes one fetch from the run's quota room, waiting up to [`FETCH_ROOM_WAIT_MS`] for its
 /// driver to get more; `503` (the SDK tries again) while the quota holds the run.
-async fn take_fetch_room(run: &Run) -> Result<(), HubError> {
-    use std::sync::atomic::Ordering;
+async fn take_fetch_room(run: &Run) -> Result<FetchTicket<'_>, HubError> {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(FETCH_ROOM_WAIT_MS);
     loop {
         let set = run.fetch_room_set.notified();
         tokio::pin!(set);
         set.as_mut().enable();
-        let took = run
-            .fetch_room
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| match r {
-                u64::MAX => Some(r),
-                0 => None,
-                r => Some(r - 1),
-            })
-            .is_ok();
-        if took {
-            return Ok(());
+        {
+            let mut r = run.fetch_room.lock();
+            if r.room > 0 {
+                if r.room != u64::MAX {
+                    r.room -= 1;
+                }
+                r.taken += 1;
+                r.out += 1;
+                return Ok(FetchTicket {
+                    run,
+                    fetched: false,
+                });
+            }
         }
         // Used up: the driver asks for the next slice now.
         run.wake.notify_one();
@@ -299,13 +305,32 @@ async fn take_fetch_room(run: &Run) -> Result<(), HubError> {
     }
 }
 
-/// Gives back a fetch taken from the room that fetched nothing.
-fn give_fetch_room(run: &Run) {
-    let _ = run.fetch_room.fetch_update(
-        std::sync::atomic::Ordering::SeqCst,
-        std::sync::atomic::Ordering::SeqCst,
-        |r| (r != u64::MAX).then(|| r.saturating_add(1)),
-    );
+/// A fetch taken from the room: [`FetchTicket::end`] counts it as a page when an agent
+/// fetched it, else gives it back; dropped unended (the call went away), it is given back.
+struct FetchTicket<'a> {
+    run: &'a Run,
+    fetched: bool,
+}
+
+impl FetchTicket<'_> {
+    fn end(mut self, fetched: bool) {
+        self.fetched = fetched;
+    }
+}
+
+impl Drop for FetchTicket<'_> {
+    fn drop(&mut self) {
+        let mut r = self.run.fetch_room.lock();
+        r.out = r.out.saturating_sub(1);
+        if self.fetched {
+            self.run
+                .counters
+                .fetched
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        } else if r.room != u64::MAX {
+            r.room = r.room.saturating_add(1);
+        }
+    }
 }
 
 /// Which of the spider's limits the run has reached, if one: `max_pages` (with the
@@ -875,6 +900,8 @@ pub(crate) async fn lease(
         enqueued.as_mut().enable();
         let mut desired_rx = run.desired.subscribe();
         let desired = *desired_rx.borrow_and_update();
+        // Read before the frontier's count: a batch fed in between counts twice, not never.
+        let unexpanded = run.unexpanded.load(Ordering::SeqCst);
         let stats = run
             .frontier
             .stats()
@@ -909,8 +936,8 @@ pub(crate) async fn lease(
                     .map(|s| s.left)
                     .unwrap_or(stats.left)
             };
-            // What the expansion has not fed yet is left too.
-            let left = left.saturating_add(run.unexpanded.load(Ordering::SeqCst));
+            // What the expansion had not fed yet is left too.
+            let left = left.saturating_add(unexpanded);
             let leases = leases
                 .into_iter()
                 .map(|l| silk_api::programs::LeasedView {
@@ -1068,23 +1095,11 @@ pub(crate) async fn fetch(
     let mut given_back = 0;
     loop {
         let agent = &agents[turn % agents.len()];
-        take_fetch_room(run).await?;
-        let reply = match ask_agent(cx, run, agent, &request, ask.trim).await {
-            Ok(reply) => reply,
-            Err(e) => {
-                give_fetch_room(run);
-                return Err(e);
-            }
-        };
+        let ticket = take_fetch_room(run).await?;
+        let reply = ask_agent(cx, run, agent, &request, ask.trim).await?;
         let o = &reply.outcome;
-        if o.given_back() {
-            // Not fetched: the page goes back to the room.
-            give_fetch_room(run);
-        } else {
-            run.counters
-                .fetched
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        // Given back (not fetched): the page goes back to the room.
+        ticket.end(!o.given_back());
         if o.given_back() && given_back < FETCH_GIVEN_BACK_TRIES {
             given_back += 1;
             if o.error.as_ref().is_some_and(|e| e.code != "robots_fetched") {

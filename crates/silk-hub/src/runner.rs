@@ -204,7 +204,7 @@ impl Run {
             expand: tokio::sync::Mutex::new(expand),
             unexpanded: AtomicU64::new(unexpanded),
             // Set by a program run's driver at its first turn.
-            fetch_room: AtomicU64::new(0),
+            fetch_room: Mutex::new(crate::live::FetchRoom::default()),
             fetch_room_set: Notify::new(),
         }))
     }
@@ -249,9 +249,11 @@ impl Run {
         let next = feed.next();
         self.unexpanded
             .store(feed.total().saturating_sub(next), Ordering::SeqCst);
-        self.update(cx, |r| r.expanded = next)
-            .await
-            .map_err(|e| e.to_string())?;
+        // Not stored (the store is away): the next change of the record stores it; a crash
+        // before that feeds the batch again, and dedup drops it.
+        if let Err(e) = self.update(cx, |r| r.expanded = next).await {
+            tracing::warn!(run = %self.id, error = %e, "the expansion's cursor not stored yet");
+        }
         self.enqueued.notify_waiters();
         Ok(true)
     }

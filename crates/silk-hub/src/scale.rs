@@ -1,7 +1,8 @@
 //! The scale hook of agent pools (seed 003 F2/F23/F8: a tenant's hosts are rebuilt when too
 //! few are alive). A pool declared in the hub's `--pools` file needs `agents` live, open
 //! agents labelled `pool=NAME`; while it has fewer, the hub that holds the store lease
-//! `scale:{pool}` runs the pool's scale command — an admin's, from the hub's own config:
+//! `scale:{pool}` (taken by the first hub that sees the deficit, kept while it lives)
+//! runs the pool's scale command — an admin's, from the hub's own config:
 //! nothing a token holder sends — with the deficit in its environment, then checks again
 //! after a back-off that doubles while the deficit stays (up to
 //! [`MAX_SCALE_BACKOFF_MS`](crate::config::MAX_SCALE_BACKOFF_MS)). The deficit is
@@ -162,7 +163,9 @@ struct Ran {
     result: Result<String, String>,
 }
 
-/// Records a run that ended and when to check again; gives its lease back.
+/// Records a run that ended and when to check again. The lease stays with this hub (the
+/// ownership loop renews it with the run leases), so the back-off holds across hubs: another
+/// hub runs the command only once this one is gone.
 async fn finished(shared: &HubCore, name: &str, ran: Ran) {
     let now = shared.clock.now_ms();
     let Some(decl) = shared.config.pools.get(name) else {
@@ -189,12 +192,18 @@ async fn finished(shared: &HubCore, name: &str, ran: Ran) {
         s.last_deficit = Some(ran.deficit);
         s.next_ms = Some(now.saturating_add(backoff_ms(decl.scale_backoff_ms, s.attempts)));
     }
-    if let Err(e) = shared
-        .store
-        .release_lease(&lease_name(name), shared.hub_id.as_str())
-        .await
-    {
-        tracing::warn!(pool = %name, error = %e, "pool: scale lease not given back (it expires)");
+}
+
+/// Gives back the scale leases this hub holds (it stops): another hub takes the pools on.
+pub(crate) async fn release_leases(shared: &HubCore) {
+    for name in shared.config.pools.keys() {
+        if let Err(e) = shared
+            .store
+            .release_lease(&lease_name(name), shared.hub_id.as_str())
+            .await
+        {
+            tracing::warn!(pool = %name, error = %e, "pool: scale lease not given back (it expires)");
+        }
     }
 }
 

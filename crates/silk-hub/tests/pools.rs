@@ -153,6 +153,11 @@ async fn a_pool_short_of_agents_runs_its_scale_command_until_it_has_enough() {
         "{:?}",
         spare.scale
     );
+    // The command's output is the admin's: other tokens see the deficit, not the output.
+    let member = member(&admin, &base).await;
+    let seen = pools(&member).await;
+    assert_eq!(seen["spare"].scale.last_message, None);
+    assert_eq!(seen["spare"].deficit, 1);
     e1.shutdown().await;
     hub.shutdown().await;
 }

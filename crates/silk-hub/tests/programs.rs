@@ -890,6 +890,19 @@ async fn a_programs_fetches_are_its_tenants_pages_and_a_used_up_quota_pauses_it(
         3,
         "nothing past the quota reached the site"
     );
+    // A user's pause and resume do not get it past the quota: paused by it again.
+    w.admin.pause_run(&id).await.unwrap();
+    w.admin.resume_run(&id).await.unwrap();
+    until_state(&w.admin, &id, |v| {
+        v.state == RunState::Paused
+            && v.reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("quota_exhausted"))
+    })
+    .await;
+    let (status, refused) = fetch(3).await;
+    assert_eq!(status, 503, "{refused}");
+    assert_eq!(site.stats().hits_under("/p/"), 3);
     let usage = within("the usage to be counted", 30, async {
         loop {
             let answer = w

@@ -359,9 +359,12 @@ def _send(
     what: str,
     body: Any = None,
     timeout: Optional[float] = None,
+    idempotent: bool = True,
 ) -> Any:
-    """One API call: connection failures and ``503`` are retried with back-off; another
-    error answer raises :class:`SilkError` with the hub's code and message."""
+    """One API call: connection failures and ``503`` are retried with back-off (a call that
+    is not ``idempotent`` only when the request cannot have reached the hub: no connection,
+    or ``503``); another error answer raises :class:`SilkError` with the hub's code and
+    message."""
     delay = 0.2
     for attempt in range(retries + 1):
         try:
@@ -379,7 +382,9 @@ def _send(
                     **extra,
                 )
         except httpx.TransportError as e:
-            if attempt == retries:
+            # Sent, perhaps done, its answer lost: a call that is not idempotent is not sent again.
+            sent = not isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout))
+            if attempt == retries or (sent and not idempotent):
                 raise SilkError(f"{method} {what}: {e}") from e
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -412,7 +417,7 @@ class Hub:
     arguments (a job whose spider expands ``{arg: NAME}`` parameters takes its values so),
     and follow them.
 
-        hub = silk_sdk.Hub("http://hub:8700", token)
+        hub = silk_sdk.Hub("http://hub:7700", token)
         run = hub.run_job("search", args={"kw": "shoes,red hats"})
         done = hub.wait_run(run["id"])
     """
@@ -438,11 +443,11 @@ class Hub:
         """A run of job ``job`` (its id or name) now, with ``args`` over the job's: the run
         as the hub shows it."""
         body = {"args": {str(k): str(v) for k, v in (args or {}).items()}}
-        return self._call("POST", f"/jobs/{_segment(job)}/runs", body)
+        return self._call("POST", f"/jobs/{_segment(job)}/runs", body, idempotent=False)
 
     def start_run(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """An ad-hoc run (the body of ``POST /api/v1/runs``: ``spider``, ``program``, …)."""
-        return self._call("POST", "/runs", dict(request))
+        return self._call("POST", "/runs", dict(request), idempotent=False)
 
     def run(self, run_id: str) -> dict[str, Any]:
         """The run as the hub shows it (``state``, ``stats``, ``expand``, …)."""
@@ -459,8 +464,9 @@ class Hub:
                 raise SilkError(f"run {run_id} has not ended after {timeout} s", code="timeout")
             time.sleep(every)
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        return _send(self._http, self._retries, method, f"{self.api_url}/api/v1{path}", path, body)
+    def _call(self, method: str, path: str, body: Any = None, idempotent: bool = True) -> Any:
+        url = f"{self.api_url}/api/v1{path}"
+        return _send(self._http, self._retries, method, url, path, body, idempotent=idempotent)
 
 
 def _segment(s: str) -> str:
