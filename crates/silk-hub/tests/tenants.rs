@@ -852,6 +852,38 @@ async fn agent_slots_bound_a_tenants_requests_in_flight() {
         peaks[0]
     );
     assert!(peaks[1] > 2, "without agent_slots: {} at once", peaks[1]);
+
+    // Two runs of the tenant at once share its slots: 1 each. (When the second starts, the
+    // first may still have its 2 out until they come back: one more for that moment.)
+    site.reset_stats();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, run) = call(
+            &slim,
+            Method::POST,
+            "/api/v1/runs",
+            Some(json!({"spider": spider, "max_pending": 16})),
+        )
+        .await;
+        assert_eq!(status, 201, "{run}");
+        ids.push(silk_core::RunId::new(run["id"].as_str().unwrap()));
+    }
+    for id in &ids {
+        let done = within("the run", 60, hub.wait_run(id)).await.unwrap();
+        assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    }
+    let stats = site.stats();
+    assert_eq!(stats.hits_under("/p/"), 80, "each run fetches every page");
+    let peak = stats
+        .per_host_max_in_flight
+        .values()
+        .copied()
+        .max()
+        .unwrap_or(0);
+    assert!(
+        peak <= 3,
+        "two runs of slim had {peak} requests in flight at once"
+    );
     hub.shutdown().await;
 }
 
