@@ -357,7 +357,13 @@ async fn signed_in() -> Option<(Platform, Api, Browser)> {
     if !have_chromedriver() {
         return None;
     }
-    let p = Platform::start(PAGES);
+    // A declared pool of agents labelled pool=eu, which the two local agents are not: its
+    // deficit shows on the Agents page.
+    let dir = tempfile::TempDir::new().unwrap();
+    let pools = dir.path().join("pools.toml");
+    std::fs::write(&pools, "[eu]\nagents = 2\n").unwrap();
+    let pools = pools.display().to_string();
+    let p = Platform::start_in(dir, PAGES, &["--pools", &pools]);
     let api = Api::connect(&p).await;
     let b = Browser::start(p.dir.path(), &p.server, p.up.log.clone()).await;
     println!("screenshots: {}", b.shots.display());
@@ -494,6 +500,13 @@ async fn a_job_made_in_the_browser_is_saved_as_typed_and_edited() {
             }
         }
         (rows.len() == 2 && alive == 2).then_some(())
+    })
+    .await;
+    // The declared pool: none of its 2 agents is there.
+    b.until("the pool eu short of 2 agents", async || {
+        let row = b.text("tr[data-testid=pool-row]").await?;
+        let deficit = b.text("[data-testid=pool-deficit]").await?;
+        (row.contains("eu") && row.contains("0 of 2") && deficit == "2").then_some(())
     })
     .await;
     b.shot("agents").await;
