@@ -305,8 +305,9 @@ async fn take_fetch_room(run: &Run) -> Result<FetchTicket<'_>, HubError> {
     }
 }
 
-/// A fetch taken from the room: [`FetchTicket::end`] counts it as a page when an agent
-/// fetched it, else gives it back; dropped unended (the call went away), it is given back.
+/// A fetch taken from the room, settled when dropped: counted as a page when
+/// [`FetchTicket::end`] said an agent fetched it, else given back to the room (also when the
+/// call went away mid-fetch).
 struct FetchTicket<'a> {
     run: &'a Run,
     fetched: bool,

@@ -355,10 +355,8 @@ impl Run {
         self.persist(cx).await
     }
 
-    /// The pages it fetched and bytes it downloaded in this hub session (what its quota
-    /// counts).
-    /// The pages (pages fetched by agents for a spider run, fetches through the download
-    /// center for a program run) and bytes of this hub session.
+    /// The pages it fetched (by agents for a spider run, through the download center for a
+    /// program run) and the bytes it downloaded in this hub session: what its quota counts.
     pub(crate) fn session_counts(&self) -> (u64, u64) {
         (
             self.counters.succeeded.load(Ordering::Relaxed)
