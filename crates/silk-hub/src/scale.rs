@@ -139,7 +139,7 @@ pub(crate) async fn scale_loop(shared: Arc<HubCore>) {
                         view.scale.running = true;
                         view.scale.next_ms = None;
                     }
-                    tracing::warn!(pool = %name, wanted = decl.agents, alive, deficit, program = %decl.scale_command[0], "pool: too few agents, running its scale command");
+                    tracing::warn!(pool = %name, wanted = decl.agents, alive, deficit, program = %decl.scale_command.first().map_or("", String::as_str), "pool: too few agents, running its scale command");
                     let (name, decl, done) = (name.clone(), decl.clone(), done_tx.clone());
                     tokio::spawn(async move {
                         let ran = run_command(&name, &decl, alive, deficit).await;
@@ -218,12 +218,15 @@ async fn run_command(name: &str, decl: &PoolDecl, alive: u32, deficit: u32) -> R
     env.insert("SILK_POOL_AGENTS".into(), decl.agents.to_string());
     env.insert("SILK_POOL_ALIVE".into(), alive.to_string());
     env.insert("SILK_POOL_DEFICIT".into(), deficit.to_string());
-    let mut cmd = tokio::process::Command::new(&decl.scale_command[0]);
-    cmd.args(&decl.scale_command[1..]);
-    let what = format!(
-        "the scale command of pool {name} ({})",
-        decl.scale_command[0]
-    );
+    let Some((program, args)) = decl.scale_command.split_first() else {
+        return Ran {
+            deficit,
+            result: Err(format!("pool {name} has no scale command")),
+        };
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args);
+    let what = format!("the scale command of pool {name} ({program})");
     let result = match tokio::time::timeout(
         Duration::from_millis(decl.scale_timeout_ms),
         silk_projects::build::capture(cmd, &env, &what),
