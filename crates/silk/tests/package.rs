@@ -243,6 +243,8 @@ async fn the_package_installs_and_its_units_run_a_hub_and_an_agent() {
     );
     let mut hub = Proc::spawn(hub_unit.command(), "silk-hub", &dir.path().join("hub.log"));
     hub.wait_line("silk hub: API on");
+    // Printed once the admin token's file is written (after the line above).
+    hub.wait_line("web UI:");
     let mut agent = Proc::spawn(
         agent_unit.command(),
         "silk-agent",
