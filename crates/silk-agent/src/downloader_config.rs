@@ -356,8 +356,8 @@ mod tests {
             (json!({}), "missing field `spider`"),
             (json!({"spider": 3}), "spider: expected"),
             (
-                json!({"spider": {"name": "t"}}),
-                "spider: missing field `start_urls`",
+                json!({"spider": {"name": "t", "start_urls": 3}}),
+                "spider: invalid type",
             ),
             (json!({"spider": YAML, "qsp": 1}), "unknown field `qsp`"),
             (json!(null), "invalid type"),
