@@ -592,7 +592,7 @@
  * @property {number} attempts Runs since the pool last had enough agents.
  * @property {boolean} command Whether the pool has a scale command (without one the deficit is only reported).
  * @property {number|null} [last_deficit] The deficit the last run was told.
- * @property {string|null} [last_message] The last run's output (its stdout, or why it failed), at most 500 characters.
+ * @property {string|null} [last_message] The last run's output (its stdout, or why it failed), at most 500 characters; shown
  * @property {number|null} [last_ms] When the last run ended, ms since the epoch.
  * @property {boolean|null} [last_ok] Whether the last run exited with status 0.
  * @property {number|null} [next_ms] When the deficit is checked again and the command run if it stays, ms since the
