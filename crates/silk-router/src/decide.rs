@@ -35,6 +35,7 @@ use serde_json::Value;
 use silk_selector::{EvalError, Selector};
 
 use crate::config::Config;
+use crate::error::RouterError;
 use crate::outcome::{Decision, Reason};
 use crate::payload::Payload;
 use crate::task::{self, Carry};
@@ -61,23 +62,37 @@ pub(crate) struct Verdict {
     pub retry: bool,
 }
 
-/// The inbound stage: convert, then the inbound's selectors. `Err` is the rejection
-/// reason; `Ok` carries the converted task and the index of the selector that accepted it
-/// (`None` when the inbound accepts everything or there is no inbound).
-pub(crate) fn accept(
+/// The inbound's convert chain, in order (nothing without an inbound). An error stops the
+/// chain: [`RouterError::ConvertFailed`] fails the task, any other leaves it with its
+/// inbound.
+pub(crate) async fn convert(
     config: &Config,
     inbound: Option<usize>,
     task: &mut Value,
+) -> Result<(), RouterError> {
+    let (Some(i), Value::Object(map)) = (inbound, task) else {
+        return Ok(());
+    };
+    for step in &config.inbounds[i].converts {
+        step.apply(map).await?;
+    }
+    Ok(())
+}
+
+/// The inbound stage after [`convert`]: the inbound's selectors. `Err` is the rejection
+/// reason; `Ok` carries the index of the selector that accepted it (`None` when the
+/// inbound accepts everything or there is no inbound).
+pub(crate) fn accept(
+    config: &Config,
+    inbound: Option<usize>,
+    task: &Value,
     on_error: &mut dyn FnMut(RuleRef, usize, &Selector, &EvalError),
 ) -> Result<Option<usize>, Reason> {
-    let Value::Object(map) = task else {
+    if !task.is_object() {
         return Err(Reason::BadTask);
-    };
+    }
     let Some(i) = inbound else { return Ok(None) };
     let rule = &config.inbounds[i];
-    for step in &rule.converts {
-        step.apply(map);
-    }
     let Some(selectors) = &rule.selector else {
         return Ok(None);
     };
@@ -306,17 +321,24 @@ pub struct CheckTaskAnswer {
 }
 
 /// Answers what the router would do with `task` arriving at `inbound`, without pushing.
-pub fn explain(config: &Config, inbound: &str, task: &Value) -> CheckTaskAnswer {
+/// The convert chain runs (Python converts too); nothing is pushed, counted or recorded.
+pub async fn explain(config: &Config, inbound: &str, task: &Value) -> CheckTaskAnswer {
     explain_at(
         config,
         inbound,
         task,
         silk_core::Clock::now_ms(&silk_core::SystemClock),
     )
+    .await
 }
 
 /// [`explain`] at a given time (for deterministic `submit_time`).
-pub fn explain_at(config: &Config, inbound: &str, task: &Value, now_ms: u64) -> CheckTaskAnswer {
+pub async fn explain_at(
+    config: &Config,
+    inbound: &str,
+    task: &Value,
+    now_ms: u64,
+) -> CheckTaskAnswer {
     let mut errors = Vec::new();
     let mut on_error = |rule: RuleRef, j: usize, _: &Selector, e: &EvalError| {
         let name = match rule {
@@ -356,8 +378,20 @@ pub fn explain_at(config: &Config, inbound: &str, task: &Value, now_ms: u64) -> 
         return answer;
     }
     let mut map = task.clone();
-    let accepted = accept(config, Some(index), &mut map, &mut on_error);
+    let converted = convert(config, Some(index), &mut map).await;
     answer.converted = map.clone();
+    if let Err(e) = converted {
+        answer.reason = Reason::ConvertFailed;
+        answer.decision = Decision::Failed;
+        answer.why = match e {
+            RouterError::ConvertFailed { .. } => e.to_string(),
+            other => format!(
+                "the convert chain could not run now (the task would stay with its inbound): {other}"
+            ),
+        };
+        return answer;
+    }
+    let accepted = accept(config, Some(index), &map, &mut on_error);
     match accepted {
         Err(reason) => {
             answer.reason = reason;

@@ -103,6 +103,11 @@ pub enum RouterError {
     /// agent, stopping, its storage failed). Retryable.
     #[error("{target} unavailable: {message}")]
     Unavailable { target: String, message: String },
+    /// A convert step failed on the task (a Python convert raised, or every worker that
+    /// tried it died): the task fails with reason `convert_failed` and is recorded. Not
+    /// retryable.
+    #[error("convert `{class}` failed: {message}")]
+    ConvertFailed { class: String, message: String },
     /// Writing the failure record failed.
     #[error("failure record {path}: {message}")]
     FailureRecord { path: PathBuf, message: String },

@@ -35,6 +35,7 @@ mod failure;
 mod metrics;
 mod outcome;
 mod payload;
+mod plugins;
 mod read;
 pub mod registry;
 mod router;

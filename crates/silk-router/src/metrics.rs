@@ -279,7 +279,7 @@ impl Metrics {
 }
 
 /// Escapes a Prometheus label value.
-fn escape(value: &str) -> String {
+pub(crate) fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -61,10 +61,12 @@ pub enum Reason {
     Refused,
     /// Not a JSON object (or not JSON).
     BadTask,
+    /// A step of the inbound's convert chain failed on the task (a Python convert raised).
+    ConvertFailed,
 }
 
 /// Every reason, for metrics.
-pub const REASONS: [Reason; 14] = [
+pub const REASONS: [Reason; 15] = [
     Reason::NotAccepted,
     Reason::UnknownInbound,
     Reason::Matched,
@@ -79,6 +81,7 @@ pub const REASONS: [Reason; 14] = [
     Reason::Limits,
     Reason::Refused,
     Reason::BadTask,
+    Reason::ConvertFailed,
 ];
 
 impl Reason {
@@ -98,6 +101,7 @@ impl Reason {
             Reason::Limits => "limits",
             Reason::Refused => "refused",
             Reason::BadTask => "bad_task",
+            Reason::ConvertFailed => "convert_failed",
         }
     }
 
@@ -116,7 +120,8 @@ impl Reason {
             | Reason::RetriesExhausted
             | Reason::Limits
             | Reason::Refused
-            | Reason::BadTask => Decision::Failed,
+            | Reason::BadTask
+            | Reason::ConvertFailed => Decision::Failed,
         }
     }
 

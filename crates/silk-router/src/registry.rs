@@ -160,11 +160,13 @@ pub trait Inbound: Send + Sync + 'static {
 }
 
 /// Reshapes a task in an inbound's `convert` chain, before the inbound's selectors.
+#[async_trait]
 pub trait Convert: Send + Sync + 'static {
     /// What the step does, for `check_task` answers and logs.
     fn describe(&self) -> String;
-    /// Applies the step.
-    fn apply(&self, task: &mut Map<String, Value>);
+    /// Applies the step. [`RouterError::ConvertFailed`] fails the task (recorded, reason
+    /// `convert_failed`); a retryable error leaves it with its inbound.
+    async fn apply(&self, task: &mut Map<String, Value>) -> Result<(), RouterError>;
 }
 
 /// Builds an [`Outbound`] from its `init` keys (no I/O).
@@ -213,6 +215,8 @@ pub struct Registry {
     pub(crate) inbounds: HashMap<String, Entry<dyn InboundFactory>>,
     pub(crate) outbounds: HashMap<String, Entry<dyn OutboundFactory>>,
     pub(crate) converts: HashMap<String, Entry<dyn ConvertFactory>>,
+    /// `--plugins`: the folder Python converts are loaded from, over the config's `plugins`.
+    pub(crate) plugins_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -243,7 +247,15 @@ impl Registry {
             inbounds: HashMap::new(),
             outbounds: HashMap::new(),
             converts: HashMap::new(),
+            plugins_dir: None,
         }
+    }
+
+    /// Sets the folder Python converts are loaded from (`--plugins`), for every config
+    /// loaded with this registry; it wins over a config's `plugins`.
+    pub fn set_plugins_dir(&mut self, dir: impl Into<std::path::PathBuf>) -> &mut Registry {
+        self.plugins_dir = Some(dir.into());
+        self
     }
 
     /// Registers (or replaces) an inbound class.

@@ -113,6 +113,7 @@ impl Router {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Router, RouterError> {
+        config.verify_plugins().await.map_err(RouterError::Config)?;
         let failure = match &config.routing.failure {
             Some(f) => Some(FailureWriter::start(f, &config.project).await?),
             None => None,
@@ -277,9 +278,40 @@ impl Router {
             let raw = task.to_string();
             return self.bad_task(inbound, raw).await;
         }
+        // The task as it came, for the failure record of a convert that fails (a replay
+        // runs the whole chain again).
+        let original = inbound
+            .filter(|&i| !config.inbounds[i].converts.is_empty())
+            .map(|_| task.clone());
+        match decide::convert(config, inbound, &mut task).await {
+            Ok(()) => {}
+            Err(failed @ RouterError::ConvertFailed { .. }) => {
+                let why = failed.to_string();
+                let reason = Reason::ConvertFailed;
+                tracing::warn!(inbound = ?inbound.map(|i| &config.inbounds[i].name), "{why}");
+                self.record(
+                    inbound,
+                    None,
+                    reason,
+                    &why,
+                    Some(original.unwrap_or(task)),
+                    None,
+                )
+                .await?;
+                inner.metrics.decision(inbound, None, reason);
+                return Ok(Outcome {
+                    decision: reason.decision(),
+                    reason,
+                    outbound: None,
+                    task_uuid: None,
+                    why,
+                });
+            }
+            Err(e) => return Err(e),
+        }
         let mut on_error =
             |r: RuleRef, j: usize, s: &Selector, e: &EvalError| self.on_eval_error(r, j, s, e);
-        if let Err(reason) = decide::accept(config, inbound, &mut task, &mut on_error) {
+        if let Err(reason) = decide::accept(config, inbound, &task, &mut on_error) {
             inner.metrics.decision(inbound, None, reason);
             return Ok(Outcome {
                 decision: reason.decision(),
@@ -441,8 +473,8 @@ impl Router {
     }
 
     /// The dry run of `POST /inbound/{name}/check_task/`.
-    pub fn check_task(&self, inbound: &str, task: &Value) -> CheckTaskAnswer {
-        decide::explain_at(&self.inner.config, inbound, task, self.inner.clock.now_ms())
+    pub async fn check_task(&self, inbound: &str, task: &Value) -> CheckTaskAnswer {
+        decide::explain_at(&self.inner.config, inbound, task, self.inner.clock.now_ms()).await
     }
 
     /// The outbounds whose name starts with `prefix`, with their backlog read now (each
@@ -513,7 +545,11 @@ impl Router {
     /// The Prometheus text of `GET /metrics`.
     pub fn metrics_text(&self) -> String {
         let gauges: Vec<_> = self.inner.senders.iter().map(|s| s.gauges()).collect();
-        self.inner.metrics.render(&gauges)
+        let mut text = self.inner.metrics.render(&gauges);
+        if let Some(host) = &self.inner.config.plugins {
+            host.render_metrics(&mut text, &self.inner.config.project);
+        }
+        text
     }
 
     /// How many decisions of `reason` were counted for `outbound` (any inbound).

@@ -179,7 +179,7 @@ async fn check_task(
         return Err(RouterError::UnknownInbound(name).into());
     }
     let task = parse_body(&body)?;
-    Ok(Json(router.check_task(&name, &task)).into_response())
+    Ok(Json(router.check_task(&name, &task).await).into_response())
 }
 
 async fn outbounds_all(State(router): State<Router>) -> Response {

@@ -325,6 +325,24 @@ fn the_seed_config_verbatim_reports_exactly_what_silk_lacks() {
     assert_eq!(text.lines().count(), 6, "{text}");
 }
 
+#[tokio::test]
+async fn the_seed_config_with_its_python_converts_lacks_only_kafka() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut registry = silk_router::Registry::standard();
+    registry.set_plugins_dir(root.join("plugins"));
+    let v = vars(&[
+        ("kafka_servers", "k:9092"),
+        ("redis_url", "redis://127.0.0.1:6379/0"),
+    ]);
+    let text = errors_of(Config::load_with(
+        &[root.join("seed_verbatim.yaml")],
+        &v,
+        &registry,
+    ));
+    assert!(text.contains("kafka.KafkaInbound"), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+}
+
 #[test]
 fn bad_configs_each_get_a_clear_error_all_at_once() {
     let (_dir, result) = load(

@@ -102,7 +102,7 @@ outbound:
   - {name: b, selector: [\"kind in ['x', 1] or len(x) > 2\"], dont_retry_status: [1], class: test.MemoryOutbound, init: {sink: np}}
 ",
         );
-        let answer = explain(&config, "i", &task);
+        let answer = futures::executor::block_on(explain(&config, "i", &task));
         prop_assert!(!answer.why.is_empty());
     }
 }

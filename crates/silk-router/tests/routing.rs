@@ -414,7 +414,8 @@ fn routing_table() {
     let (_dir, config) = common::load_ok(CONFIG);
     let mut failures = Vec::new();
     for case in cases() {
-        let answer = explain_at(&config, case.inbound, &case.task, NOW_MS);
+        let answer =
+            futures::executor::block_on(explain_at(&config, case.inbound, &case.task, NOW_MS));
         let got = (answer.decision, answer.reason, answer.outbound.as_deref());
         if got != (case.decision, case.reason, case.outbound) {
             failures.push(format!(
@@ -447,7 +448,8 @@ fn routing_table() {
 #[test]
 fn check_task_answer_serializes_with_the_documented_fields() {
     let (_dir, config) = common::load_ok(CONFIG);
-    let answer = explain_at(&config, "api", &json!({"task_src": 3}), NOW_MS);
+    let answer =
+        futures::executor::block_on(explain_at(&config, "api", &json!({"task_src": 3}), NOW_MS));
     let json = serde_json::to_value(&answer).expect("serializes");
     for key in [
         "accepted",

@@ -31,6 +31,10 @@ pub struct ConfigArgs {
     /// A YAML file of placeholder values (repeatable).
     #[arg(long = "var-file", global = true)]
     pub var_files: Vec<PathBuf>,
+    /// The folder the config's Python converts (`ic.ExtractTaskParams`…) are loaded from;
+    /// wins over the config's `plugins`.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub plugins: Option<PathBuf>,
 }
 
 /// `silk router` sub-commands.
@@ -96,10 +100,13 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<ExitCode> {
     };
     // `check` and `explain` know the hub's classes (a config for `silk hub --router` checks
     // clean); the router run alone cannot use them and says so.
-    let registry = match args.action {
+    let mut registry = match args.action {
         Some(_) => silk_hub::HubClasses::new().registry(),
         None => Registry::standard(),
     };
+    if let Some(dir) = &args.common.plugins {
+        registry.set_plugins_dir(dir);
+    }
     let config = match load(
         &config_path,
         &args.common.vars,
@@ -111,6 +118,15 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<ExitCode> {
     };
     match args.action {
         Some(RouterAction::Check) => {
+            // The Python converts' classes are instantiated with their `init` (the
+            // operator's own code, from the config's plugins folder).
+            if let Err(errors) = config.verify_plugins().await {
+                for e in &errors {
+                    eprintln!("error: {e}");
+                }
+                eprintln!("{} error(s) in {}", errors.len(), config_path.display());
+                return Ok(ExitCode::from(2));
+            }
             println!("{}: ok", config_path.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -124,7 +140,7 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<ExitCode> {
             };
             let task_json: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{}: not JSON", task.display()))?;
-            let answer = silk_router::explain(&config, &inbound, &task_json);
+            let answer = silk_router::explain(&config, &inbound, &task_json).await;
             println!("{}", serde_json::to_string_pretty(&answer)?);
             Ok(ExitCode::SUCCESS)
         }

@@ -1,12 +1,13 @@
 //! Convert steps: the seed's built-ins (`logstash.RemoveBuildinKeys`,
 //! `common.ExtractTaskParams`, `common.ExtractMetadata`) and Silk's declarative `set`,
-//! `rename` and `remove`. Each step is a pure function of the task; none can fail (a step
-//! that does not apply leaves the task as it is).
+//! `rename` and `remove`. Each step is a pure function of the task; none of these can fail (a
+//! step that does not apply leaves the task as it is). Python converts are `crate::plugins`.
 
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::error::RouterError;
 use crate::read::{self, InitReader};
 use crate::registry::{Convert, ConvertFactory};
 use crate::yaml::Node;
@@ -35,14 +36,16 @@ struct RemoveKeys {
     keys: Vec<String>,
 }
 
+#[async_trait::async_trait]
 impl Convert for RemoveKeys {
     fn describe(&self) -> String {
         format!("remove {}", self.keys.join(", "))
     }
-    fn apply(&self, task: &mut Map<String, Value>) {
+    async fn apply(&self, task: &mut Map<String, Value>) -> Result<(), RouterError> {
         for key in &self.keys {
             task.remove(key);
         }
+        Ok(())
     }
 }
 
@@ -68,19 +71,20 @@ struct Extract {
     keep: bool,
 }
 
+#[async_trait::async_trait]
 impl Convert for Extract {
     fn describe(&self) -> String {
         format!("lift the keys of `{}` to the top level", self.key)
     }
-    fn apply(&self, task: &mut Map<String, Value>) {
+    async fn apply(&self, task: &mut Map<String, Value>) -> Result<(), RouterError> {
         let nested = match task.get(&self.key) {
             Some(Value::Object(map)) => map.clone(),
             // Logstash sometimes leaves a nested object as JSON text.
             Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
                 Ok(Value::Object(map)) => map,
-                _ => return,
+                _ => return Ok(()),
             },
-            _ => return,
+            _ => return Ok(()),
         };
         if !self.keep {
             task.remove(&self.key);
@@ -90,6 +94,7 @@ impl Convert for Extract {
                 task.insert(k, v);
             }
         }
+        Ok(())
     }
 }
 
@@ -113,6 +118,7 @@ impl ConvertFactory for ExtractFactory {
 
 struct Set(Map<String, Value>);
 
+#[async_trait::async_trait]
 impl Convert for Set {
     fn describe(&self) -> String {
         format!(
@@ -120,26 +126,29 @@ impl Convert for Set {
             self.0.keys().cloned().collect::<Vec<_>>().join(", ")
         )
     }
-    fn apply(&self, task: &mut Map<String, Value>) {
+    async fn apply(&self, task: &mut Map<String, Value>) -> Result<(), RouterError> {
         for (k, v) in &self.0 {
             task.insert(k.clone(), v.clone());
         }
+        Ok(())
     }
 }
 
 struct Rename(Vec<(String, String)>);
 
+#[async_trait::async_trait]
 impl Convert for Rename {
     fn describe(&self) -> String {
         let pairs: Vec<String> = self.0.iter().map(|(a, b)| format!("{a} → {b}")).collect();
         format!("rename {}", pairs.join(", "))
     }
-    fn apply(&self, task: &mut Map<String, Value>) {
+    async fn apply(&self, task: &mut Map<String, Value>) -> Result<(), RouterError> {
         for (from, to) in &self.0 {
             if let Some(v) = task.remove(from) {
                 task.insert(to.clone(), v);
             }
         }
+        Ok(())
     }
 }
 

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use super::rules::{self, Ctx};
 use super::{Config, FailureConfig, LoggingConfig, RoutingConfig, ServerConfig};
 use crate::error::ConfigError;
+use crate::plugins::{PluginHost, PluginSettings};
 use crate::read;
 use crate::registry::Registry;
 use crate::vars::{self, Vars};
@@ -26,10 +27,12 @@ use crate::yaml::{self, Key, Node, Pos, Value};
 /// The largest config file read (16 MiB): a config is text written by people.
 const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
-const TOP_KEYS: [&str; 7] = [
-    "include", "project", "server", "routing", "inbound", "outbound", "logging",
+const TOP_KEYS: [&str; 8] = [
+    "include", "project", "server", "routing", "inbound", "outbound", "logging", "plugins",
 ];
-const MAIN_ONLY: [&str; 4] = ["project", "server", "routing", "logging"];
+const MAIN_ONLY: [&str; 5] = ["project", "server", "routing", "logging", "plugins"];
+/// Keys of `plugins:` written as a mapping.
+const PLUGIN_KEYS: [&str; 4] = ["path", "python", "workers", "timeout_ms"];
 
 /// Where a file was first loaded from: its path as given, and the including file and line.
 type SeenFrom = (Arc<Path>, Option<(Arc<Path>, usize)>);
@@ -357,12 +360,16 @@ impl Loader<'_> {
         let server = self.server();
         let routing = self.routing();
         let logging = self.logging();
+        let plugins = self
+            .plugins(paths, registry)
+            .map(|settings| Arc::new(PluginHost::new(settings)));
         let mut inbounds = Vec::new();
         let mut outbounds = Vec::new();
         for (file, node) in std::mem::take(&mut self.inbounds) {
             let mut ctx = Ctx {
                 file: &file,
                 registry,
+                plugins: plugins.as_ref(),
                 errors: &mut self.errors,
                 warnings: &mut self.warnings,
             };
@@ -374,6 +381,7 @@ impl Loader<'_> {
             let mut ctx = Ctx {
                 file: &file,
                 registry,
+                plugins: plugins.as_ref(),
                 errors: &mut self.errors,
                 warnings: &mut self.warnings,
             };
@@ -478,6 +486,7 @@ impl Loader<'_> {
             logging,
             files: self.files,
             warnings: self.warnings,
+            plugins,
             inbound_index,
             outbound_index,
         })
@@ -512,6 +521,16 @@ impl Loader<'_> {
     /// The entries of a top-level section, checking its keys against `known`.
     fn section(&mut self, name: &'static str, known: &[&str]) -> Option<Entries> {
         let section = self.sections.remove(name)?;
+        self.section_of(section, name, known)
+    }
+
+    /// [`Loader::section`] of a section already taken out.
+    fn section_of(
+        &mut self,
+        section: Section,
+        name: &'static str,
+        known: &[&str],
+    ) -> Option<Entries> {
         let entries = match read::entries(&section.node) {
             Ok(e) => e.to_vec(),
             Err(m) => {
@@ -663,6 +682,77 @@ impl Loader<'_> {
                 None
             }
         }
+    }
+
+    /// `plugins: DIR` or `plugins: {path, python, workers, timeout_ms}`; a relative path is
+    /// relative to the main file's folder. The registry's folder (`--plugins`) wins.
+    fn plugins(&mut self, paths: &[PathBuf], registry: &Registry) -> Option<PluginSettings> {
+        let section = self.sections.remove("plugins");
+        let mut settings = None;
+        if let Some(section) = section {
+            let base = paths[0].parent().map(Path::to_path_buf).unwrap_or_default();
+            let file = section.file.clone();
+            let mut path = None;
+            let mut found = PluginSettings::new(PathBuf::new());
+            let pos = section.node.pos;
+            match section.node.value {
+                Value::Str(_) => {
+                    path = self.value(&file, "plugins", &section.key, &section.node, read::text)
+                }
+                Value::Null => {}
+                _ => {
+                    let Some((file, entries)) = self.section_of(section, "plugins", &PLUGIN_KEYS)
+                    else {
+                        return registry.plugins_dir.clone().map(PluginSettings::new);
+                    };
+                    for (key, node) in &entries {
+                        match key.text.as_str() {
+                            "path" => path = self.value(&file, "plugins", key, node, read::text),
+                            "python" => {
+                                if let Some(p) = self.value(&file, "plugins", key, node, read::text)
+                                {
+                                    found.python = PathBuf::from(p);
+                                }
+                            }
+                            "workers" => match self.value(&file, "plugins", key, node, read::int) {
+                                Some(n) if (1..=64).contains(&n) => found.workers = n as usize,
+                                Some(_) => {
+                                    self.err(&file, node.pos, "`plugins.workers`: from 1 to 64")
+                                }
+                                None => {}
+                            },
+                            "timeout_ms" => {
+                                match self.value(&file, "plugins", key, node, read::int) {
+                                    Some(ms) if ms >= 100 => {
+                                        found.timeout = std::time::Duration::from_millis(ms as u64)
+                                    }
+                                    Some(_) => self.err(
+                                        &file,
+                                        node.pos,
+                                        "`plugins.timeout_ms`: at least 100",
+                                    ),
+                                    None => {}
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    if path.is_none() {
+                        self.err(&file, pos, "`plugins` needs a `path` (the folder holding the Python converts' modules)");
+                    }
+                }
+            }
+            if let Some(p) = path.filter(|p| !p.trim().is_empty()) {
+                found.dir = base.join(p);
+                settings = Some(found);
+            }
+        }
+        if let Some(dir) = &registry.plugins_dir {
+            let mut s = settings.unwrap_or_else(|| PluginSettings::new(PathBuf::new()));
+            s.dir = dir.clone();
+            settings = Some(s);
+        }
+        settings
     }
 
     fn logging(&mut self) -> LoggingConfig {

@@ -18,7 +18,9 @@ use std::sync::atomic::AtomicBool;
 use serde_json::{Map, Value};
 use silk_selector::SelectorList;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, RouterError};
+use crate::plugins::PluginHost;
+pub use crate::plugins::PluginSettings;
 use crate::registry::{Convert, Inbound, Outbound, Registry};
 use crate::vars::Vars;
 
@@ -44,6 +46,9 @@ pub struct Config {
     pub files: Vec<PathBuf>,
     /// Things that load but deserve a look (duplicate YAML keys, ignored keys).
     pub warnings: Vec<ConfigError>,
+    /// `plugins` (or `--plugins`): where Python converts are loaded from, and the workers
+    /// that run them (`None` when the config sets no plugins folder).
+    pub(crate) plugins: Option<Arc<PluginHost>>,
     inbound_index: HashMap<String, usize>,
     outbound_index: HashMap<String, usize>,
 }
@@ -83,6 +88,27 @@ impl Config {
     /// The inbound named `name`.
     pub fn inbound(&self, name: &str) -> Option<&InboundRule> {
         self.inbound_index(name).map(|i| &self.inbounds[i])
+    }
+
+    /// The plugins folder's settings, when the config has one.
+    pub fn plugins(&self) -> Option<&PluginSettings> {
+        self.plugins.as_deref().map(PluginHost::settings)
+    }
+
+    /// Starts a Python worker and instantiates every Python convert step's class with its
+    /// `init`: one error per step that does not load, at the step's place in the config.
+    /// Nothing to do (and `Ok`) without Python converts. `silk router check` and every
+    /// router start call it.
+    pub async fn verify_plugins(&self) -> Result<(), Vec<ConfigError>> {
+        let Some(host) = &self.plugins else {
+            return Ok(());
+        };
+        let errors = host.verify().await;
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
     }
 
     /// The first enabled HTTP inbound, which `POST /task/` without `?inbound=` uses.
@@ -206,8 +232,8 @@ pub struct ConvertStep {
 }
 
 impl ConvertStep {
-    pub(crate) fn apply(&self, task: &mut Map<String, Value>) {
-        self.step.0.apply(task);
+    pub(crate) async fn apply(&self, task: &mut Map<String, Value>) -> Result<(), RouterError> {
+        self.step.0.apply(task).await
     }
 
     /// What the step does.

@@ -12,6 +12,7 @@ use silk_selector::{Selector, SelectorList};
 
 use super::{ConvertStep, InboundRule, Opaque, Origin, OutboundRule, OutboundSettings};
 use crate::error::ConfigError;
+use crate::plugins::{PluginHost, PythonConvert};
 use crate::read::{self, InitReader};
 use crate::registry::{Entry, Registry};
 use crate::yaml::{Key, Node, Pos, Value};
@@ -45,6 +46,8 @@ const OUTBOUND_SETTINGS: [&str; 16] = [
 pub(super) struct Ctx<'a> {
     pub file: &'a Arc<Path>,
     pub registry: &'a Registry,
+    /// The config's Python converts, when it has a plugins folder.
+    pub plugins: Option<&'a Arc<PluginHost>>,
     pub errors: &'a mut Vec<ConfigError>,
     pub warnings: &'a mut Vec<ConfigError>,
 }
@@ -420,6 +423,9 @@ fn convert_step(ctx: &mut Ctx<'_>, rule: &str, number: usize, node: &Node) -> Op
         }
     };
     match ctx.registry.convert(&class) {
+        None if ctx.plugins.is_some() && class.contains('.') => {
+            python_step(ctx, rule, &here, node.pos, class, &init.1)
+        }
         None => {
             let hint = suggestion(
                 &class,
@@ -429,7 +435,7 @@ fn convert_step(ctx: &mut Ctx<'_>, rule: &str, number: usize, node: &Node) -> Op
                 node.pos,
                 rule,
                 format!(
-                    "{here}: unknown convert class `{class}`{hint}; built in: {}, or declarative `set`/`rename`/`remove` (project-specific Python converts do not exist in Silk)",
+                    "{here}: unknown convert class `{class}`{hint}; built in: {}, or declarative `set`/`rename`/`remove`; a project's Python converts are loaded from the config's plugins folder (`plugins: path/to/dir` or `--plugins`), which is not set",
                     ctx.registry.names("convert").join(", ")
                 ),
             );
@@ -465,6 +471,38 @@ fn convert_step(ctx: &mut Ctx<'_>, rule: &str, number: usize, node: &Node) -> Op
             })
         }
     }
+}
+
+/// A convert class that is not built in, from the plugins folder: its module file must
+/// exist (no code runs at load; `Config::verify_plugins` instantiates it).
+fn python_step(
+    ctx: &mut Ctx<'_>,
+    rule: &str,
+    here: &str,
+    pos: Pos,
+    class: String,
+    init: &[(Key, Node)],
+) -> Option<ConvertStep> {
+    let host = ctx.plugins?.clone();
+    if let Err(m) = host.module_file(&class) {
+        ctx.err(
+            pos,
+            rule,
+            format!("{here}: convert class `{class}` is not built in, and {m}"),
+        );
+        return None;
+    }
+    let init: Map<String, serde_json::Value> = init
+        .iter()
+        .map(|(k, v)| (k.text.clone(), v.to_json()))
+        .collect();
+    let origin = ConfigError::new(ctx.file, pos.line, pos.column, format!("{here}: `{class}`"))
+        .in_rule(Some(rule));
+    let step = host.register(&class, serde_json::Value::Object(init), origin);
+    Some(ConvertStep {
+        class: class.clone(),
+        step: Opaque(Arc::new(PythonConvert { host, step, class })),
+    })
 }
 
 /// Parses one outbound entry.
