@@ -92,6 +92,9 @@ pub enum RouterError {
     /// A NATS operation failed. Retryable.
     #[error("nats {target}: {message}")]
     Nats { target: String, message: String },
+    /// A Kafka operation failed (broker unreachable, timeout, …). Retryable.
+    #[error("{target}: {message}")]
+    Kafka { target: String, message: String },
     /// An HTTP outbound's target answered with an error or could not be reached. Retryable.
     #[error("http {target}: {message}")]
     Http { target: String, message: String },
@@ -128,6 +131,7 @@ impl RouterError {
             self,
             RouterError::Redis { .. }
                 | RouterError::Nats { .. }
+                | RouterError::Kafka { .. }
                 | RouterError::Http { .. }
                 | RouterError::Unavailable { .. }
                 | RouterError::FailureRecord { .. }

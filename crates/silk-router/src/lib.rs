@@ -1,6 +1,7 @@
 //! The task router — the seeds' taskHUB. Tasks (JSON objects) arrive at **inbounds** (HTTP
-//! `POST /task/`, Redis lists, NATS JetStream), pass the inbound's convert chain and
-//! Python-style selectors, and go to the first **outbound** (Redis list, NATS subject, HTTP)
+//! `POST /task/`, Redis lists, NATS JetStream, Kafka), pass the inbound's convert chain
+//! (built-in steps, or the project's Python classes) and Python-style selectors, and go to
+//! the first **outbound** (Redis list, NATS subject, Kafka topic, HTTP)
 //! whose selectors match. Tasks that come back with a `task_result` are retried, sent to a
 //! failback, routed again or ended, as configured; failures are recorded.
 //!
@@ -55,8 +56,8 @@ pub use error::{ConfigError, RouterError};
 pub use outcome::{Decision, Outcome, REASONS, Reason};
 pub use read::InitReader;
 pub use registry::{
-    Convert, ConvertFactory, Inbound, InboundContext, InboundFactory, NEEDS_HUB, NO_KAFKA,
-    Outbound, OutboundFactory, Outgoing, Registry,
+    Convert, ConvertFactory, Inbound, InboundContext, InboundFactory, NEEDS_HUB, Outbound,
+    OutboundFactory, Outgoing, Registry,
 };
 pub use router::{OutboundStatus, Router};
 pub use server::{ApiError, ErrorCode, app};

@@ -196,6 +196,30 @@ impl<'a> InitReader<'a> {
         self.read(key, |n| list(n)?.into_iter().map(text).collect())
     }
 
+    /// A required mapping of client properties (librdkafka's `consumer_settings`): texts,
+    /// numbers as written, booleans as `true`/`false`; records "missing `key`" when absent.
+    pub fn settings(&mut self, key: &str) -> Option<Vec<(String, String)>> {
+        if self
+            .find(key)
+            .is_none_or(|n| matches!(n.value, Value::Null))
+        {
+            self.error(None, format!("missing `{key}` in `init`"));
+            return None;
+        }
+        self.read(key, |n| {
+            entries(n)?
+                .iter()
+                .map(|(k, v)| match &v.value {
+                    Value::Bool(b) => Ok((k.text.clone(), b.to_string())),
+                    _ => Ok((
+                        k.text.clone(),
+                        text(v).map_err(|m| format!("`{}`: {m}", k.text))?,
+                    )),
+                })
+                .collect()
+        })
+    }
+
     /// An optional mapping of texts.
     pub fn opt_str_map(&mut self, key: &str) -> Option<Vec<(String, String)>> {
         self.read(key, |n| {

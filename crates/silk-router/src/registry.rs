@@ -6,8 +6,8 @@
 //! - [`Outbound`] (in other systems: sink, producer, queue writer): where routed tasks go.
 //! - [`Convert`] (in other systems: transform, filter): reshapes a task before selectors see it.
 //!
-//! Some classes are known but cannot work in this build: `kafka.KafkaInbound` (no Kafka
-//! client), and `silk.JobOutbound` / `silk.RunResultsInbound`, which need the Silk hub —
+//! Some classes are known but cannot work outside the hub: `silk.JobOutbound` /
+//! `silk.RunResultsInbound` need the Silk hub —
 //! the hub registers real factories for them with [`Registry::register_inbound`] /
 //! [`Registry::register_outbound`] before loading a config. Loading a config that uses one
 //! while it is unavailable is a config error naming why.
@@ -237,8 +237,6 @@ impl std::fmt::Debug for Registry {
 /// The reason `silk.*` classes are unavailable outside the hub.
 pub const NEEDS_HUB: &str =
     "needs the Silk hub: run the router inside it (`silk up --router` or `silk hub --router`)";
-/// The reason `kafka.KafkaInbound` is unavailable.
-pub const NO_KAFKA: &str = "not supported: no Kafka client in this build";
 
 impl Registry {
     /// A registry with no class (see `components` for the standard one).

@@ -40,6 +40,7 @@ fn every_example_loads() {
         ("nats_url", "nats://127.0.0.1:4222"),
         ("failure_dir", "/tmp"),
         ("failure_path", "/tmp/x.jsonl.gz"),
+        ("kafka_servers", "127.0.0.1:9092"),
     ]);
     for file in ["taskhub_ic.yaml", "full.yaml", "seed/main.yaml"] {
         let config = check(&[examples().join(file)], &v).unwrap_or_else(|e| {
@@ -275,8 +276,8 @@ outbound:
     );
     let text = errors_of(result);
     assert!(
-        text.contains("main.yaml:3:12: inbound `spider_log`: class `kafka.KafkaInbound` not supported: no Kafka client in this build"),
-        "{text}"
+        !text.contains("spider_log"),
+        "kafka.KafkaInbound is a class of this build: {text}"
     );
     assert!(
         text.contains("inbound `results`: class `silk.RunResultsInbound` needs the Silk hub: run the router inside it (`silk up --router` or `silk hub --router`)"),
@@ -288,13 +289,13 @@ outbound:
     );
     assert_eq!(
         text.lines().count(),
-        3,
+        2,
         "no follow-on errors about their init keys: {text}"
     );
 }
 
 #[test]
-fn the_seed_config_verbatim_reports_exactly_what_silk_lacks() {
+fn the_seed_config_verbatim_lacks_only_its_python_converts() {
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seed_verbatim.yaml");
     let v = vars(&[
@@ -302,10 +303,6 @@ fn the_seed_config_verbatim_reports_exactly_what_silk_lacks() {
         ("redis_url", "redis://127.0.0.1:6379/0"),
     ]);
     let text = errors_of(Config::load(&[path], &v));
-    assert!(
-        text.contains("class `kafka.KafkaInbound` not supported: no Kafka client in this build"),
-        "{text}"
-    );
     for convert in [
         "ic.ExtractTaskParams",
         "ic.CaptchaExtraItem",
@@ -322,25 +319,26 @@ fn the_seed_config_verbatim_reports_exactly_what_silk_lacks() {
         !text.contains("zongju_captcha_ts3"),
         "the seed's outbound is valid: {text}"
     );
-    assert_eq!(text.lines().count(), 6, "{text}");
+    assert_eq!(text.lines().count(), 5, "{text}");
 }
 
 #[tokio::test]
-async fn the_seed_config_with_its_python_converts_lacks_only_kafka() {
+async fn the_seed_config_with_its_python_converts_loads_and_every_class_instantiates() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     let mut registry = silk_router::Registry::standard();
-    registry.set_plugins_dir(root.join("plugins"));
+    registry.set_plugins_dir(examples().join("plugins"));
     let v = vars(&[
         ("kafka_servers", "k:9092"),
         ("redis_url", "redis://127.0.0.1:6379/0"),
     ]);
-    let text = errors_of(Config::load_with(
-        &[root.join("seed_verbatim.yaml")],
-        &v,
-        &registry,
-    ));
-    assert!(text.contains("kafka.KafkaInbound"), "{text}");
-    assert_eq!(text.lines().count(), 1, "{text}");
+    let config = Config::load_with(&[root.join("seed_verbatim.yaml")], &v, &registry)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    config
+        .verify_plugins()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(config.inbounds[0].class, "kafka.KafkaInbound");
+    assert_eq!(config.inbounds[0].converts.len(), 6);
 }
 
 #[test]

@@ -117,6 +117,13 @@ fn the_example_seeds_load_so_mutations_start_from_valid_configs() {
         }
         let dir = tempfile::tempdir().expect("tempdir");
         body::write_files(dir.path(), &data).expect("write");
+        // The Python converts `taskhub_ic.yaml` names, next to it as in `examples/router`.
+        std::fs::create_dir_all(dir.path().join("plugins")).expect("mkdir");
+        std::fs::copy(
+            manifest_dir().join("../../examples/router/plugins/ic.py"),
+            dir.path().join("plugins/ic.py"),
+        )
+        .expect("copy");
         let loaded = silk_router::check(&[dir.path().join("main.yaml")], &body::vars());
         if let Err(errors) = loaded {
             panic!(

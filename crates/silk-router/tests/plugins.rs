@@ -1,6 +1,7 @@
 //! Python converts from a plugins folder, run by real Python worker processes
-//! (`tests/fixtures/plugins`: the tests' own `ic.*` classes in the style of a taskHUB
-//! project, and `flaky.*`, which kill or hang their worker a set number of times per task).
+//! (`examples/router/plugins/ic.py`: sample `ic.*` classes in the style of a taskHUB project;
+//! `tests/fixtures/plugins`: `checks.*`, which misbehave, and `flaky.*`, which kill or hang
+//! their worker a set number of times per task).
 //! Python is `SILK_TEST_PYTHON` or `python3`.
 
 mod common;
@@ -11,8 +12,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use silk_router::{Config, Decision, Reason, Registry, Router};
 
+/// The plugins folder of these tests: the example's `ic.py` and the fixtures' modules,
+/// copied together (it lives as long as the process).
 fn plugins_dir() -> PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugins")
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(common::plugins).path().to_path_buf()
 }
 
 fn python() -> String {
@@ -93,7 +97,7 @@ async fn python_converts_run_in_order_with_the_built_in_ones_and_route() {
       - class: ic.ParseSearchinfoItems
       - class: ic.ParseNoticeItem
         init: {prefix: ann}
-      - class: ic.lowercase_name";
+      - class: checks.lowercase_name";
     let (_dir, config) = load(&config_text(
         &sink,
         converts,
@@ -156,8 +160,8 @@ async fn a_convert_that_raises_fails_its_task_with_the_exception_in_the_failure_
     let state = tempfile::tempdir().expect("tempdir");
     let failure = state.path().join("failure.jsonl");
     let converts = "      - class: ic.ExtractTaskParams
-      - class: ic.Explode
-      - class: ic.NotADict";
+      - class: checks.Explode
+      - class: checks.NotADict";
     let (_dir, config) = load(&config_text(
         &sink,
         converts,
@@ -174,7 +178,7 @@ async fn a_convert_that_raises_fails_its_task_with_the_exception_in_the_failure_
     assert!(
         outcome
             .why
-            .contains("convert `ic.Explode` failed: ValueError: boom: bad row"),
+            .contains("convert `checks.Explode` failed: ValueError: boom: bad row"),
         "{}",
         outcome.why
     );
@@ -197,7 +201,7 @@ async fn a_convert_that_raises_fails_its_task_with_the_exception_in_the_failure_
         .expect("ends");
     assert_eq!(outcome.reason, Reason::ConvertFailed);
     assert!(
-        outcome.why.contains("ic.NotADict") && outcome.why.contains("not a dict"),
+        outcome.why.contains("checks.NotADict") && outcome.why.contains("not a dict"),
         "{}",
         outcome.why
     );
@@ -296,7 +300,7 @@ async fn check_names_every_class_that_does_not_load_at_its_place() {
     let converts = "      - class: ic.ExtractTaskParams
       - class: ic.NoSuchClass
       - class: nope.Missing
-      - class: ic.NeedsInit
+      - class: checks.NeedsInit
       - class: ic.ExtractTaskParams
         init: {unknown_keyword: 1}";
     let (_dir, result) = load(&config_text(&sink, converts, "", "/tmp/unused.jsonl"));
@@ -312,7 +316,7 @@ async fn check_names_every_class_that_does_not_load_at_its_place() {
 
     let converts = "      - class: ic.ExtractTaskParams
       - class: ic.NoSuchClass
-      - class: ic.NeedsInit
+      - class: checks.NeedsInit
       - class: ic.ExtractTaskParams
         init: {unknown_keyword: 1}";
     let (_dir, result) = load(&config_text(&sink, converts, "", "/tmp/unused.jsonl"));
@@ -330,7 +334,7 @@ async fn check_names_every_class_that_does_not_load_at_its_place() {
         "{text:#?}"
     );
     assert!(
-        text[1].contains("convert 3: `ic.NeedsInit`") && text[1].contains("required"),
+        text[1].contains("convert 3: `checks.NeedsInit`") && text[1].contains("required"),
         "{text:#?}"
     );
     assert!(

@@ -39,6 +39,14 @@ pub enum TestkitError {
     /// The dedicated server thread or its tokio runtime could not be created.
     #[error("cannot start server thread: {0}")]
     Runtime(#[source] io::Error),
+    /// A server that runs as its own process (the Kafka broker) could not be started.
+    #[error("cannot start {what}: {message}")]
+    Process {
+        /// What was started.
+        what: &'static str,
+        /// Why it is not running.
+        message: String,
+    },
     /// Waiting for Ctrl-C / SIGTERM failed in `serve_demo_forever`.
     #[error("cannot listen for shutdown signals: {0}")]
     Signal(#[source] io::Error),

@@ -11,6 +11,7 @@
 //!   repository to commit, tag and push to it.
 //! - [`receiver`]: a webhook receiver that records what it gets and answers as told.
 //! - [`containers`]: podman set up for these sandboxes, with a base image made on the spot.
+//! - [`kafka`]: a real Kafka-protocol broker (tansu) on a loopback port of its own.
 //! - [`eventually`]: the one polling helper, for what no event announces.
 //!
 //! This crate must not depend on any other Silk crate (everything may depend on it in
@@ -23,6 +24,7 @@ mod error;
 mod eventually;
 pub mod git;
 pub mod hostile;
+pub mod kafka;
 pub mod mutate;
 pub mod receiver;
 mod rng;
@@ -33,6 +35,7 @@ pub use error::TestkitError;
 pub use eventually::{POLL_EVERY, eventually, eventually_blocking};
 pub use git::{GitServer, WorkRepo};
 pub use hostile::{HostileKind, HostileServer};
+pub use kafka::KafkaBroker;
 pub use receiver::{Received, Receiver};
 
 /// A TCP port that was free on `127.0.0.1` a moment ago (the kernel's pick for port 0).

@@ -26,6 +26,7 @@ pub fn vars() -> Vars {
     let mut vars = Vars::new().with_env(false);
     vars.set("redis_url", "redis://127.0.0.1:6379/0")
         .set("nats_url", "nats://127.0.0.1:4222")
+        .set("kafka_servers", "127.0.0.1:9092")
         .set("failure_dir", "/nonexistent/silk-router-fuzz")
         .set(
             "failure_path",

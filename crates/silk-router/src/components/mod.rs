@@ -3,12 +3,13 @@
 
 pub(crate) mod convert;
 pub(crate) mod http;
+pub(crate) mod kafka;
 pub(crate) mod nats;
 pub(crate) mod redis;
 
 use std::sync::Arc;
 
-use crate::registry::{Entry, NEEDS_HUB, NO_KAFKA, Registry};
+use crate::registry::{Entry, NEEDS_HUB, Registry};
 
 impl Default for Registry {
     fn default() -> Self {
@@ -22,10 +23,6 @@ impl Registry {
     pub fn standard() -> Registry {
         let mut registry = Registry::empty();
         register_standard(&mut registry);
-        registry.inbounds.insert(
-            "kafka.KafkaInbound".into(),
-            Entry::Unavailable(NO_KAFKA.into()),
-        );
         registry.inbounds.insert(
             "silk.RunResultsInbound".into(),
             Entry::Unavailable(NEEDS_HUB.into()),
@@ -54,6 +51,8 @@ fn register_standard(registry: &mut Registry) {
             "redis_queue.RedisListOutbound",
             Arc::new(redis::RedisListOutboundFactory),
         )
+        .register_inbound("kafka.KafkaInbound", Arc::new(kafka::KafkaInboundFactory))
+        .register_outbound("kafka.KafkaOutbound", Arc::new(kafka::KafkaOutboundFactory))
         .register_outbound("nats.NatsOutbound", Arc::new(nats::NatsOutboundFactory))
         .register_outbound("http.HttpOutbound", Arc::new(http::HttpOutboundFactory))
         .register_convert(

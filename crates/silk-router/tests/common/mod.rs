@@ -172,6 +172,21 @@ impl Outbound for Memory {
     }
 }
 
+/// A new plugins folder holding the example's `ic.py` and the fixtures' Python modules.
+pub fn plugins() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let copy = |from: &Path, to: &Path| {
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+        std::fs::copy(from, to).expect("copy");
+    };
+    copy(&examples().join("plugins/ic.py"), &dir.path().join("ic.py"));
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plugins");
+    for name in ["checks.py", "flaky/__init__.py"] {
+        copy(&fixtures.join(name), &dir.path().join(name));
+    }
+    dir
+}
+
 /// The repository's `examples/router` folder.
 pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/router")
