@@ -24,6 +24,7 @@ pub mod jobs;
 pub mod logs;
 pub mod programs;
 pub mod projects;
+pub mod router;
 pub mod runs;
 pub mod tenants;
 pub mod tokens;

@@ -31,6 +31,7 @@
 //! | `GET /api/v1/tenants/{name}/usage` | what a tenant used today and its quotas (admin; others their own) |
 //! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `api::projects` |
 //! | `/api/v1/alerts/rules…`, `GET /api/v1/alerts/deliveries` | alert rules and their deliveries: see `api::alerts` |
+//! | `GET /api/v1/router/failures`, `POST /api/v1/router/failures/replay` | the router's failure records (`--router`): see `api::router` |
 //!
 //! Errors are `{"code": "...", "message": "..."}`: `400 bad_request`, `401 unauthorized`,
 //! `403 forbidden`, `404 not_found`, `409 conflict` / `wrong_state` / `allocation_failed`,
@@ -48,6 +49,7 @@
 
 mod alerts;
 mod projects;
+mod router;
 
 use crate::auth::{Principal, Role};
 use crate::error::HubError;
@@ -216,6 +218,7 @@ fn api_routes() -> (
         .routes(routes!(get_tenant_usage))
         .merge(projects::routes())
         .merge(alerts::routes())
+        .merge(router::routes())
         .split_for_parts();
     let (public, public_doc) = projects::public_routes().split_for_parts();
     doc.merge(public_doc);

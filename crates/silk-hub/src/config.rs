@@ -30,6 +30,8 @@ pub struct HubConfig {
     pub store_url: Option<String>,
     /// Run log lines older than this are deleted, ms (default 30 days).
     pub log_retention_ms: u64,
+    /// The router's failure records older than this are deleted, ms (default 30 days).
+    pub router_failure_retention_ms: u64,
     /// How often the scheduler looks at jobs, ms (default 1000).
     pub schedule_tick_ms: u64,
     /// Write each fetched request's final outcome to `runs/{id}/outcomes.jsonl`, for the
@@ -196,6 +198,7 @@ impl HubConfig {
             resubscribe_initial_ms: 100,
             store_url: None,
             log_retention_ms: 30 * 24 * 3600 * 1000,
+            router_failure_retention_ms: 30 * 24 * 3600 * 1000,
             schedule_tick_ms: 1000,
             record_outcomes: false,
             hub_id: None,

@@ -141,6 +141,9 @@ pub enum HubError {
     /// No agent with that id is known to this hub.
     #[error("no agent `{0}`")]
     NoSuchAgent(String),
+    /// The hub runs no router (what needs one says so).
+    #[error("{0}")]
+    NoRouter(String),
 }
 
 impl HubError {
@@ -177,7 +180,7 @@ impl HubError {
                 ErrorCode::Storage
             }
             HubError::Bus(_) => ErrorCode::Bus,
-            HubError::FetchUnanswered(_) => ErrorCode::Unavailable,
+            HubError::FetchUnanswered(_) | HubError::NoRouter(_) => ErrorCode::Unavailable,
             HubError::ShuttingDown => ErrorCode::ShuttingDown,
         }
     }

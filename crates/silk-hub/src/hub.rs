@@ -190,6 +190,7 @@ impl Hub {
             undrivable: Mutex::new(std::collections::HashSet::new()),
             builds: crate::state::Builds::new(secrets, build_settings),
             alerts_wake: tokio::sync::Notify::new(),
+            router: std::sync::OnceLock::new(),
             alerts_task: Mutex::new(None),
             pools: Mutex::new(BTreeMap::new()),
         });
@@ -236,7 +237,10 @@ impl Hub {
         tokio::spawn(crate::logs::retention(
             shared.store.clone(),
             shared.clock.clone(),
-            shared.config.log_retention_ms,
+            crate::logs::Retention {
+                logs_ms: shared.config.log_retention_ms,
+                router_failures_ms: shared.config.router_failure_retention_ms,
+            },
             shared.stop.subscribe(),
         ));
         crate::ownership::adopt(&shared, true).await?;

@@ -65,6 +65,7 @@ mod files;
 pub mod hub;
 mod hub_alerts;
 mod hub_projects;
+mod hub_router;
 mod hub_tenants;
 mod items;
 pub mod jobs;

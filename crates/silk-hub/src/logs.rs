@@ -198,12 +198,22 @@ async fn store_batch(logs: &RunLogs, store: &Arc<dyn MetaStore>, batch: &[NewLog
     }
 }
 
-/// Deletes lines older than `retention_ms` (and lines of a job's runs older than the job's
-/// `log_retention_ms`) now and then every hour, until `stop`.
+/// How long the store keeps what the hub writes and nobody deletes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retention {
+    /// Run and build log lines (a job's `log_retention_ms` may shorten it for its runs).
+    pub logs_ms: u64,
+    /// The router's failure records.
+    pub router_failures_ms: u64,
+}
+
+/// Deletes log lines older than `retention.logs_ms` (and lines of a job's runs older than
+/// the job's `log_retention_ms`), and router failure records older than
+/// `retention.router_failures_ms`, now and then every hour, until `stop`.
 pub(crate) async fn retention(
     store: Arc<dyn MetaStore>,
     clock: Arc<dyn Clock>,
-    retention_ms: u64,
+    retention: Retention,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(3600));
@@ -212,7 +222,21 @@ pub(crate) async fn retention(
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
-        retention_pass(&*store, clock.now_ms(), retention_ms).await;
+        let now = clock.now_ms();
+        match store
+            .delete_router_failures_before(now.saturating_sub(retention.router_failures_ms))
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                records = n,
+                "old router failure records deleted (retention)"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "router failure retention failed; retrying in an hour")
+            }
+        }
+        retention_pass(&*store, now, retention.logs_ms).await;
     }
 }
 

@@ -75,6 +75,8 @@ pub(crate) struct HubCore {
     pub(crate) alerts_task: Mutex<Option<JoinHandle<()>>>,
     /// The declared pools as this hub last saw them (`scale`), by name.
     pub(crate) pools: Mutex<BTreeMap<String, silk_api::agents::PoolView>>,
+    /// The router this hub runs (`--router`), for replays of its failure records.
+    pub(crate) router: std::sync::OnceLock<silk_router::Router>,
 }
 
 impl HubCore {

@@ -489,6 +489,35 @@
  */
 
 /**
+ * The answer of a replay.
+ * @typedef {object} ReplayAnswer
+ * @property {Array<ReplayedView>} replayed One per selected record, oldest first.
+ */
+
+/**
+ * Which records `POST /api/v1/router/failures/replay` submits again: `ids`, or a filter.
+ * @typedef {object} ReplayRequest
+ * @property {boolean} [again] Also records replayed before (default false: each record is replayed once unless
+ * @property {Array<string>|null} [ids] These records (with nothing else: the filter applies besides).
+ * @property {string|null} [inbound] Only those that came from this inbound.
+ * @property {number|null} [limit] At most this many, oldest first (default 1000, at most 10000).
+ * @property {string|null} [outbound] Only those of this outbound.
+ * @property {string|null} [reason] Only this reason.
+ * @property {number|null} [since] Only those at or after this time, ms since the epoch.
+ * @property {number|null} [until] Only those before this time, ms since the epoch.
+ */
+
+/**
+ * What became of one replayed record.
+ * @typedef {object} ReplayedView
+ * @property {string|null} [decision] `routed`, `succeeded`, `failed` or `rejected` (as `POST /task/` answers); `null`
+ * @property {string} id The record.
+ * @property {string|null} [outbound] The outbound that took it.
+ * @property {string|null} [reason] The router's reason.
+ * @property {string} why Why, for people; or why it was not submitted (a message that was not a task, the
+ */
+
+/**
  * How to restart a run (the optional body of `POST /api/v1/runs/{id}/restart`).
  * @typedef {object} RestartRequest
  * @property {boolean} [keep_frontier] The new run takes over the old run's frontier (what was fetched is not fetched
@@ -497,6 +526,29 @@
 /**
  * What a token may do in its tenant.
  * @typedef {"viewer"|"member"|"owner"|"admin"} Role
+ */
+
+/**
+ * One task that ended as failed in the router.
+ * @typedef {object} RouterFailureView
+ * @property {string} id Unique, time-ordered.
+ * @property {string|null} [inbound] The inbound it came from (`null`: posted straight to the rules).
+ * @property {string|null} [outbound] The outbound it was for, if any.
+ * @property {string} project The router config's `project`.
+ * @property {string|null} [raw] The message's text, when it was not a JSON object (`bad_task`).
+ * @property {string} reason Why, as the router's counter label (`retries_exhausted`, `no_route`, `refused`,
+ * @property {number|null} [replayed_ms] When its task was last submitted again, if ever.
+ * @property {Record<string, any>|null} [task] The task, when it was a JSON object.
+ * @property {number} time_ms When it failed, ms since the epoch.
+ * @property {string} why Why, for people.
+ */
+
+/**
+ * A page of failure records.
+ * @typedef {object} RouterFailuresPage
+ * @property {Array<RouterFailureView>} failures Newest first.
+ * @property {string|null} [next] Pass as `after` for the next page; `null` on the last.
+ * @property {number} total How many records match the filter in all.
  */
 
 /**

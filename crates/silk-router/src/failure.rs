@@ -13,6 +13,10 @@
 //!
 //! One writer task owns the file; routing awaits the write of its record before the
 //! inbound acknowledges the task, so a failed task is never lost between the two.
+//!
+//! A [`FailureSink`] is the other place records may go: the hub gives one that keeps them
+//! in its store (queryable and replayable through its API). Records reach it in batches
+//! through a writer task of the same kind, and routing awaits it the same way.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -25,8 +29,89 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::FailureConfig;
 use crate::error::RouterError;
+use crate::outcome::Reason;
 
 type Request = (Vec<u8>, oneshot::Sender<Result<(), String>>);
+
+/// One task that ended as failed, as a [`FailureSink`] gets it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FailureRecord {
+    /// When it failed (the router's clock).
+    pub time_ms: u64,
+    /// The config's `project`.
+    pub project: String,
+    /// The inbound it came from (`None`: straight to the rules).
+    pub inbound: Option<String>,
+    /// The outbound it was for, if any.
+    pub outbound: Option<String>,
+    /// Why it failed, as a counter label.
+    pub reason: Reason,
+    /// Why, for people.
+    pub why: String,
+    /// The task (as it arrived, for `convert_failed`; as routed otherwise).
+    pub task: Option<Value>,
+    /// The message's text, when it was not a JSON object.
+    pub raw: Option<String>,
+}
+
+/// Where failure records are kept besides (or instead of) the file: the hub's store.
+#[async_trait::async_trait]
+pub trait FailureSink: Send + Sync + 'static {
+    /// Keeps `records` for good, or says why not (the tasks then stay with their inbounds:
+    /// retryable).
+    async fn record(&self, records: &[FailureRecord]) -> Result<(), String>;
+}
+
+type SinkRequest = (FailureRecord, oneshot::Sender<Result<(), String>>);
+
+/// A handle to the writer task of a [`FailureSink`]. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct SinkWriter {
+    tx: mpsc::Sender<SinkRequest>,
+}
+
+impl SinkWriter {
+    /// Starts the writer task.
+    pub(crate) fn start(sink: std::sync::Arc<dyn FailureSink>) -> SinkWriter {
+        let (tx, mut rx) = mpsc::channel::<SinkRequest>(1024);
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while batch.len() < 500 {
+                    match rx.try_recv() {
+                        Ok(next) => batch.push(next),
+                        Err(_) => break,
+                    }
+                }
+                let (records, waiters): (Vec<FailureRecord>, Vec<_>) = batch.into_iter().unzip();
+                let result = sink.record(&records).await;
+                if let Err(e) = &result {
+                    tracing::error!(error = %e, records = records.len(), "cannot keep failure records");
+                }
+                for done in waiters {
+                    let _ = done.send(result.clone());
+                }
+            }
+        });
+        SinkWriter { tx }
+    }
+
+    /// Hands one record over and waits until it is kept.
+    pub(crate) async fn write(&self, record: FailureRecord) -> Result<(), RouterError> {
+        let fail = |message: String| RouterError::Unavailable {
+            target: "the failure store".into(),
+            message,
+        };
+        let (done, wait) = oneshot::channel();
+        self.tx
+            .send((record, done))
+            .await
+            .map_err(|_| fail("the writer has stopped".into()))?;
+        wait.await
+            .map_err(|_| fail("the writer has stopped".into()))?
+            .map_err(fail)
+    }
+}
 
 /// A handle to the failure record's writer task. Cheap to clone.
 #[derive(Debug, Clone)]

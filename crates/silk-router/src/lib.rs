@@ -53,6 +53,7 @@ pub use bucket::TokenBucket;
 pub use config::Config;
 pub use decide::{CheckTaskAnswer, explain, explain_at};
 pub use error::{ConfigError, RouterError};
+pub use failure::{FailureRecord, FailureSink};
 pub use outcome::{Decision, Outcome, REASONS, Reason};
 pub use read::InitReader;
 pub use registry::{

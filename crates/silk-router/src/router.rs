@@ -26,7 +26,7 @@ use crate::bucket::TokenBucket;
 use crate::config::Config;
 use crate::decide::{self, CheckTaskAnswer, RuleRef};
 use crate::error::RouterError;
-use crate::failure::FailureWriter;
+use crate::failure::{FailureRecord, FailureSink, FailureWriter, SinkWriter};
 use crate::metrics::Metrics;
 use crate::outcome::{Decision, Outcome, Reason};
 use crate::payload::Payload;
@@ -54,6 +54,7 @@ struct Inner {
     senders: Vec<Arc<OutboundSender>>,
     metrics: Metrics,
     failure: Option<FailureWriter>,
+    failure_sink: Option<SinkWriter>,
     stop_inbounds: watch::Sender<bool>,
     stop_senders: watch::Sender<bool>,
     inbound_tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -113,6 +114,16 @@ impl Router {
         config: Config,
         clock: Arc<dyn Clock>,
     ) -> Result<Router, RouterError> {
+        Self::start_with(config, clock, None).await
+    }
+
+    /// Starts with `clock`, and with `sink` keeping every failure record (besides the
+    /// config's file, if any): the hub's store.
+    pub async fn start_with(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        sink: Option<Arc<dyn FailureSink>>,
+    ) -> Result<Router, RouterError> {
         config.verify_plugins().await.map_err(RouterError::Config)?;
         let failure = match &config.routing.failure {
             Some(f) => Some(FailureWriter::start(f, &config.project).await?),
@@ -157,6 +168,7 @@ impl Router {
                 clock,
                 senders,
                 failure,
+                failure_sink: sink.map(SinkWriter::start),
                 stop_inbounds,
                 stop_senders,
                 inbound_tasks: Mutex::new(Vec::new()),
@@ -427,31 +439,41 @@ impl Router {
         let inbound_name = inbound.map(|i| config.inbounds[i].name.clone());
         let outbound_name = outbound.map(|i| config.outbounds[i].name.clone());
         tracing::debug!(inbound = ?inbound_name, outbound = ?outbound_name, reason = reason.as_str(), why, "task failed");
-        let Some(writer) = &self.inner.failure else {
+        if self.inner.failure.is_none() && self.inner.failure_sink.is_none() {
             return Ok(());
-        };
+        }
         let now = self.inner.clock.now_ms();
-        let mut record = Map::new();
-        record.insert("time".into(), Value::from(task::format_time(now)));
-        record.insert("time_ms".into(), Value::from(now));
-        record.insert("project".into(), Value::from(config.project.as_str()));
-        record.insert(
-            "inbound".into(),
-            inbound_name.map_or(Value::Null, Value::from),
-        );
-        record.insert(
-            "outbound".into(),
-            outbound_name.map_or(Value::Null, Value::from),
-        );
-        record.insert("reason".into(), Value::from(reason.as_str()));
-        record.insert("why".into(), Value::from(why));
-        if let Some(task) = task {
-            record.insert("task".into(), task);
+        let record = FailureRecord {
+            time_ms: now,
+            project: config.project.clone(),
+            inbound: inbound_name,
+            outbound: outbound_name,
+            reason,
+            why: why.to_owned(),
+            task,
+            raw,
+        };
+        if let Some(writer) = &self.inner.failure {
+            let mut line = Map::new();
+            line.insert("time".into(), Value::from(task::format_time(now)));
+            line.insert("time_ms".into(), Value::from(now));
+            line.insert("project".into(), Value::from(record.project.as_str()));
+            let text = |v: &Option<String>| v.as_deref().map_or(Value::Null, Value::from);
+            line.insert("inbound".into(), text(&record.inbound));
+            line.insert("outbound".into(), text(&record.outbound));
+            line.insert("reason".into(), Value::from(reason.as_str()));
+            line.insert("why".into(), Value::from(why));
+            if let Some(task) = &record.task {
+                line.insert("task".into(), task.clone());
+            }
+            if let Some(raw) = &record.raw {
+                line.insert("raw".into(), Value::from(raw.as_str()));
+            }
+            writer.write(&Value::Object(line)).await?;
         }
-        if let Some(raw) = raw {
-            record.insert("raw".into(), Value::from(raw));
+        if let Some(sink) = &self.inner.failure_sink {
+            sink.write(record).await?;
         }
-        writer.write(&Value::Object(record)).await?;
         self.inner.metrics.failure_record();
         Ok(())
     }

@@ -63,7 +63,7 @@ macro_rules! store_conformance_tests {
             settings_first_value_wins, alert_rules_crud, alerts_outbox,
             ended_runs_noticed_once, tenants_scope_their_objects,
             a_tenant_deleted_while_written_for_leaves_no_orphan,
-            quota_reservations_hold_their_limits);
+            quota_reservations_hold_their_limits, router_failures_recorded_listed_replayed);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -2182,6 +2182,144 @@ pub async fn alerts_outbox(f: &dyn StoreFactory) {
     assert_eq!(s.delete_alerts_before(T0 + 1_000).await.unwrap(), 1);
     assert_eq!(s.get_alert("r1|e1").await.unwrap(), None);
     assert_eq!(s.count_alerts(&AlertFilter::default()).await.unwrap(), 3);
+}
+
+/// The router's failure records: an id is inserted once; newest first (time, then id) with
+/// paging by the last one seen; filters by inbound, outbound, reason, project, time and
+/// replayed; counts; a task that is JSON and a raw message both come back as written;
+/// marking replayed; retention by age.
+pub async fn router_failures_recorded_listed_replayed(f: &dyn StoreFactory) {
+    use crate::router_failures::{RouterFailureFilter, RouterFailureRow};
+    let s = f.open().await;
+    let row = |id: &str, time: u64, outbound: Option<&str>, reason: &str| RouterFailureRow {
+        id: id.to_owned(),
+        time_ms: T0 + time,
+        project: "ic".into(),
+        inbound: Some("spider_log".into()),
+        outbound: outbound.map(str::to_owned),
+        reason: reason.into(),
+        why: format!("why {id}"),
+        task: Some(json!({"id": id, "名": "宁乡县", "n": 1.5, "nested": {"a": [1, null]}})),
+        raw: None,
+        replayed_ms: None,
+    };
+    let mut raw = row("f0", 0, None, "bad_task");
+    raw.why = "a message that is not JSON".into();
+    raw.task = None;
+    raw.raw = Some("not json \u{0}".into());
+    raw.inbound = None;
+    let rows = vec![
+        raw.clone(),
+        row("f1", 10, Some("captcha"), "retries_exhausted"),
+        row("f2", 10, Some("captcha"), "retries_exhausted"),
+        row("f3", 20, Some("online"), "refused"),
+        row("f4", 30, None, "no_route"),
+    ];
+    assert_eq!(s.insert_router_failures(&rows).await.unwrap(), 5);
+    assert_eq!(
+        s.insert_router_failures(&rows[1..2]).await.unwrap(),
+        0,
+        "an id is kept once"
+    );
+    let all = s
+        .list_router_failures(&RouterFailureFilter::default())
+        .await
+        .unwrap();
+    let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["f4", "f3", "f2", "f1", "f0"]);
+    assert_eq!(all[4], raw, "a raw message comes back as written");
+    assert_eq!(all[3], rows[1], "a task comes back as written");
+    // Paging: two at a time, after the last one seen.
+    let mut filter = RouterFailureFilter {
+        limit: Some(2),
+        ..RouterFailureFilter::default()
+    };
+    let mut paged = Vec::new();
+    loop {
+        let page = s.list_router_failures(&filter).await.unwrap();
+        let Some(last) = page.last() else { break };
+        filter.before = Some((last.time_ms, last.id.clone()));
+        paged.extend(page.iter().map(|r| r.id.clone()));
+    }
+    assert_eq!(paged, ids);
+    let count = |filter: RouterFailureFilter| {
+        let s = &s;
+        async move { s.count_router_failures(&filter).await.unwrap() }
+    };
+    assert_eq!(
+        count(RouterFailureFilter {
+            outbound: Some("captcha".into()),
+            ..Default::default()
+        })
+        .await,
+        2
+    );
+    assert_eq!(
+        count(RouterFailureFilter {
+            reason: Some("refused".into()),
+            since_ms: Some(T0 + 20),
+            until_ms: Some(T0 + 21),
+            ..Default::default()
+        })
+        .await,
+        1
+    );
+    assert_eq!(
+        count(RouterFailureFilter {
+            inbound: Some("spider_log".into()),
+            project: Some("ic".into()),
+            ..Default::default()
+        })
+        .await,
+        4
+    );
+    assert_eq!(
+        count(RouterFailureFilter {
+            ids: Some(vec!["f1".into(), "f4".into(), "nope".into()]),
+            ..Default::default()
+        })
+        .await,
+        2
+    );
+    assert_eq!(
+        count(RouterFailureFilter {
+            ids: Some(Vec::new()),
+            ..Default::default()
+        })
+        .await,
+        0
+    );
+    // Replayed.
+    let marked = s
+        .mark_router_failures_replayed(&["f1".into(), "f3".into(), "nope".into()], T0 + 99)
+        .await
+        .unwrap();
+    assert_eq!(marked, 2);
+    let replayed = s
+        .list_router_failures(&RouterFailureFilter {
+            replayed: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        replayed
+            .iter()
+            .map(|r| (r.id.as_str(), r.replayed_ms))
+            .collect::<Vec<_>>(),
+        [("f3", Some(T0 + 99)), ("f1", Some(T0 + 99))]
+    );
+    assert_eq!(
+        count(RouterFailureFilter {
+            replayed: Some(false),
+            ..Default::default()
+        })
+        .await,
+        3
+    );
+    // Retention: older than T0 + 20 goes.
+    assert_eq!(s.delete_router_failures_before(T0 + 20).await.unwrap(), 3);
+    assert_eq!(count(RouterFailureFilter::default()).await, 2);
 }
 
 /// Ended runs are listed for the alerts until marked noticed, in the order they ended; a

@@ -80,9 +80,11 @@ pub mod model;
 mod postgres;
 pub mod projects;
 mod redact;
+pub mod router_failures;
 mod sql;
 mod sql_alerts;
 mod sql_projects;
+mod sql_router_failures;
 mod sqlite;
 pub mod store;
 pub mod tenants;
@@ -96,6 +98,7 @@ pub use model::{
 };
 pub use projects::{ARTIFACT_CHUNK, DocRow, ProjectRow, ProjectStore, VersionRow, build_log_key};
 pub use redact::redact_url;
+pub use router_failures::{RouterFailureFilter, RouterFailureRow, RouterFailureStore};
 pub use store::MetaStore;
 pub use tenants::{
     DEFAULT_TENANT, QuotaClaim, TenantRow, TenantStore, UsageDelta, UsageKey, UsageRow,

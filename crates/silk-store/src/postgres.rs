@@ -117,3 +117,8 @@ crate::sql_projects::impl_project_store!(
     update = " FOR UPDATE"
 );
 crate::sql_alerts::impl_alert_store!(store = PgStore, db = sqlx::Postgres, c = " COLLATE \"C\"");
+crate::sql_router_failures::impl_router_failure_store!(
+    store = PgStore,
+    db = sqlx::Postgres,
+    c = " COLLATE \"C\""
+);

@@ -69,6 +69,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0007_quota_usage",
         sql: include_str!("../migrations/0007_quota_usage.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_router_failures",
+        sql: include_str!("../migrations/0008_router_failures.sql"),
+    },
 ];
 
 /// The table that records applied migrations (created at open if missing).

@@ -97,6 +97,11 @@ crate::sql_projects::impl_project_store!(
     update = ""
 );
 crate::sql_alerts::impl_alert_store!(store = SqliteStore, db = sqlx::Sqlite, c = "");
+crate::sql_router_failures::impl_router_failure_store!(
+    store = SqliteStore,
+    db = sqlx::Sqlite,
+    c = ""
+);
 
 /// Whether `e` is SQLite's "database is locked" (SQLITE_BUSY, code 5, or one of its
 /// extended codes).

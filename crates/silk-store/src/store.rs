@@ -12,11 +12,13 @@ use async_trait::async_trait;
 /// not at all. Lists are ordered as documented per method (text ordering is by bytes on every
 /// backend). Projects, versions, artifacts and settings are its
 /// [`crate::projects::ProjectStore`] half; alert rules and alerts its
-/// [`crate::alerts::AlertStore`] part.
+/// [`crate::alerts::AlertStore`] part; the router's failure records its
+/// [`crate::router_failures::RouterFailureStore`] part.
 #[async_trait]
 pub trait MetaStore:
     crate::projects::ProjectStore
     + crate::alerts::AlertStore
+    + crate::router_failures::RouterFailureStore
     + crate::tenants::TenantStore
     + Send
     + Sync

@@ -94,6 +94,7 @@ fn hub_config(s: &Settings, data_dir: PathBuf, router: Option<&RouterSetup>) -> 
     let mut config = HubConfig::new(data_dir);
     config.store_url = s.text("store");
     config.log_retention_ms = s.ms("log_retention");
+    config.router_failure_retention_ms = s.ms("router.failure_retention");
     config.secret_key = s.text("secret_key");
     config.builds = silk_hub::BuildSettings {
         engine: silk_projects::build::Engine {
@@ -219,9 +220,14 @@ impl RouterSetup {
         let addr = self.listener.local_addr()?;
         let project = self.config.project.clone();
         let (inbounds, outbounds) = (self.config.inbounds.len(), self.config.outbounds.len());
-        let router = silk_router::Router::start(self.config)
-            .await
-            .context("starting the router")?;
+        let router = silk_router::Router::start_with(
+            self.config,
+            std::sync::Arc::new(silk_core::SystemClock),
+            Some(hub.router_failure_sink()),
+        )
+        .await
+        .context("starting the router")?;
+        hub.set_router(router.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(silk_router::serve_on(router, self.listener, async move {
             let _ = stopped.await;

@@ -669,6 +669,14 @@ pub const KNOBS: &[Knob] = &[
         Some("router-var-file"),
         "YAML files of placeholder values of the router config.",
     ),
+    knob(
+        "router.failure_retention",
+        SERVERS,
+        Kind::Duration,
+        Some("30d"),
+        Some("router-failure-retention"),
+        "The router's failure records kept in the store (`--router`) older than this are deleted.",
+    ),
 ];
 
 /// The knobs of `process`.

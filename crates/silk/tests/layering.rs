@@ -160,7 +160,13 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "facade",
-        &["hub", "hub_alerts", "hub_projects", "hub_tenants"],
+        &[
+            "hub",
+            "hub_alerts",
+            "hub_projects",
+            "hub_router",
+            "hub_tenants",
+        ],
     ),
     ("edge", &["api", "auth", "sdk", "taskhub", "ui"]),
 ];
