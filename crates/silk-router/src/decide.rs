@@ -321,7 +321,8 @@ pub struct CheckTaskAnswer {
 }
 
 /// Answers what the router would do with `task` arriving at `inbound`, without pushing.
-/// The convert chain runs (Python converts too); nothing is pushed, counted or recorded.
+/// The convert chain runs (Python converts too); nothing is pushed or recorded, and no
+/// decision is counted.
 pub async fn explain(config: &Config, inbound: &str, task: &Value) -> CheckTaskAnswer {
     explain_at(
         config,

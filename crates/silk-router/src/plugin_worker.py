@@ -4,11 +4,13 @@ The router starts this script as `python3 -c <script> PLUGINS_DIR` and talks to 
 lines: one request per line on stdin, one answer per line on the original stdout. What the
 converts print goes to stderr (the router logs it), so it cannot break the protocol.
 
-Requests and answers:
-  {"op": "load", "step": 3, "class": "ic.ExtractTaskParams", "init": {...}}
-      -> {"ok": true} | {"error": "...", "traceback": "..."}
-  {"op": "convert", "step": 3, "task": {...}}
-      -> {"task": {...}} | {"error": "...", "traceback": "..."}
+Requests and answers (each answer carries its request's `id`):
+  {"id": 7, "op": "load", "step": 3, "class": "ic.ExtractTaskParams", "init": {...}}
+      -> {"id": 7, "ok": true} | {"id": 7, "error": "...", "traceback": "..."}
+  {"id": 8, "op": "convert", "step": 3, "task": {...}}
+      -> {"id": 8, "task": {...}} | {"id": 8, "error": "...", "traceback": "..."}
+
+The worker exits when the router that started it is gone (its parent changes).
 
 The interface a convert class offers (see docs/router.md, "Python converts"):
   - it is instantiated once per convert step with the step's `init` as keyword arguments
@@ -20,12 +22,19 @@ The interface a convert class offers (see docs/router.md, "Python converts"):
 A plain function named by `class` is used as the convert itself (it takes no `init`).
 """
 
-import importlib
-import inspect
-import json
-import os
 import sys
-import traceback
+
+# Not the current folder (the plugins folder): a module there named `json` or `inspect`
+# must not replace the worker's own imports. The folder is put first on `sys.path` below.
+sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+
+import importlib  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
 
 
 def instantiate(cls, init):
@@ -69,7 +78,17 @@ def build(path, init):
     raise TypeError("`%s` is neither a class nor a function" % path)
 
 
+def watch_parent():
+    """Exits when the router is gone (a SIGKILLed router cannot stop its workers)."""
+    parent = os.getppid()
+    while True:
+        time.sleep(1)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
 def main():
+    threading.Thread(target=watch_parent, daemon=True).start()
     protocol = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -78,20 +97,24 @@ def main():
 
     def answer(message):
         try:
-            line = json.dumps(message, ensure_ascii=False, allow_nan=False, default=str)
+            line = json.dumps(message, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as e:
-            line = json.dumps({"error": "the answer is not JSON: %s" % e})
+            line = json.dumps(
+                {"id": message.get("id"), "error": "the converted task is not JSON: %s" % e}
+            )
         protocol.write(line.encode("utf-8") + b"\n")
         protocol.flush()
 
     answer({"ready": True, "python": sys.version.split()[0]})
     for raw in sys.stdin.buffer:
+        request_id = None
         try:
             request = json.loads(raw)
+            request_id = request.get("id")
             op = request["op"]
             if op == "load":
                 steps[request["step"]] = build(request["class"], request.get("init") or {})
-                answer({"ok": True})
+                answer({"id": request_id, "ok": True})
             elif op == "convert":
                 task = request["task"]
                 result = steps[request["step"]](task)
@@ -101,12 +124,14 @@ def main():
                     raise TypeError(
                         "the convert returned %s, not a dict (or None)" % type(result).__name__
                     )
-                answer({"task": result})
+                answer({"id": request_id, "task": result})
             else:
-                answer({"error": "unknown op %r" % (op,)})
-        except Exception as e:  # noqa: BLE001 - every failure is the task's answer
+                answer({"id": request_id, "error": "unknown op %r" % (op,)})
+        # Every failure of a convert is its task's answer; `sys.exit()` in a convert too.
+        except (Exception, SystemExit) as e:  # noqa: BLE001
             answer(
                 {
+                    "id": request_id,
                     "error": "%s: %s" % (type(e).__name__, e),
                     "traceback": traceback.format_exc(limit=8),
                 }

@@ -102,20 +102,14 @@ impl std::fmt::Debug for PluginHost {
     }
 }
 
-/// How one call to a worker went wrong.
-enum Fault {
-    /// The worker could not be started (no interpreter, no ready line).
-    Start(String),
-    /// The worker died, hung or answered something that is not the protocol.
-    Died(String),
-}
-
 /// A running worker.
 struct Worker {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     loaded: HashSet<usize>,
+    /// The id of the next request; an answer must carry its request's.
+    next_id: u64,
 }
 
 impl Worker {
@@ -129,9 +123,13 @@ impl Worker {
             .current_dir(&settings.dir)
             .env("PYTHONUNBUFFERED", "1")
             .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONIOENCODING", "utf-8")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own process group: a Ctrl-C to the router's group does not kill a worker
+            // in the middle of a task while the router shuts down gracefully.
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = command.spawn().map_err(|e| {
             format!(
@@ -146,18 +144,13 @@ impl Worker {
         else {
             return Err("the worker's pipes are missing".into());
         };
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let line: String = line.chars().take(2000).collect();
-                tracing::info!(worker = pid, "convert worker: {line}");
-            }
-        });
+        tokio::spawn(drain_stderr(stderr, pid));
         let mut worker = Worker {
             child,
             stdin,
             stdout: BufReader::new(stdout),
             loaded: HashSet::new(),
+            next_id: 0,
         };
         match worker.read(START_TIMEOUT).await {
             Ok(answer) if answer.get("ready") == Some(&Value::Bool(true)) => {
@@ -198,7 +191,11 @@ impl Worker {
             return Err(format!("the worker exited ({status})"));
         }
         if line.last() != Some(&b'\n') {
-            return Err(format!("an answer longer than {MAX_ANSWER_BYTES} bytes"));
+            return Err(if n >= MAX_ANSWER_BYTES {
+                format!("an answer longer than {MAX_ANSWER_BYTES} bytes")
+            } else {
+                "it stopped in the middle of an answer".to_owned()
+            });
         }
         match serde_json::from_slice::<Value>(&line) {
             Ok(Value::Object(map)) => Ok(map),
@@ -209,14 +206,18 @@ impl Worker {
         }
     }
 
+    /// Sends one request (`fields`: the JSON object's members but `id`, without braces) and
+    /// reads its answer, which must carry the request's id.
     async fn call(
         &mut self,
-        request: &[u8],
+        fields: &str,
         timeout: Duration,
     ) -> Result<Map<String, Value>, String> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let line = format!("{{\"id\":{id},{fields}}}\n");
         let write = async {
-            self.stdin.write_all(request).await?;
-            self.stdin.write_all(b"\n").await?;
+            self.stdin.write_all(line.as_bytes()).await?;
             self.stdin.flush().await
         };
         match tokio::time::timeout(timeout, write).await {
@@ -224,7 +225,13 @@ impl Worker {
             Ok(Err(e)) => return Err(format!("writing to it: {e}")),
             Ok(Ok(())) => {}
         }
-        self.read(timeout).await
+        let answer = self.read(timeout).await?;
+        match answer.get("id").and_then(Value::as_u64) {
+            Some(got) if got == id => Ok(answer),
+            got => Err(format!(
+                "an answer out of step (to request {got:?}, not {id})"
+            )),
+        }
     }
 
     async fn kill(mut self) {
@@ -338,16 +345,7 @@ impl PluginHost {
         for (index, step) in steps.iter().enumerate() {
             match self.load(&mut slot, index, step).await {
                 Ok(()) => {}
-                Err(fault) => {
-                    let m = match fault {
-                        Fault::Start(m) => m,
-                        Fault::Died(m) => {
-                            if let Some(worker) = slot.take() {
-                                worker.kill().await;
-                            }
-                            m
-                        }
-                    };
+                Err(m) => {
                     let mut error = step.origin.clone();
                     error.message = format!("{}: {m}", error.message);
                     errors.push(error);
@@ -357,30 +355,44 @@ impl PluginHost {
         errors
     }
 
-    /// Makes sure the worker in `slot` runs and has loaded `index`. A class that raises
-    /// while loading is `Fault::Start` (the worker stays up).
+    /// Makes sure the worker in `slot` runs and has loaded `index`. A worker that cannot
+    /// start, dies or hangs while loading (killed), or a class that raises while loading
+    /// (the worker stays up), is an `Err`: not the task's doing.
     async fn load(
         &self,
         slot: &mut Option<Worker>,
         index: usize,
         step: &Step,
-    ) -> Result<(), Fault> {
+    ) -> Result<(), String> {
         if slot.is_none() {
-            *slot = Some(Worker::start(&self.settings).await.map_err(Fault::Start)?);
+            *slot = Some(Worker::start(&self.settings).await?);
         }
         let Some(worker) = slot.as_mut() else {
-            return Err(Fault::Start("no worker".into()));
+            return Err("no worker".into());
         };
         if worker.loaded.contains(&index) {
             return Ok(());
         }
-        let request = serde_json::json!({
-            "op": "load", "step": index, "class": step.class, "init": step.init,
-        });
-        let answer = worker
-            .call(request.to_string().as_bytes(), self.settings.timeout)
+        let fields = format!(
+            "\"op\":\"load\",\"step\":{index},\"class\":{},\"init\":{}",
+            Value::from(step.class.as_str()),
+            step.init
+        );
+        let answer = match worker
+            .call(&fields, self.settings.timeout.max(START_TIMEOUT))
             .await
-            .map_err(Fault::Died)?;
+        {
+            Ok(answer) => answer,
+            Err(e) => {
+                if let Some(worker) = slot.take() {
+                    worker.kill().await;
+                }
+                return Err(format!(
+                    "the worker failed while loading `{}`: {e}",
+                    step.class
+                ));
+            }
+        };
         if answer.get("ok") == Some(&Value::Bool(true)) {
             worker.loaded.insert(index);
             return Ok(());
@@ -389,10 +401,7 @@ impl PluginHost {
             .get("error")
             .and_then(Value::as_str)
             .unwrap_or("no `ok` in the answer");
-        Err(Fault::Start(format!(
-            "cannot load `{}`: {error}",
-            step.class
-        )))
+        Err(format!("cannot load `{}`: {error}", step.class))
     }
 
     /// Runs step `index` on `task`.
@@ -405,10 +414,9 @@ impl PluginHost {
             return Err(ConvertFailure::Unavailable(format!("no step {index}")));
         };
         let stats = self.class_stats(&step.class);
-        let request = serde_json::to_vec(&serde_json::json!({
-            "op": "convert", "step": index, "task": task,
-        }))
-        .map_err(|e| ConvertFailure::Failed(format!("the task is not JSON: {e}")))?;
+        let task_json = serde_json::to_string(task)
+            .map_err(|e| ConvertFailure::Failed(format!("the task is not JSON: {e}")))?;
+        let request = format!("\"op\":\"convert\",\"step\":{index},\"task\":{task_json}");
         let n = self.workers.len();
         let mut slot = self.workers[self.next.fetch_add(1, Ordering::Relaxed) % n]
             .lock()
@@ -416,8 +424,7 @@ impl PluginHost {
         let mut last = String::new();
         for attempt in 1..=ATTEMPTS {
             let answer = match self.load(&mut slot, index, &step).await {
-                Err(Fault::Start(m)) => return Err(ConvertFailure::Unavailable(m)),
-                Err(Fault::Died(m)) => Err(m),
+                Err(m) => return Err(ConvertFailure::Unavailable(m)),
                 Ok(()) => match slot.as_mut() {
                     Some(worker) => worker.call(&request, self.settings.timeout).await,
                     None => Err("no worker".into()),
@@ -520,6 +527,28 @@ pub(crate) struct PythonConvert {
     pub class: String,
 }
 
+/// Copies a worker's stderr to the log, a line (at most 4 KiB of it) at a time, lossily
+/// decoded, until the worker closes it: a convert that prints never blocks on a full pipe
+/// or fails on a closed one.
+async fn drain_stderr(stderr: tokio::process::ChildStderr, pid: u32) {
+    let mut reader = BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut reader).take(4096).read_until(b'\n', &mut line).await;
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end();
+                if !text.is_empty() {
+                    tracing::info!(worker = pid, "convert worker: {text}");
+                }
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl crate::registry::Convert for PythonConvert {
     fn describe(&self) -> String {
@@ -531,7 +560,16 @@ impl crate::registry::Convert for PythonConvert {
     }
 
     async fn apply(&self, task: &mut Map<String, Value>) -> Result<(), RouterError> {
-        match self.host.convert(self.step, task).await {
+        // On a task of its own: a caller that goes away (an HTTP client that hung up) must
+        // not leave a worker with a request sent and its answer unread.
+        let (host, step, input) = (self.host.clone(), self.step, task.clone());
+        let result = tokio::spawn(async move { host.convert(step, &input).await })
+            .await
+            .map_err(|e| RouterError::Unavailable {
+                target: format!("convert `{}`", self.class),
+                message: format!("the convert task failed: {e}"),
+            })?;
+        match result {
             Ok(converted) => {
                 *task = converted;
                 Ok(())

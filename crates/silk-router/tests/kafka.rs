@@ -124,7 +124,6 @@ inbound:
       consumer_settings:
         bootstrap.servers: '{bootstrap}'
         group.id: '{group}'
-        auto.offset.reset: earliest
         enable.auto.commit: False
         session.timeout.ms: 6000
         heartbeat.interval.ms: 1000
@@ -395,7 +394,7 @@ inbound:
 outbound:
   - name: o
     class: kafka.KafkaOutbound
-    init: {producer_settings: {bootstrap.servers: 'k:9092', acks: maybe}}
+    init: {producer_settings: {bootstrap.servers: 'k:9092', acks: maybe, ssl.key.password: hunter2-secret}}
 ",
         &common::vars(&[]),
     );
@@ -405,11 +404,12 @@ outbound:
         "bootstrp.srvers",
         "inbound `a`: `topics`: needs at least one topic name",
         "inbound `b`: missing `consumer_settings` in `init`",
-        "outbound `o`: `producer_settings`: librdkafka refuses it: `acks` = `maybe`",
+        "outbound `o`: `producer_settings`: librdkafka refuses it: `acks`: Invalid value",
         "outbound `o`: missing `topic` in `init`",
     ] {
         assert!(text.contains(needle), "{needle}\n{text}");
     }
+    assert!(!text.contains("hunter2"), "a value is never shown: {text}");
 }
 
 /// The Python convert workers this process started (children running `python… -c`).
@@ -477,14 +477,14 @@ async fn the_taskhub_ic_example_routes_spider_logs_from_kafka_through_python_con
     create_topic(&bootstrap, topic, 2).await;
 
     // The example as it is, but for a shorter group session (the test broker waits about
-    // half of it before it answers a join), a new group reading the topic from its start
-    // (librdkafka's default is its end), and the plugins folder's absolute place.
+    // half of it before it answers a join) and the plugins folder's absolute place. The
+    // router starts before the first log is produced: a new group reads from the start.
     let example =
         std::fs::read_to_string(common::examples().join("taskhub_ic.yaml")).expect("example");
     let text = example
         .replace(
             "        group.id: 'taskhub-project-ic'\n",
-            "        group.id: 'taskhub-project-ic'\n        session.timeout.ms: 6000\n        max.poll.interval.ms: 10000\n        auto.offset.reset: earliest\n",
+            "        group.id: 'taskhub-project-ic'\n        session.timeout.ms: 6000\n        max.poll.interval.ms: 10000\n",
         )
         .replace(
             "plugins: plugins\n",

@@ -230,7 +230,7 @@ async fn a_worker_that_dies_or_hangs_is_restarted_and_its_task_tried_again() {
     let (_dir, config) = load(&config_text(
         &sink,
         &converts,
-        "  timeout_ms: 1500",
+        "  timeout_ms: 3000",
         &failure.display().to_string(),
     ));
     let router = Router::start(ok(config)).await.expect("starts");

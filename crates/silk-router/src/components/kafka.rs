@@ -4,8 +4,9 @@
 //! # The inbound: commit only what the router took
 //!
 //! `init.consumer_settings` are librdkafka properties, passed as they are
-//! (`bootstrap.servers`, `group.id`, `auto.offset.reset`, `session.timeout.ms`, …;
-//! YAML booleans become `true`/`false`); `init.topics` are subscribed to. Each of the rule's
+//! (`bootstrap.servers`, `group.id`, `session.timeout.ms`, …; YAML booleans become
+//! `true`/`false`); `auto.offset.reset` is `earliest` unless set, so a partition without a
+//! committed offset is read from its start; `init.topics` are subscribed to. Each of the rule's
 //! `threads` is one consumer of the group (the seed: no more threads than partitions — a
 //! consumer without a partition waits).
 //!
@@ -15,7 +16,7 @@
 //! `enable.auto.commit=true` whatever the config says: librdkafka commits the stored
 //! offsets every `auto.commit.interval.ms` (default 5 s), at a rebalance, and the consumer
 //! commits them at shutdown. A message the router cannot take now (target down) is offered
-//! again, with back-off, and nothing after it in its partition is taken meanwhile. So a
+//! again, with back-off, and the consumer takes nothing else meanwhile. So a
 //! crash re-reads at most the messages since the last commit (**at least once**) and never
 //! skips one. A message that is not a JSON object is recorded as failed (`bad_task`) and
 //! its offset stored.
@@ -33,7 +34,7 @@
 //!
 //! Only plaintext connections: this build has no TLS or SASL (librdkafka without OpenSSL).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -42,13 +43,17 @@ use rdkafka::Message;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use crate::error::RouterError;
 use crate::read::InitReader;
 use crate::registry::{
     Inbound, InboundContext, InboundFactory, Outbound, OutboundFactory, Outgoing,
 };
+
+/// Properties Silk sets on every consumer unless the config does: a group (or a partition)
+/// without a committed offset starts at the beginning, so nothing is skipped.
+const CONSUMER_DEFAULTS: [(&str, &str); 1] = [("auto.offset.reset", "earliest")];
 
 /// Properties Silk sets on every consumer, over the config's.
 const CONSUMER_FORCED: [(&str, &str); 2] = [
@@ -62,6 +67,7 @@ fn client_config(
     init: &mut InitReader<'_>,
     key: &str,
     required: &[&str],
+    defaults: &[(&str, &str)],
     forced: &[(&str, &str)],
 ) -> Option<(ClientConfig, String)> {
     let settings = init.settings(key)?;
@@ -77,13 +83,29 @@ fn client_config(
     }
     let mut config = ClientConfig::new();
     config.set("client.id", "silk-router");
+    for (k, v) in defaults {
+        config.set(*k, *v);
+    }
     for (k, v) in &settings {
         config.set(k, v);
     }
     for (k, v) in forced {
         config.set(*k, *v);
     }
-    if let Err(e) = config.create_native_config() {
+    // Each property on its own, in the config's order, so that every bad one is named;
+    // then all of them together.
+    for (k, v) in &settings {
+        let mut one = ClientConfig::new();
+        one.set(k, v);
+        if let Err(e) = one.create_native_config() {
+            init.error(
+                Some(key),
+                format!("librdkafka refuses it: {}", describe(&e)),
+            );
+            ok = false;
+        }
+    }
+    if ok && let Err(e) = config.create_native_config() {
         init.error(
             Some(key),
             format!("librdkafka refuses it: {}", describe(&e)),
@@ -101,11 +123,17 @@ fn client_config(
 /// A Kafka error in words, without the client's internals.
 fn describe(e: &KafkaError) -> String {
     match e {
+        // Never the value: it may be a password (`ssl.key.password`, `sasl.password`).
         KafkaError::ClientConfig(_, description, property, value) => {
-            if value.is_empty() {
-                description.clone()
+            let description = if value.len() >= 3 {
+                description.replace(value.as_str(), "***")
             } else {
-                format!("`{property}` = `{value}`: {description}")
+                description.clone()
+            };
+            if property.is_empty() {
+                description
+            } else {
+                format!("`{property}`: {description}")
             }
         }
         other => other.to_string(),
@@ -125,6 +153,7 @@ impl InboundFactory for KafkaInboundFactory {
             init,
             "consumer_settings",
             &["bootstrap.servers", "group.id"],
+            &CONSUMER_DEFAULTS,
             &CONSUMER_FORCED,
         );
         let topics = match init.opt_str_list("topics") {
@@ -264,14 +293,22 @@ impl KafkaInbound {
                 tracing::warn!(inbound = ctx.name(), error = %self.error(&e), "cannot store the offset of a routed message");
             }
         }
-        match consumer.commit_consumer_state(CommitMode::Sync) {
-            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => {
-                tracing::warn!(inbound = ctx.name(), consumer = n, error = %self.error(&e), "cannot commit at shutdown; the messages since the last commit will be read again")
+        // The commit and the close (dropping leaves the group) block: off the runtime.
+        let source = self.source.clone();
+        let inbound = ctx.name().to_owned();
+        let closed = tokio::task::spawn_blocking(move || {
+            match consumer.commit_consumer_state(CommitMode::Sync) {
+                Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                Err(e) => {
+                    tracing::warn!(inbound, consumer = n, source, error = %describe(&e), "cannot commit at shutdown; the messages since the last commit will be read again")
+                }
             }
+            drop(consumer);
+        })
+        .await;
+        if let Err(e) = closed {
+            tracing::warn!(inbound = ctx.name(), consumer = n, error = %e, "closing the Kafka consumer failed");
         }
-        // Dropping the consumer leaves the group.
-        drop(consumer);
     }
 }
 
@@ -284,14 +321,17 @@ impl OutboundFactory for KafkaOutboundFactory {
     }
 
     fn build(&self, init: &mut InitReader<'_>) -> Option<Arc<dyn Outbound>> {
-        let config = client_config(init, "producer_settings", &["bootstrap.servers"], &[]);
+        let config = client_config(
+            init,
+            "producer_settings",
+            &["bootstrap.servers"],
+            &[("enable.idempotence", "true")],
+            &[],
+        );
         let topic = init.str("topic");
         let key = init.opt_str("key");
         let timeout_ms = init.opt_u64("timeout_ms").unwrap_or(30_000).max(100);
         let ((mut config, servers), topic) = (config?, topic?);
-        if config.get("enable.idempotence").is_none() {
-            config.set("enable.idempotence", "true");
-        }
         config.set("message.timeout.ms", timeout_ms.to_string());
         Some(Arc::new(KafkaOutbound {
             target: format!("kafka {servers} topic {topic}"),
@@ -299,7 +339,7 @@ impl OutboundFactory for KafkaOutboundFactory {
             topic,
             key,
             timeout: Duration::from_millis(timeout_ms),
-            producer: OnceLock::new(),
+            producer: parking_lot::Mutex::new(None),
         }))
     }
 }
@@ -310,7 +350,9 @@ struct KafkaOutbound {
     key: Option<String>,
     target: String,
     timeout: Duration,
-    producer: OnceLock<FutureProducer>,
+    /// Made on first use; made again after a fatal error (an idempotent producer that
+    /// lost its sequence is unusable).
+    producer: parking_lot::Mutex<Option<FutureProducer>>,
 }
 
 impl KafkaOutbound {
@@ -322,12 +364,22 @@ impl KafkaOutbound {
     }
 
     /// The producer, created on first use (it connects in the background).
-    fn producer(&self) -> Result<&FutureProducer, RouterError> {
-        if let Some(p) = self.producer.get() {
-            return Ok(p);
+    fn producer(&self) -> Result<FutureProducer, RouterError> {
+        let mut slot = self.producer.lock();
+        if let Some(p) = slot.as_ref() {
+            return Ok(p.clone());
         }
         let producer: FutureProducer = self.config.create().map_err(|e| self.error(&e))?;
-        Ok(self.producer.get_or_init(|| producer))
+        *slot = Some(producer.clone());
+        Ok(producer)
+    }
+
+    /// Drops the producer if it hit a fatal error, so the next push makes a new one.
+    fn check_fatal(&self, producer: &FutureProducer) {
+        if let Some((code, reason)) = producer.client().fatal_error() {
+            tracing::error!(target = %self.target, ?code, reason, "the Kafka producer hit a fatal error; making a new one");
+            *self.producer.lock() = None;
+        }
     }
 
     /// The message key of a task: the text (or JSON) of its `key` field.
@@ -357,6 +409,7 @@ impl Outbound for KafkaOutbound {
             Ok(p) => p,
             Err(e) => return batch.iter().map(|_| Err(e.clone())).collect(),
         };
+        let producer = &producer;
         let sends = batch.iter().map(|out| async move {
             let key = self.key_of(&out.payload);
             let headers = OwnedHeaders::new().insert(Header {
@@ -385,7 +438,11 @@ impl Outbound for KafkaOutbound {
                 Err((e, _)) => Err(self.error(&e)),
             }
         });
-        futures::future::join_all(sends).await
+        let results = futures::future::join_all(sends).await;
+        if results.iter().any(Result::is_err) {
+            self.check_fatal(producer);
+        }
+        results
     }
 
     async fn backlog(&self) -> Result<Option<u64>, RouterError> {

@@ -711,7 +711,13 @@ impl Loader<'_> {
                             "python" => {
                                 if let Some(p) = self.value(&file, "plugins", key, node, read::text)
                                 {
-                                    found.python = PathBuf::from(p);
+                                    // A path (not a bare name looked up on `PATH`) is
+                                    // relative to the main file's folder.
+                                    found.python = if p.contains('/') {
+                                        absolute(&base.join(p))
+                                    } else {
+                                        PathBuf::from(p)
+                                    };
                                 }
                             }
                             "workers" => match self.value(&file, "plugins", key, node, read::int) {
@@ -743,13 +749,13 @@ impl Loader<'_> {
                 }
             }
             if let Some(p) = path.filter(|p| !p.trim().is_empty()) {
-                found.dir = base.join(p);
+                found.dir = absolute(&base.join(p));
                 settings = Some(found);
             }
         }
         if let Some(dir) = &registry.plugins_dir {
             let mut s = settings.unwrap_or_else(|| PluginSettings::new(PathBuf::new()));
-            s.dir = dir.clone();
+            s.dir = absolute(dir);
             settings = Some(s);
         }
         settings
@@ -787,6 +793,11 @@ impl Loader<'_> {
         }
         logging
     }
+}
+
+/// `path` made absolute against the current folder (as it is if that cannot be read).
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn is_yaml(path: &Path) -> bool {
