@@ -135,3 +135,74 @@ pub struct ReplayAnswer {
     /// One per selected record, oldest first.
     pub replayed: Vec<ReplayedView>,
 }
+
+/// The router the hub runs, as `GET /api/v1/router` shows it (the web UI's Router page).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RouterView {
+    /// The config's `project`.
+    pub project: String,
+    /// Every inbound, in config order.
+    pub inbounds: Vec<InboundView>,
+    /// Every outbound, in the order rules are tried.
+    pub outbounds: Vec<OutboundView>,
+    /// Failure records in the store.
+    pub failures: u64,
+}
+
+/// One inbound of the router.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InboundView {
+    pub name: String,
+    /// `kafka.KafkaInbound`, `http.HttpInbound`, …
+    pub class: String,
+    /// Where tasks come from (no credentials).
+    pub source: String,
+    pub disabled: bool,
+    pub threads: u64,
+    /// Its convert chain's steps, described.
+    pub converts: Vec<String>,
+    /// Tasks received since the router started.
+    pub received: u64,
+    /// The decisions of the tasks it received, by reason.
+    pub counters: std::collections::BTreeMap<String, u64>,
+}
+
+/// One outbound of the router.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OutboundView {
+    pub name: String,
+    pub class: String,
+    /// Where tasks go (no credentials).
+    pub target: String,
+    pub disabled: bool,
+    pub selectors: Vec<String>,
+    /// Tasks waiting at the target (read now), `null` when the target cannot say.
+    pub backlog: Option<u64>,
+    /// Why the backlog could not be read.
+    pub backlog_error: Option<String>,
+    /// `max_lag` (`-1`: none).
+    pub max_lag: i64,
+    /// Whether `max_lag` holds the outbound now.
+    pub holding: bool,
+    /// Tasks waiting in the router's memory for it.
+    pub queued: u64,
+    pub pushed: u64,
+    pub push_errors: u64,
+    /// Pushes per second over the last 10 s.
+    pub rate_per_second: f64,
+    pub retry_limits: i64,
+    pub failback: Option<String>,
+    /// Decisions that involved it, by reason.
+    pub counters: std::collections::BTreeMap<String, u64>,
+}
+
+/// `POST /api/v1/router/check_task`: what the router would do with a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckTaskRequest {
+    /// The inbound that receives it.
+    pub inbound: String,
+    /// The task (a JSON object).
+    #[schema(value_type = Object)]
+    pub task: serde_json::Value,
+}

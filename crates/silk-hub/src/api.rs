@@ -31,7 +31,7 @@
 //! | `GET /api/v1/tenants/{name}/usage` | what a tenant used today and its quotas (admin; others their own) |
 //! | `/api/v1/projects…`, `POST /api/v1/webhooks/{name}` | projects, versions, builds, webhooks: see `api::projects` |
 //! | `/api/v1/alerts/rules…`, `GET /api/v1/alerts/deliveries` | alert rules and their deliveries: see `api::alerts` |
-//! | `GET /api/v1/router/failures`, `POST /api/v1/router/failures/replay` | the router's failure records (`--router`): see `api::router` |
+//! | `GET /api/v1/router`, `POST /api/v1/router/check_task`, `GET /api/v1/router/failures`, `POST /api/v1/router/failures/replay` | the router the hub runs (`--router`) and its failure records: see `api::router` |
 //!
 //! Errors are `{"code": "...", "message": "..."}`: `400 bad_request`, `401 unauthorized`,
 //! `403 forbidden`, `404 not_found`, `409 conflict` / `wrong_state` / `allocation_failed`,

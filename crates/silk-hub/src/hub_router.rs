@@ -1,6 +1,7 @@
-//! The hub's facade for the router it runs (`--router`): the failure sink that keeps the
-//! router's failure records in the store (design §6), listing them, replaying them, and
-//! their retention (with the logs', in `logs::retention`).
+//! The hub's facade for the router it runs (`--router`): its status for the web UI's Router
+//! page and `check_task` from there, the failure sink that keeps the router's failure
+//! records in the store (design §6), listing them, replaying them, and their retention
+//! (with the logs', in `logs::retention`).
 //!
 //! **Replay** submits a record's task to the router again, through the inbound it came from
 //! (so its convert chain runs again) when that inbound still exists, else straight to the
@@ -13,8 +14,8 @@
 use crate::error::HubError;
 use crate::hub::HubHandle;
 use silk_api::router::{
-    ReplayAnswer, ReplayRequest, ReplayedView, RouterFailureView, RouterFailuresPage,
-    RouterFailuresParams,
+    CheckTaskRequest, InboundView, OutboundView, ReplayAnswer, ReplayRequest, ReplayedView,
+    RouterFailureView, RouterFailuresPage, RouterFailuresParams, RouterView,
 };
 use silk_router::{FailureRecord, FailureSink};
 use silk_store::{MetaStore, RouterFailureFilter, RouterFailureRow};
@@ -143,9 +144,7 @@ impl HubHandle {
         &self,
         request: &ReplayRequest,
     ) -> Result<ReplayAnswer, HubError> {
-        let router = self.shared().router.get().cloned().ok_or_else(|| {
-            HubError::NoRouter("this hub runs no router (start it with `--router CONFIG`)".into())
-        })?;
+        let router = self.running_router()?;
         let limit = request.limit.unwrap_or(REPLAY.0).clamp(1, REPLAY.1);
         let filter = RouterFailureFilter {
             ids: request.ids.clone(),
@@ -211,5 +210,85 @@ impl HubHandle {
         let now = self.shared().clock.now_ms();
         store.mark_router_failures_replayed(&taken, now).await?;
         Ok(ReplayAnswer { replayed: answers })
+    }
+}
+
+impl HubHandle {
+    fn running_router(&self) -> Result<silk_router::Router, HubError> {
+        self.shared().router.get().cloned().ok_or_else(|| {
+            HubError::NoRouter("this hub runs no router (start it with `--router CONFIG`)".into())
+        })
+    }
+
+    /// The router this hub runs: its inbounds and outbounds with their counters (backlogs
+    /// read now), and how many failure records the store keeps.
+    pub async fn router_view(&self) -> Result<RouterView, HubError> {
+        let router = self.running_router()?;
+        let failures = self
+            .shared()
+            .store
+            .count_router_failures(&RouterFailureFilter::default())
+            .await?;
+        let inbounds = router
+            .inbound_status()
+            .into_iter()
+            .map(|i| InboundView {
+                name: i.name,
+                class: i.class,
+                source: i.source,
+                disabled: i.disabled,
+                threads: i.threads as u64,
+                converts: i.converts,
+                received: i.received,
+                counters: i.counters,
+            })
+            .collect();
+        let outbounds = router
+            .outbound_status("")
+            .await
+            .into_iter()
+            .map(|o| OutboundView {
+                name: o.name,
+                class: o.class,
+                target: o.target,
+                disabled: o.disabled,
+                selectors: o.selectors,
+                backlog: o.backlog,
+                backlog_error: o.backlog_error,
+                max_lag: o.max_lag,
+                holding: o.holding,
+                queued: o.queued,
+                pushed: o.pushed,
+                push_errors: o.push_errors,
+                rate_per_second: o.rate_per_second,
+                retry_limits: o.retry_limits,
+                failback: o.failback,
+                counters: o.counters,
+            })
+            .collect();
+        Ok(RouterView {
+            project: router.config().project.clone(),
+            inbounds,
+            outbounds,
+            failures,
+        })
+    }
+
+    /// The router's dry run for `request` (nothing pushed or recorded): what
+    /// `POST /inbound/{name}/check_task/` answers.
+    pub async fn router_check_task(
+        &self,
+        request: &CheckTaskRequest,
+    ) -> Result<serde_json::Value, HubError> {
+        let router = self.running_router()?;
+        if router.config().inbound_index(&request.inbound).is_none() {
+            return Err(HubError::BadRun(format!(
+                "inbound: the router has no inbound `{}`",
+                request.inbound
+            )));
+        }
+        let answer = router.check_task(&request.inbound, &request.task).await;
+        serde_json::to_value(&answer)
+            .map_err(|e| HubError::Store(format!("check_task answer: {e}")))
     }
 }

@@ -52,6 +52,7 @@ pub(crate) const MODULES: &[(&str, &str)] = &[
     ("views/jobs.js", include_str!("../ui/views/jobs.js")),
     ("views/logs.js", include_str!("../ui/views/logs.js")),
     ("views/alerts.js", include_str!("../ui/views/alerts.js")),
+    ("views/router.js", include_str!("../ui/views/router.js")),
     ("views/projects.js", include_str!("../ui/views/projects.js")),
     ("views/parts.js", include_str!("../ui/views/parts.js")),
     ("views/runs.js", include_str!("../ui/views/runs.js")),

@@ -70,6 +70,8 @@ async fn failed_tasks_are_kept_listed_and_replayed_through_the_api() {
             .contains("runs no router"),
         "{e}"
     );
+    let (status, _) = call(&admin, Method::GET, "/api/v1/router", None).await;
+    assert_eq!(status, 503);
 
     let router = Router::start_with(
         config,
@@ -89,6 +91,39 @@ async fn failed_tasks_are_kept_listed_and_replayed_through_the_api() {
     }
     let outcome = router.submit(web, json!({"kind": "lost"})).await.unwrap();
     assert_eq!(outcome.reason, Reason::NoRoute);
+
+    // The router's status and a dry run (the Router page's calls).
+    let (status, view) = call(&admin, Method::GET, "/api/v1/router", None).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["project"], "failures-test");
+    assert_eq!(view["failures"], 4);
+    assert_eq!(view["inbounds"][0]["name"], "web");
+    assert_eq!(view["inbounds"][0]["received"], 4);
+    assert_eq!(view["inbounds"][0]["counters"]["refused"], 3);
+    assert_eq!(view["inbounds"][0]["counters"]["no_route"], 1);
+    assert_eq!(view["outbounds"][0]["name"], "later");
+    assert_eq!(view["outbounds"][0]["class"], "silk.JobOutbound");
+    assert_eq!(view["outbounds"][0]["counters"]["refused"], 3);
+    let (status, answer) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/router/check_task",
+        Some(json!({"inbound": "web", "task": {"kind": "lost"}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["decision"], "failed");
+    assert_eq!(answer["reason"], "no_route");
+    assert_eq!(answer["converted"]["via"], "web");
+    let (status, e) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/router/check_task",
+        Some(json!({"inbound": "nope", "task": {}})),
+    )
+    .await;
+    assert_eq!(status, 400, "{e}");
+    assert!(e["message"].as_str().unwrap().contains("nope"), "{e}");
 
     let (status, page) = call(&admin, Method::GET, "/api/v1/router/failures", None).await;
     assert_eq!(status, 200, "{page}");
@@ -134,6 +169,16 @@ async fn failed_tasks_are_kept_listed_and_replayed_through_the_api() {
     // Admin only.
     let member = member(&admin, &base).await;
     let (status, _) = call(&member, Method::GET, "/api/v1/router/failures", None).await;
+    assert_eq!(status, 403);
+    let (status, _) = call(&member, Method::GET, "/api/v1/router", None).await;
+    assert_eq!(status, 403);
+    let (status, _) = call(
+        &member,
+        Method::POST,
+        "/api/v1/router/check_task",
+        Some(json!({"inbound": "web", "task": {}})),
+    )
+    .await;
     assert_eq!(status, 403);
     let (status, _) = call(
         &member,

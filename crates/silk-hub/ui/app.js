@@ -7,6 +7,8 @@
 //   #/agents      the fleet
 //   #/logs        log lines of every run, searched (?job=&run=&level=&q=&since=)
 //   #/alerts      alert rules and their deliveries
+//   #/router      the task router the hub runs (--router): inbounds, outbounds, failures,
+//                 check_task
 //   #/projects    projects from git; #/projects/new the form; #/projects/NAME its versions,
 //                 settings and (?v=VERSION) a version's build log, live while it builds
 //
@@ -27,6 +29,7 @@ import { viewJobForm, viewJobs } from './views/jobs.js';
 import { viewLogs } from './views/logs.js';
 import { pageHeader } from './views/parts.js';
 import { viewProject, viewProjectForm, viewProjects } from './views/projects.js';
+import { viewRouter } from './views/router.js';
 import { viewRun, viewRuns } from './views/runs.js';
 
 function viewNotFound(root) {
@@ -70,6 +73,7 @@ function route() {
   else if (section === 'agents' && parts.length === 1) cleanup = viewAgents(view);
   else if (section === 'logs' && parts.length === 1) cleanup = viewLogs(view, params);
   else if (section === 'alerts' && parts.length === 1) cleanup = viewAlerts(view);
+  else if (section === 'router' && parts.length === 1) cleanup = viewRouter(view);
   else if (section === 'projects' && parts.length === 1) cleanup = viewProjects(view);
   else if (section === 'projects' && parts.length === 2 && parts[1] === 'new') cleanup = viewProjectForm(view);
   else if (section === 'projects' && parts.length === 2) cleanup = viewProject(view, parts[1], params);

@@ -154,6 +154,13 @@
  */
 
 /**
+ * `POST /api/v1/router/check_task`: what the router would do with a task.
+ * @typedef {object} CheckTaskRequest
+ * @property {string} inbound The inbound that receives it.
+ * @property {Record<string, any>} task The task (a JSON object).
+ */
+
+/**
  * Where a delivery is.
  * @typedef {"pending"|"sent"|"failed"|"suppressed"|"dropped"} DeliveryState
  */
@@ -257,6 +264,19 @@
  * @property {boolean} [trimmed] The body is the run's trimmed text.
  * @property {boolean} [truncated] The body was cut to the run's `max_return_body_bytes`.
  * @property {string} url The URL of this response (the last hop when redirects were followed).
+ */
+
+/**
+ * One inbound of the router.
+ * @typedef {object} InboundView
+ * @property {string} class `kafka.KafkaInbound`, `http.HttpInbound`, …
+ * @property {Array<string>} converts Its convert chain's steps, described.
+ * @property {Record<string, number>} counters The decisions of the tasks it received, by reason.
+ * @property {boolean} disabled
+ * @property {string} name
+ * @property {number} received Tasks received since the router started.
+ * @property {string} source Where tasks come from (no credentials).
+ * @property {number} threads
  */
 
 /**
@@ -401,6 +421,27 @@
 /**
  * What happens to a request whose agent died (`chained`), or to any request of a
  * @typedef {"fail"|"reassign"} OnAgentLost
+ */
+
+/**
+ * One outbound of the router.
+ * @typedef {object} OutboundView
+ * @property {number|null} [backlog] Tasks waiting at the target (read now), `null` when the target cannot say.
+ * @property {string|null} [backlog_error] Why the backlog could not be read.
+ * @property {string} class
+ * @property {Record<string, number>} counters Decisions that involved it, by reason.
+ * @property {boolean} disabled
+ * @property {string|null} [failback]
+ * @property {boolean} holding Whether `max_lag` holds the outbound now.
+ * @property {number} max_lag `max_lag` (`-1`: none).
+ * @property {string} name
+ * @property {number} push_errors
+ * @property {number} pushed
+ * @property {number} queued Tasks waiting in the router's memory for it.
+ * @property {number} rate_per_second Pushes per second over the last 10 s.
+ * @property {number} retry_limits
+ * @property {Array<string>} selectors
+ * @property {string} target Where tasks go (no credentials).
  */
 
 /**
@@ -549,6 +590,15 @@
  * @property {Array<RouterFailureView>} failures Newest first.
  * @property {string|null} [next] Pass as `after` for the next page; `null` on the last.
  * @property {number} total How many records match the filter in all.
+ */
+
+/**
+ * The router the hub runs, as `GET /api/v1/router` shows it (the web UI's Router page).
+ * @typedef {object} RouterView
+ * @property {number} failures Failure records in the store.
+ * @property {Array<InboundView>} inbounds Every inbound, in config order.
+ * @property {Array<OutboundView>} outbounds Every outbound, in the order rules are tried.
+ * @property {string} project The config's `project`.
  */
 
 /**

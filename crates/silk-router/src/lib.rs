@@ -60,7 +60,7 @@ pub use registry::{
     Convert, ConvertFactory, Inbound, InboundContext, InboundFactory, NEEDS_HUB, Outbound,
     OutboundFactory, Outgoing, Registry,
 };
-pub use router::{OutboundStatus, Router};
+pub use router::{InboundStatus, OutboundStatus, Router};
 pub use server::{ApiError, ErrorCode, app};
 pub use task::{BUILTIN_KEYS, SUBMITTER, format_time};
 pub use vars::Vars;

@@ -108,6 +108,30 @@ impl Metrics {
             .collect()
     }
 
+    /// Sums of decisions per reason for one inbound (all outbounds, and none).
+    pub(crate) fn inbound_counts(&self, inbound: usize) -> Vec<(Reason, u64)> {
+        REASONS
+            .iter()
+            .map(|&r| {
+                let n = (0..=self.outbounds.len())
+                    .map(|o| {
+                        let outbound = (o < self.outbounds.len()).then_some(o);
+                        self.decision_count(Some(inbound), outbound, r)
+                    })
+                    .sum();
+                (r, n)
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+
+    /// Tasks received by one inbound.
+    pub(crate) fn received_count(&self, inbound: usize) -> u64 {
+        self.received
+            .get(self.in_slot(Some(inbound)))
+            .map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
     pub(crate) fn received(&self, inbound: Option<usize>) {
         self.received[self.in_slot(inbound)].fetch_add(1, Ordering::Relaxed);
     }

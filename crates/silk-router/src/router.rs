@@ -92,6 +92,23 @@ pub struct OutboundStatus {
     pub counters: BTreeMap<String, u64>,
 }
 
+/// One inbound as the hub's Router page shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct InboundStatus {
+    pub name: String,
+    pub class: String,
+    /// Where tasks come from (no credentials).
+    pub source: String,
+    pub disabled: bool,
+    pub threads: usize,
+    /// The convert chain's steps, described.
+    pub converts: Vec<String>,
+    /// Tasks received.
+    pub received: u64,
+    /// Decisions of the tasks it received, by reason.
+    pub counters: BTreeMap<String, u64>,
+}
+
 #[async_trait::async_trait]
 impl Intake for Router {
     async fn submit(&self, inbound: usize, task: Value) -> Result<Outcome, RouterError> {
@@ -497,6 +514,32 @@ impl Router {
     /// The dry run of `POST /inbound/{name}/check_task/`.
     pub async fn check_task(&self, inbound: &str, task: &Value) -> CheckTaskAnswer {
         decide::explain_at(&self.inner.config, inbound, task, self.inner.clock.now_ms()).await
+    }
+
+    /// Every inbound, in config order, with its counters.
+    pub fn inbound_status(&self) -> Vec<InboundStatus> {
+        let config = &self.inner.config;
+        config
+            .inbounds
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| InboundStatus {
+                name: rule.name.clone(),
+                class: rule.class.clone(),
+                source: rule.component.0.source(),
+                disabled: rule.disable,
+                threads: rule.threads,
+                converts: rule.converts.iter().map(|c| c.describe()).collect(),
+                received: self.inner.metrics.received_count(i),
+                counters: self
+                    .inner
+                    .metrics
+                    .inbound_counts(i)
+                    .into_iter()
+                    .map(|(r, n)| (r.as_str().to_owned(), n))
+                    .collect(),
+            })
+            .collect()
     }
 
     /// The outbounds whose name starts with `prefix`, with their backlog read now (each

@@ -347,6 +347,31 @@ fn have_chromedriver() -> bool {
     found
 }
 
+/// The router `silk up` runs in the UI tests: tasks posted to `web` for a job that does not
+/// exist are refused, others have no route; both are failure records.
+const ROUTER_CONFIG: &str = r#"
+project: ui-router
+server: {bind: 127.0.0.1, port: 0}
+inbound:
+  - {name: web, class: http.HttpInbound, convert: [{set: {via: web}}]}
+outbound:
+  - name: to_job
+    class: silk.JobOutbound
+    init: {job: no-such-job}
+    selector: ["kind == 'fetch'"]
+"#;
+
+/// The `POST /task/` URL of the router `silk up` runs (from its output).
+fn router_task_url(p: &Platform) -> String {
+    let log = std::fs::read_to_string(&p.up.log).unwrap_or_default();
+    log.lines()
+        .find_map(|l| {
+            let rest = l.split("router `ui-router`: ").nth(1)?;
+            Some(rest.split_whitespace().next()?.to_owned())
+        })
+        .unwrap_or_else(|| panic!("no router line in the output:\n{log}"))
+}
+
 /// One browser at a time: each test runs a platform and a Chromium of its own.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -363,7 +388,11 @@ async fn signed_in() -> Option<(Platform, Api, Browser)> {
     let pools = dir.path().join("pools.toml");
     std::fs::write(&pools, "[eu]\nagents = 2\n").unwrap();
     let pools = pools.display().to_string();
-    let p = Platform::start_in(dir, PAGES, &["--pools", &pools]);
+    // The router in the hub: its page (inbounds, outbounds, failures, check_task).
+    let router = dir.path().join("router.yaml");
+    std::fs::write(&router, ROUTER_CONFIG).unwrap();
+    let router = router.display().to_string();
+    let p = Platform::start_in(dir, PAGES, &["--pools", &pools, "--router", &router]);
     let api = Api::connect(&p).await;
     let b = Browser::start(p.dir.path(), &p.server, p.up.log.clone()).await;
     println!("screenshots: {}", b.shots.display());
@@ -510,6 +539,75 @@ async fn a_job_made_in_the_browser_is_saved_as_typed_and_edited() {
     })
     .await;
     b.shot("agents").await;
+
+    // The router: two tasks posted to it fail (a job that does not exist, no route); the
+    // page shows its inbound and outbound with their counters, the two failure records, and
+    // check_task answers from the page.
+    let task_url = router_task_url(&p);
+    let http = reqwest::Client::new();
+    for task in [
+        serde_json::json!({"kind": "fetch", "url": "http://127.0.0.1:9/x"}),
+        serde_json::json!({"kind": "other"}),
+    ] {
+        let answer = http
+            .post(&task_url)
+            .header("content-type", "application/json")
+            .body(task.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            answer.status().is_success(),
+            "{}",
+            answer.text().await.unwrap_or_default()
+        );
+    }
+    b.click("[data-testid=nav-router]").await;
+    b.until("the router's inbound with 2 tasks received", async || {
+        let n = b
+            .text("tr[data-testid=router-inbound-row][data-name=web] [data-testid=router-inbound-received]")
+            .await?;
+        (n == "2").then_some(())
+    })
+    .await;
+    b.until("the outbound and its refused task", async || {
+        let row = b
+            .text("tr[data-testid=router-outbound-row][data-name=to_job]")
+            .await?;
+        (row.contains("silk.JobOutbound") && row.contains("refused 1")).then_some(())
+    })
+    .await;
+    b.until("two failure records", async || {
+        (b.count("tr[data-testid=router-failure-row]").await == 2
+            && b.count("tr[data-testid=router-failure-row][data-reason=no_route]")
+                .await
+                == 1)
+            .then_some(())
+    })
+    .await;
+    b.type_into("[data-testid=router-check-task]", r#"{"kind": "other"}"#)
+        .await;
+    b.click("[data-testid=router-check-run]").await;
+    b.until_text("[data-testid=router-check-verdict]", "failed (no_route)")
+        .await;
+    b.type_into(
+        "[data-testid=router-check-task]",
+        r#"{"kind": "fetch", "url": "http://127.0.0.1:9/y"}"#,
+    )
+    .await;
+    b.click("[data-testid=router-check-run]").await;
+    b.until_text(
+        "[data-testid=router-check-verdict]",
+        "routed (matched) → to_job",
+    )
+    .await;
+    b.until("the converted task in the answer", async || {
+        let shown = b.text("[data-testid=router-check-answer]").await?;
+        shown.contains("\"via\": \"web\"").then_some(())
+    })
+    .await;
+    b.shot("router").await;
+    b.click("[data-testid=nav-agents]").await;
 
     // Sign out: the sign-in box; a wrong token is refused; the right one lets in.
     b.click("[data-testid=sign-out]").await;
