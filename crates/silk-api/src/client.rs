@@ -670,6 +670,29 @@ impl Client {
             .parse("a list of deliveries")
     }
 
+    /// `GET /api/v1/router/failures` (admin): a page of the router's failure records.
+    pub async fn router_failures(
+        &self,
+        params: &crate::router::RouterFailuresParams,
+    ) -> Result<crate::router::RouterFailuresPage, ClientError> {
+        self.get_with(&["api", "v1", "router", "failures"], &params.pairs())
+            .await?
+            .parse("a page of failure records")
+    }
+
+    /// `POST /api/v1/router/failures/replay` (admin).
+    pub async fn replay_router_failures(
+        &self,
+        request: &crate::router::ReplayRequest,
+    ) -> Result<crate::router::ReplayAnswer, ClientError> {
+        self.post(
+            &["api", "v1", "router", "failures", "replay"],
+            &to_json(request)?,
+        )
+        .await?
+        .parse("a replay answer")
+    }
+
     /// `GET /api/v1/projects`.
     pub async fn projects(&self) -> Result<Vec<ProjectView>, ClientError> {
         self.get(&["api", "v1", "projects"])

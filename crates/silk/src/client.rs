@@ -23,6 +23,7 @@ mod jobs;
 mod logs;
 mod output;
 mod projects;
+pub(crate) mod router;
 mod runs;
 mod sse;
 mod tenants;

@@ -40,6 +40,27 @@ pub struct ConfigArgs {
 /// `silk router` sub-commands.
 #[derive(Debug, Subcommand)]
 pub enum RouterAction {
+    /// List the failure records of the router a hub runs (`silk hub --router`), newest
+    /// first. Admin only.
+    Failures {
+        #[command(flatten)]
+        filter: crate::client::router::FailureFilter,
+        /// Only records replayed before (`true`) or never replayed (`false`).
+        #[arg(long)]
+        replayed: Option<bool>,
+    },
+    /// Submit failure records' tasks to the hub's router again: `--id` ones, or those the
+    /// filter takes (oldest first, each once unless `--again`). Admin only.
+    Replay {
+        #[command(flatten)]
+        filter: crate::client::router::FailureFilter,
+        /// A record's id (repeatable).
+        #[arg(long = "id", value_name = "ID")]
+        ids: Vec<String>,
+        /// Also records replayed before.
+        #[arg(long)]
+        again: bool,
+    },
     /// Validate a config and print every error at once (file, line, rule).
     Check,
     /// Print what `POST /inbound/NAME/check_task/` would answer for a task (JSON file).
@@ -95,6 +116,15 @@ pub fn load(
 
 /// Runs `silk router …`.
 pub async fn run(args: RouterArgs) -> anyhow::Result<ExitCode> {
+    match args.action {
+        Some(RouterAction::Failures { filter, replayed }) => {
+            return crate::client::router::failures(filter, replayed).await;
+        }
+        Some(RouterAction::Replay { filter, ids, again }) => {
+            return crate::client::router::replay(filter, ids, again).await;
+        }
+        _ => {}
+    }
     let Some(config_path) = args.common.config.clone() else {
         anyhow::bail!("--config is required (the router's main YAML file)");
     };
@@ -117,6 +147,8 @@ pub async fn run(args: RouterArgs) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     match args.action {
+        // Talk to a hub, not a config: answered above.
+        Some(RouterAction::Failures { .. } | RouterAction::Replay { .. }) => Ok(ExitCode::SUCCESS),
         Some(RouterAction::Check) => {
             // The Python converts' classes are instantiated with their `init` (the
             // operator's own code, from the config's plugins folder).

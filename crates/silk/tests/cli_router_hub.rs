@@ -111,6 +111,30 @@ fn tasks_posted_to_the_router_in_silk_up_are_fetched_and_end() {
         .collect();
     assert_eq!(pages.len(), 5, "{items}");
     assert!(pages.iter().all(|i| i["title"].is_string()), "{items}");
+
+    // A task no outbound takes is a failure record in the hub's store: listed, replayed.
+    let answer = http.post(&format!("{base}/task/"), json!({"kind": "lost"}));
+    assert_eq!(answer["reason"], "no_route", "{answer}");
+    let page = p.json(&["router", "failures", "--reason", "no_route"]);
+    assert_eq!(page["total"], 1, "{page}");
+    assert_eq!(page["failures"][0]["inbound"], "web");
+    assert_eq!(page["failures"][0]["task"]["kind"], "lost");
+    let table = p.ok(&["router", "failures"]);
+    assert!(
+        table.contains("no_route") && table.contains("web"),
+        "{table}"
+    );
+    let replayed = p.json(&["router", "replay", "--reason", "no_route"]);
+    assert_eq!(replayed["replayed"][0]["decision"], "failed", "{replayed}");
+    let page = p.json(&[
+        "router",
+        "failures",
+        "--reason",
+        "no_route",
+        "--replayed",
+        "false",
+    ]);
+    assert_eq!(page["total"], 1, "the new record only: {page}");
 }
 
 /// A small HTTP client for the synchronous test.

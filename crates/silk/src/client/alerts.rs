@@ -1,7 +1,7 @@
 //! `silk alerts rules|create|replace|delete|test|deliveries`: notification rules and what
 //! they sent.
 
-use super::output::{Align, Table, ago, now_ms};
+use super::output::{Align, Table, ago, now_ms, show};
 use super::{Client, Conn};
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -139,18 +139,6 @@ pub async fn alerts(args: AlertsArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Prints `value` as JSON (`--json`), or the table made of it.
-fn show<T: serde::Serialize>(json: bool, value: &T, table: impl FnOnce() -> Table) {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(value).unwrap_or_default()
-        );
-    } else {
-        print!("{}", table().render());
-    }
 }
 
 fn rules_table(rules: &[AlertRuleView]) -> Table {

@@ -62,7 +62,7 @@ pub struct LogsArgs {
 
 /// The start of `--since`.
 #[derive(Debug, Clone, Copy)]
-pub enum Since {
+pub(crate) enum Since {
     /// This long before now.
     Ago(Duration),
     /// This time.
@@ -70,7 +70,7 @@ pub enum Since {
 }
 
 impl Since {
-    fn ms(self) -> u64 {
+    pub(crate) fn ms(self) -> u64 {
         let at = match self {
             Since::Ago(d) => SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH),
             Since::At(t) => t,
@@ -81,7 +81,7 @@ impl Since {
     }
 }
 
-fn parse_since(text: &str) -> Result<Since, String> {
+pub(crate) fn parse_since(text: &str) -> Result<Since, String> {
     if let Ok(d) = humantime::parse_duration(text) {
         return Ok(Since::Ago(d));
     }

@@ -140,6 +140,18 @@ pub fn agent_list<A: AsRef<str>>(agents: &[A]) -> String {
 }
 
 /// Prints an answer pretty, in the hub's key order.
+/// Prints `value` as JSON (`--json`), or the table made of it.
+pub fn show<T: serde::Serialize>(json: bool, value: &T, table: impl FnOnce() -> Table) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(value).unwrap_or_default()
+        );
+    } else {
+        print!("{}", table().render());
+    }
+}
+
 pub fn print_json(answer: &Answer) {
     println!("{}", reindent(&answer.text));
 }
