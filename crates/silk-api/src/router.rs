@@ -190,6 +190,10 @@ pub struct OutboundView {
     pub push_errors: u64,
     /// Pushes per second over the last 10 s.
     pub rate_per_second: f64,
+    /// `token_scope`: the token bucket it shares.
+    pub token_scope: Option<String>,
+    /// `token_per_second` of its bucket.
+    pub token_per_second: Option<f64>,
     pub retry_limits: i64,
     pub failback: Option<String>,
     /// Decisions that involved it, by reason.

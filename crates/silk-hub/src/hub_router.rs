@@ -14,8 +14,8 @@
 use crate::error::HubError;
 use crate::hub::HubHandle;
 use silk_api::router::{
-    CheckTaskRequest, InboundView, OutboundView, ReplayAnswer, ReplayRequest, ReplayedView,
-    RouterFailureView, RouterFailuresPage, RouterFailuresParams, RouterView,
+    CheckTaskRequest, ReplayAnswer, ReplayRequest, ReplayedView, RouterFailureView,
+    RouterFailuresPage, RouterFailuresParams, RouterView,
 };
 use silk_router::{FailureRecord, FailureSink};
 use silk_store::{MetaStore, RouterFailureFilter, RouterFailureRow};
@@ -229,43 +229,8 @@ impl HubHandle {
             .store
             .count_router_failures(&RouterFailureFilter::default())
             .await?;
-        let inbounds = router
-            .inbound_status()
-            .into_iter()
-            .map(|i| InboundView {
-                name: i.name,
-                class: i.class,
-                source: i.source,
-                disabled: i.disabled,
-                threads: i.threads as u64,
-                converts: i.converts,
-                received: i.received,
-                counters: i.counters,
-            })
-            .collect();
-        let outbounds = router
-            .outbound_status("")
-            .await
-            .into_iter()
-            .map(|o| OutboundView {
-                name: o.name,
-                class: o.class,
-                target: o.target,
-                disabled: o.disabled,
-                selectors: o.selectors,
-                backlog: o.backlog,
-                backlog_error: o.backlog_error,
-                max_lag: o.max_lag,
-                holding: o.holding,
-                queued: o.queued,
-                pushed: o.pushed,
-                push_errors: o.push_errors,
-                rate_per_second: o.rate_per_second,
-                retry_limits: o.retry_limits,
-                failback: o.failback,
-                counters: o.counters,
-            })
-            .collect();
+        let inbounds = router.inbound_status();
+        let outbounds = router.outbound_status("").await;
         Ok(RouterView {
             project: router.config().project.clone(),
             inbounds,

@@ -442,6 +442,8 @@
  * @property {number} retry_limits
  * @property {Array<string>} selectors
  * @property {string} target Where tasks go (no credentials).
+ * @property {number|null} [token_per_second] `token_per_second` of its bucket.
+ * @property {string|null} [token_scope] `token_scope`: the token bucket it shares.
  */
 
 /**

@@ -303,7 +303,41 @@ impl Metrics {
 }
 
 /// Escapes a Prometheus label value.
-pub(crate) fn escape(value: &str) -> String {
+/// The Python converts' counters (`plugins::PluginHost::counters`), in Prometheus text.
+pub(crate) fn render_converts(out: &mut String, project: &str, counters: &[(String, [u64; 4])]) {
+    const FAMILIES: [(&str, &str); 4] = [
+        (
+            "silk_router_convert_tasks_total",
+            "Tasks a Python convert class converted.",
+        ),
+        (
+            "silk_router_convert_raised_total",
+            "Tasks failed because a Python convert raised.",
+        ),
+        (
+            "silk_router_convert_worker_restarts_total",
+            "Python convert workers killed and restarted (died or hung) while running a class.",
+        ),
+        (
+            "silk_router_convert_crashed_total",
+            "Tasks failed because every worker that tried them died or hung.",
+        ),
+    ];
+    for (i, (name, help)) in FAMILIES.iter().enumerate() {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (class, values) in counters {
+            let _ = writeln!(
+                out,
+                "{name}{{project=\"{}\",class=\"{}\"}} {}",
+                escape(project),
+                escape(class),
+                values[i]
+            );
+        }
+    }
+}
+
+fn escape(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -1,8 +1,9 @@
 """Silk's convert worker: runs a router config's project converts written in Python.
 
 The router starts this script as `python3 -c <script> PLUGINS_DIR` and talks to it in JSON
-lines: one request per line on stdin, one answer per line on the original stdout. What the
-converts print goes to stderr (the router logs it), so it cannot break the protocol.
+lines: one request per line on the original stdin, one answer per line on the original
+stdout. What the converts print goes to stderr (the router logs it) and what they read is
+empty, so they cannot break the protocol.
 
 Requests and answers (each answer carries its request's `id`):
   {"id": 7, "op": "load", "step": 3, "class": "ic.ExtractTaskParams", "init": {...}}
@@ -90,8 +91,14 @@ def watch_parent():
 def main():
     threading.Thread(target=watch_parent, daemon=True).start()
     protocol = os.fdopen(os.dup(1), "wb")
+    requests = os.fdopen(os.dup(0), "rb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    # A convert (or a process it starts) that reads its input reads nothing, not requests.
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    sys.stdin = open(os.devnull)
     sys.path.insert(0, os.path.abspath(sys.argv[1]))
     steps = {}
 
@@ -106,7 +113,7 @@ def main():
         protocol.flush()
 
     answer({"ready": True, "python": sys.version.split()[0]})
-    for raw in sys.stdin.buffer:
+    for raw in requests:
         request_id = None
         try:
             request = json.loads(raw)

@@ -21,7 +21,6 @@
 //! only the operator writes; nothing a task carries chooses code to run.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -472,44 +471,19 @@ impl PluginHost {
         )))
     }
 
-    /// Appends the per-class counters in Prometheus text form.
-    pub(crate) fn render_metrics(&self, out: &mut String, project: &str) {
-        let stats = self.stats.lock().clone();
-        type Field = fn(&ClassStats) -> &AtomicU64;
-        let families: [(&str, &str, Field); 4] = [
-            (
-                "silk_router_convert_tasks_total",
-                "Tasks a Python convert class converted.",
-                |s| &s.converted,
-            ),
-            (
-                "silk_router_convert_raised_total",
-                "Tasks failed because a Python convert raised.",
-                |s| &s.raised,
-            ),
-            (
-                "silk_router_convert_worker_restarts_total",
-                "Python convert workers killed and restarted (died or hung) while running a class.",
-                |s| &s.restarts,
-            ),
-            (
-                "silk_router_convert_crashed_total",
-                "Tasks failed because every worker that tried them died or hung.",
-                |s| &s.crashed,
-            ),
-        ];
-        for (name, help, field) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (class, s) in &stats {
-                let _ = writeln!(
-                    out,
-                    "{name}{{project=\"{}\",class=\"{}\"}} {}",
-                    crate::metrics::escape(project),
-                    crate::metrics::escape(class),
-                    field(s).load(Ordering::Relaxed)
-                );
-            }
-        }
+    /// Each class's counters: tasks converted, raised, worker restarts, tasks crashed.
+    pub(crate) fn counters(&self) -> Vec<(String, [u64; 4])> {
+        self.stats
+            .lock()
+            .iter()
+            .map(|(class, s)| {
+                let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                (
+                    class.clone(),
+                    [n(&s.converted), n(&s.raised), n(&s.restarts), n(&s.crashed)],
+                )
+            })
+            .collect()
     }
 }
 

@@ -92,6 +92,17 @@ impl InboundContext {
         let _ = stop.wait_for(|s| *s).await;
     }
 
+    /// Runs `ctx.threads()` consumers, `consume(n, ctx)` each on a task of its own, and
+    /// returns when all of them have.
+    pub async fn run_consumers<F, Fut>(&self, consume: F)
+    where
+        F: Fn(usize, InboundContext) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let tasks = (0..self.threads()).map(|n| tokio::spawn(consume(n, self.clone())));
+        futures::future::join_all(tasks).await;
+    }
+
     /// Routes one task; see [`Router::submit`](crate::Router::submit).
     pub async fn submit(&self, task: Value) -> Result<Outcome, RouterError> {
         self.intake.submit(self.index, task).await

@@ -10,12 +10,11 @@
 //! recorded as failed (`refused`), since offering it again would loop forever.
 
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::{Map, Value};
 use silk_core::{Clock, SystemClock};
 use silk_selector::{EvalError, Selector};
@@ -63,51 +62,10 @@ struct Inner {
     settled: Notify,
 }
 
-/// One outbound as `GET /outbound/{prefix}` shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct OutboundStatus {
-    pub name: String,
-    pub class: String,
-    pub target: String,
-    pub disabled: bool,
-    pub selectors: Vec<String>,
-    /// Tasks waiting at the target (read now), `null` when the target cannot say.
-    pub backlog: Option<u64>,
-    /// Set when reading the backlog failed.
-    pub backlog_error: Option<String>,
-    pub max_lag: i64,
-    /// Whether `max_lag` holds the outbound now.
-    pub holding: bool,
-    /// Tasks waiting in the router's memory for this outbound.
-    pub queued: u64,
-    pub pushed: u64,
-    pub push_errors: u64,
-    /// Pushes per second over the last 10 s.
-    pub rate_per_second: f64,
-    pub token_scope: Option<String>,
-    pub token_per_second: Option<f64>,
-    pub retry_limits: i64,
-    pub failback: Option<String>,
-    /// Decisions that involved this outbound, by reason.
-    pub counters: BTreeMap<String, u64>,
-}
-
 /// One inbound as the hub's Router page shows it.
-#[derive(Debug, Clone, Serialize)]
-pub struct InboundStatus {
-    pub name: String,
-    pub class: String,
-    /// Where tasks come from (no credentials).
-    pub source: String,
-    pub disabled: bool,
-    pub threads: usize,
-    /// The convert chain's steps, described.
-    pub converts: Vec<String>,
-    /// Tasks received.
-    pub received: u64,
-    /// Decisions of the tasks it received, by reason.
-    pub counters: BTreeMap<String, u64>,
-}
+pub use silk_api::router::InboundView as InboundStatus;
+/// One outbound as `GET /outbound/{prefix}` (and the hub's API) shows it.
+pub use silk_api::router::OutboundView as OutboundStatus;
 
 #[async_trait::async_trait]
 impl Intake for Router {
@@ -528,7 +486,7 @@ impl Router {
                 class: rule.class.clone(),
                 source: rule.component.0.source(),
                 disabled: rule.disable,
-                threads: rule.threads,
+                threads: rule.threads as u64,
                 converts: rule.converts.iter().map(|c| c.describe()).collect(),
                 received: self.inner.metrics.received_count(i),
                 counters: self
@@ -612,7 +570,11 @@ impl Router {
         let gauges: Vec<_> = self.inner.senders.iter().map(|s| s.gauges()).collect();
         let mut text = self.inner.metrics.render(&gauges);
         if let Some(host) = &self.inner.config.plugins {
-            host.render_metrics(&mut text, &self.inner.config.project);
+            crate::metrics::render_converts(
+                &mut text,
+                &self.inner.config.project,
+                &host.counters(),
+            );
         }
         text
     }

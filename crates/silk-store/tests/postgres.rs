@@ -81,6 +81,7 @@ async fn tables_live_in_the_search_path_schema() {
             "log_lines",
             "projects",
             "quota_usage",
+            "router_failures",
             "runs",
             "seq_counters",
             "settings",

@@ -212,12 +212,11 @@ impl Inbound for RedisListInbound {
     }
 
     async fn run(self: Arc<Self>, ctx: InboundContext) -> Result<(), RouterError> {
-        let consumers = (0..ctx.threads()).map(|n| {
+        ctx.run_consumers(|n, ctx| {
             let this = self.clone();
-            let ctx = ctx.clone();
-            tokio::spawn(async move { this.consume(n, ctx).await })
-        });
-        futures::future::join_all(consumers).await;
+            async move { this.consume(n, ctx).await }
+        })
+        .await;
         Ok(())
     }
 }
