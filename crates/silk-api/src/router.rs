@@ -85,7 +85,7 @@ pub struct RouterFailuresPage {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
-    /// These records (with nothing else: the filter applies besides).
+    /// These records (at most 10000; the filter applies besides).
     #[serde(default)]
     pub ids: Option<Vec<String>>,
     /// Only those that came from this inbound.
@@ -107,7 +107,8 @@ pub struct ReplayRequest {
     /// asked again).
     #[serde(default)]
     pub again: bool,
-    /// At most this many, oldest first (default 1000, at most 10000).
+    /// At most this many, oldest first (default: as many as `ids`, else 1000; at most
+    /// 10000).
     #[serde(default)]
     pub limit: Option<u32>,
 }

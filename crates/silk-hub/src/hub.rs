@@ -191,6 +191,7 @@ impl Hub {
             builds: crate::state::Builds::new(secrets, build_settings),
             alerts_wake: tokio::sync::Notify::new(),
             router: std::sync::OnceLock::new(),
+            replay_lock: tokio::sync::Mutex::new(()),
             alerts_task: Mutex::new(None),
             pools: Mutex::new(BTreeMap::new()),
         });

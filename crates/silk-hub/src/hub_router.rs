@@ -3,13 +3,16 @@
 //! records in the store (design §6), listing them, replaying them, and their retention
 //! (with the logs', in `logs::retention`).
 //!
-//! **Replay** submits a record's task to the router again, through the inbound it came from
-//! (so its convert chain runs again) when that inbound still exists, else straight to the
-//! rules. **Choice**: a task that ended with `retries_exhausted` or `limits` is submitted as
-//! a new task — without `task_result`, `outbound` and the retry counters — since as it was
-//! it would end the same way at once; every other task is submitted as it was recorded. A
-//! record is marked replayed once the router took its task; a task that fails again is a
-//! new record.
+//! **Replay** submits a record's task to the router again, oldest record first, one replay
+//! at a time per hub, records of the running router's `project` only. A task that failed in
+//! its inbound's convert chain (`convert_failed`, recorded as it arrived) goes through that
+//! inbound again when it still exists; every other task was recorded after its inbound took
+//! it and goes straight to the rules (its converts do not run twice). **Choice**: a task
+//! that ended with `retries_exhausted` or `limits` is submitted as a new task — without
+//! `task_result`, `outbound`, the retry counters and its `task_uuid` (kept as `replay_of`),
+//! since as it was it would end the same way at once, or be dropped as a repeated delivery.
+//! A record is marked replayed as soon as the router took its task; a task that fails again
+//! is a new record.
 
 use crate::error::HubError;
 use crate::hub::HubHandle;
@@ -87,7 +90,12 @@ fn cursor(row: &RouterFailureRow) -> String {
 
 fn parse_cursor(text: &str) -> Result<(u64, String), HubError> {
     text.split_once(':')
-        .and_then(|(t, id)| Some((t.parse().ok()?, id.to_owned())))
+        .and_then(|(t, id)| {
+            Some((
+                t.parse::<i64>().ok().and_then(|t| u64::try_from(t).ok())?,
+                id.to_owned(),
+            ))
+        })
         .filter(|(_, id)| !id.is_empty())
         .ok_or_else(|| {
             HubError::BadRun(format!(
@@ -124,6 +132,8 @@ impl HubHandle {
             replayed: params.replayed,
             ..RouterFailureFilter::default()
         };
+        check_time("since", params.since)?;
+        check_time("until", params.until)?;
         let store = &self.shared().store;
         let total = store.count_router_failures(&filter).await?;
         filter.before = params.after.as_deref().map(parse_cursor).transpose()?;
@@ -139,15 +149,34 @@ impl HubHandle {
         })
     }
 
-    /// Submits the selected records' tasks to the router again (see the module doc).
+    /// Submits the selected records' tasks to the router again, oldest first (see the module
+    /// doc). Runs on a task of its own, one replay at a time on this hub: a caller that
+    /// hangs up does not stop it half way, and each record is marked as soon as the router
+    /// took its task.
     pub async fn replay_router_failures(
         &self,
         request: &ReplayRequest,
     ) -> Result<ReplayAnswer, HubError> {
         let router = self.running_router()?;
-        let limit = request.limit.unwrap_or(REPLAY.0).clamp(1, REPLAY.1);
+        if let Some(ids) = &request.ids
+            && ids.len() > REPLAY.1 as usize
+        {
+            return Err(HubError::BadRun(format!(
+                "ids: {} given, at most {} at once",
+                ids.len(),
+                REPLAY.1
+            )));
+        }
+        check_time("since", request.since)?;
+        check_time("until", request.until)?;
+        let default = request
+            .ids
+            .as_ref()
+            .map_or(REPLAY.0, |ids| ids.len().max(1) as u32);
+        let limit = request.limit.unwrap_or(default).clamp(1, REPLAY.1);
         let filter = RouterFailureFilter {
             ids: request.ids.clone(),
+            project: Some(router.config().project.clone()),
             inbound: request.inbound.clone(),
             outbound: request.outbound.clone(),
             reason: request.reason.clone(),
@@ -155,61 +184,95 @@ impl HubHandle {
             until_ms: request.until,
             replayed: (!request.again).then_some(false),
             limit: Some(limit),
+            oldest_first: true,
             ..RouterFailureFilter::default()
         };
-        let store = &self.shared().store;
-        let mut rows = store.list_router_failures(&filter).await?;
-        rows.reverse();
-        let config = router.config();
-        let mut answers = Vec::with_capacity(rows.len());
-        let mut taken = Vec::new();
-        for row in rows {
-            let Some(mut task) = row.task else {
-                answers.push(ReplayedView {
-                    id: row.id,
-                    decision: None,
-                    reason: None,
-                    outbound: None,
-                    why: "not replayed: the message was not a JSON object (its text is in `raw`)"
-                        .into(),
-                });
-                continue;
-            };
-            if matches!(row.reason.as_str(), "retries_exhausted" | "limits")
-                && let Some(map) = task.as_object_mut()
-            {
-                for key in RETURNING_KEYS {
-                    map.remove(key);
-                }
+        let hub = self.clone();
+        tokio::spawn(async move {
+            let shared = hub.shared();
+            let _one_at_a_time = shared.replay_lock.lock().await;
+            let rows = shared.store.list_router_failures(&filter).await?;
+            let mut answers = Vec::with_capacity(rows.len());
+            for row in rows {
+                answers.push(replay_one(&hub, &router, row).await?);
             }
-            let inbound = row
-                .inbound
-                .as_deref()
-                .and_then(|name| config.inbound_index(name))
-                .filter(|&i| !config.inbounds[i].disable);
-            match router.submit(inbound, task).await {
-                Ok(outcome) => {
-                    taken.push(row.id.clone());
-                    answers.push(ReplayedView {
-                        id: row.id,
-                        decision: Some(outcome.decision.as_str().to_owned()),
-                        reason: Some(outcome.reason.as_str().to_owned()),
-                        outbound: outcome.outbound,
-                        why: outcome.why,
-                    });
-                }
-                Err(e) => answers.push(ReplayedView {
-                    id: row.id,
-                    decision: None,
-                    reason: None,
-                    outbound: None,
-                    why: format!("not replayed: the router cannot take it now: {e}"),
-                }),
-            }
+            Ok(ReplayAnswer { replayed: answers })
+        })
+        .await
+        .map_err(|e| HubError::Store(format!("the replay stopped: {e}")))?
+    }
+}
+
+/// `Err` when `ms` is past what the store keeps (`i64`).
+fn check_time(what: &str, ms: Option<u64>) -> Result<(), HubError> {
+    match ms {
+        Some(ms) if i64::try_from(ms).is_err() => Err(HubError::BadRun(format!(
+            "{what}: {ms} is not a time in ms since the epoch"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Submits one record's task again; marks the record once the router took it.
+async fn replay_one(
+    hub: &HubHandle,
+    router: &silk_router::Router,
+    row: RouterFailureRow,
+) -> Result<ReplayedView, HubError> {
+    let not = |id: String, why: String| ReplayedView {
+        id,
+        decision: None,
+        reason: None,
+        outbound: None,
+        why,
+    };
+    let Some(mut task) = row.task else {
+        return Ok(not(
+            row.id,
+            "not replayed: the message was not a JSON object (its text is in `raw`)".into(),
+        ));
+    };
+    if matches!(row.reason.as_str(), "retries_exhausted" | "limits")
+        && let Some(map) = task.as_object_mut()
+    {
+        for key in RETURNING_KEYS {
+            map.remove(key);
         }
-        let now = self.shared().clock.now_ms();
-        store.mark_router_failures_replayed(&taken, now).await?;
-        Ok(ReplayAnswer { replayed: answers })
+        // A new task: a new uuid, so targets that drop repeated deliveries take it.
+        if let Some(old) = map.remove("task_uuid") {
+            map.insert("replay_of".into(), old);
+        }
+    }
+    // A task that failed in its inbound's convert chain is recorded as it arrived: it goes
+    // through the inbound again. Every other one was recorded after its inbound took it.
+    let config = router.config();
+    let inbound = if row.reason == "convert_failed" {
+        row.inbound
+            .as_deref()
+            .and_then(|name| config.inbound_index(name))
+            .filter(|&i| !config.inbounds[i].disable)
+    } else {
+        None
+    };
+    match router.submit(inbound, task).await {
+        Ok(outcome) => {
+            let now = hub.shared().clock.now_ms();
+            hub.shared()
+                .store
+                .mark_router_failures_replayed(std::slice::from_ref(&row.id), now)
+                .await?;
+            Ok(ReplayedView {
+                id: row.id,
+                decision: Some(outcome.decision.as_str().to_owned()),
+                reason: Some(outcome.reason.as_str().to_owned()),
+                outbound: outcome.outbound,
+                why: outcome.why,
+            })
+        }
+        Err(e) => Ok(not(
+            row.id,
+            format!("not replayed: the router cannot take it now: {e}"),
+        )),
     }
 }
 
@@ -254,6 +317,6 @@ impl HubHandle {
         }
         let answer = router.check_task(&request.inbound, &request.task).await;
         serde_json::to_value(&answer)
-            .map_err(|e| HubError::Store(format!("check_task answer: {e}")))
+            .map_err(|e| HubError::BadRun(format!("task: the answer is not JSON: {e}")))
     }
 }

@@ -77,6 +77,8 @@ pub(crate) struct HubCore {
     pub(crate) pools: Mutex<BTreeMap<String, silk_api::agents::PoolView>>,
     /// The router this hub runs (`--router`), for replays of its failure records.
     pub(crate) router: std::sync::OnceLock<silk_router::Router>,
+    /// Held by a replay of the router's failure records (one at a time on this hub).
+    pub(crate) replay_lock: tokio::sync::Mutex<()>,
 }
 
 impl HubCore {

@@ -231,6 +231,29 @@ async fn failed_tasks_are_kept_listed_and_replayed_through_the_api() {
     )
     .await;
     assert_eq!(again["replayed"].as_array().unwrap().len(), 0, "{again}");
+    // A returning task whose retries are used up is replayed as a new task (a new uuid, so
+    // the fed run fetches its page again; as it was, it would fail again at once).
+    let outcome = router
+        .submit(
+            web,
+            json!({"url": urls[0], "outbound": "later", "task_result": 1500, "task_uuid": "t-1"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.reason, Reason::RetriesExhausted, "{}", outcome.why);
+    let (_, again) = call(
+        &admin,
+        Method::POST,
+        "/api/v1/router/failures/replay",
+        Some(json!({"reason": "retries_exhausted"})),
+    )
+    .await;
+    assert_eq!(again["replayed"][0]["decision"], "routed", "{again}");
+    until("the page fetched again", async || {
+        let runs = hub.job_runs("later", None).await.ok()?;
+        (runs.first()?.stats.success >= 4).then_some(())
+    })
+    .await;
     // A task that fails again is a new record.
     let (_, lost) = call(
         &admin,

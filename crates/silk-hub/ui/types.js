@@ -541,9 +541,9 @@
  * Which records `POST /api/v1/router/failures/replay` submits again: `ids`, or a filter.
  * @typedef {object} ReplayRequest
  * @property {boolean} [again] Also records replayed before (default false: each record is replayed once unless
- * @property {Array<string>|null} [ids] These records (with nothing else: the filter applies besides).
+ * @property {Array<string>|null} [ids] These records (at most 10000; the filter applies besides).
  * @property {string|null} [inbound] Only those that came from this inbound.
- * @property {number|null} [limit] At most this many, oldest first (default 1000, at most 10000).
+ * @property {number|null} [limit] At most this many, oldest first (default: as many as `ids`, else 1000; at most
  * @property {string|null} [outbound] Only those of this outbound.
  * @property {string|null} [reason] Only this reason.
  * @property {number|null} [since] Only those at or after this time, ms since the epoch.

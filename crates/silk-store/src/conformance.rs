@@ -2242,6 +2242,18 @@ pub async fn router_failures_recorded_listed_replayed(f: &dyn StoreFactory) {
         paged.extend(page.iter().map(|r| r.id.clone()));
     }
     assert_eq!(paged, ids);
+    let oldest = s
+        .list_router_failures(&RouterFailureFilter {
+            oldest_first: true,
+            limit: Some(2),
+            ..RouterFailureFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        oldest.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["f0", "f1"]
+    );
     let count = |filter: RouterFailureFilter| {
         let s = &s;
         async move { s.count_router_failures(&filter).await.unwrap() }

@@ -61,6 +61,8 @@ pub struct RouterFailureFilter {
     pub before: Option<(u64, String)>,
     /// At most this many (ignored by `count_router_failures`); newest first.
     pub limit: Option<u32>,
+    /// List oldest first instead (`before` is then ignored).
+    pub oldest_first: bool,
 }
 
 /// Failure records. Every call is one transaction.

@@ -90,7 +90,7 @@ macro_rules! impl_router_failure_store {
                 }
                 None => {}
             }
-            if let Some((time, id)) = &filter.before {
+            if let Some((time, id)) = filter.before.as_ref().filter(|_| !filter.oldest_first) {
                 let time = $crate::sql::to_db(*time, || w("before"))?;
                 qb.push(" AND (time_ms < ")
                     .push_bind(time)
@@ -174,7 +174,11 @@ macro_rules! impl_router_failure_store {
                     "SELECT {ROUTER_FAILURE_COLS} FROM router_failures"
                 ));
                 push_router_failure_filter(&mut qb, filter)?;
-                qb.push(format!(" ORDER BY time_ms DESC, id{} DESC", $c));
+                if filter.oldest_first {
+                    qb.push(format!(" ORDER BY time_ms, id{}", $c));
+                } else {
+                    qb.push(format!(" ORDER BY time_ms DESC, id{} DESC", $c));
+                }
                 if let Some(limit) = filter.limit {
                     qb.push(" LIMIT ").push_bind(i64::from(limit));
                 }

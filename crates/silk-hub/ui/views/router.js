@@ -72,7 +72,8 @@ export function viewRouter(root) {
     section('Outbounds', outbounds.el),
     section('Recent failures', failures.el),
     section('Check a task', check.el));
-  return poll(async () => {
+  /** The running router's inbounds and outbounds; false when the hub runs none. */
+  const showRouter = async () => {
     /** @type {RouterView} */
     let view;
     try {
@@ -112,6 +113,9 @@ export function viewRouter(root) {
         h('td', { class: 'num' }, fmtRate(o.rate_per_second)),
         h('td', null, counterChips(o.counters))));
     outbounds.setEmpty(view.outbounds.length ? '' : 'No outbound.');
+  };
+  return poll(async () => {
+    await showRouter();
     /** @type {RouterFailuresPage} */
     const page = await api('GET', '/api/v1/router/failures?limit=50');
     syncRows(failures.tbody, page.failures, (f) => `${f.id}:${f.replayed_ms ?? ''}`, (f) => {

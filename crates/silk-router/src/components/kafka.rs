@@ -125,10 +125,11 @@ fn describe(e: &KafkaError) -> String {
     match e {
         // Never the value: it may be a password (`ssl.key.password`, `sasl.password`).
         KafkaError::ClientConfig(_, description, property, value) => {
-            let description = if value.len() >= 3 {
-                description.replace(value.as_str(), "***")
-            } else {
+            // librdkafka's sentence may quote the value: not shown when it does.
+            let description = if value.is_empty() || !description.contains(value.as_str()) {
                 description.clone()
+            } else {
+                "not a valid value here (an unknown property, a wrong value, or a feature this build lacks)".to_owned()
             };
             if property.is_empty() {
                 description

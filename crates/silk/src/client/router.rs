@@ -24,9 +24,9 @@ pub struct FailureFilter {
     /// Only those since then: a duration (10m, 2h, 1d) or a UTC time.
     #[arg(long, value_name = "WHEN", value_parser = parse_since)]
     pub since: Option<Since>,
-    /// At most this many.
-    #[arg(long, default_value_t = 50)]
-    pub limit: u32,
+    /// At most this many (`failures`: 50 unless set; `replay`: all the `--id`s, else 1000).
+    #[arg(long)]
+    pub limit: Option<u32>,
     #[command(flatten)]
     pub conn: Conn,
 }
@@ -40,7 +40,7 @@ pub async fn failures(filter: FailureFilter, replayed: Option<bool>) -> anyhow::
         reason: filter.reason,
         since: filter.since.map(Since::ms),
         replayed,
-        limit: Some(filter.limit),
+        limit: Some(filter.limit.unwrap_or(50)),
         ..RouterFailuresParams::default()
     };
     let page = client
@@ -94,7 +94,7 @@ pub async fn replay(
         since: filter.since.map(Since::ms),
         until: None,
         again,
-        limit: Some(filter.limit),
+        limit: filter.limit,
     };
     let answer = client
         .api()
