@@ -130,7 +130,9 @@ pub struct Outgoing {
 
 /// Where routed tasks go (in other systems: sink, producer). Implementations are
 /// `Send + Sync` and shared; the router calls [`push`](Outbound::push) from one sender task
-/// per outbound, with batches of up to `batch_size` tasks.
+/// per outbound, with batches of up to `batch_size` tasks. The hub also uses outbounds as
+/// item sink targets, whose pushes come from every run's sink at once: `push` must be safe
+/// to call concurrently.
 #[async_trait]
 pub trait Outbound: Send + Sync + 'static {
     /// Where tasks go, for people; must not contain credentials (see [`crate::redact`]).

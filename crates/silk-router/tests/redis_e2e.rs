@@ -600,3 +600,170 @@ outbound:
     router.shutdown().await;
     cleanup(&mut conn, &prefix).await;
 }
+
+/// The entries of stream `key`: (the `id` field, the `field` field as JSON), oldest first.
+async fn stream(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    field: &str,
+) -> Vec<(String, Value)> {
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .expect("xrange");
+    entries
+        .into_iter()
+        .map(|(_, fields)| {
+            let get = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_else(|| panic!("no `{name}` in {fields:?}"))
+            };
+            let data = serde_json::from_str(&get(field)).expect("json");
+            (get("id"), data)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_redis_stream_outbound_adds_each_delivery_once_in_order_and_reads_its_backlog() {
+    let Some(url) = common::redis_url() else {
+        return;
+    };
+    let prefix = common::unique("silk-router-stream");
+    let mut conn = connect(&url).await;
+    let (_dir, config) = load(
+        "
+project: streams
+inbound:
+  - name: queue
+    class: redis_queue.RedisListInbound
+    init: {url: '{redis}', key: '{p}:in'}
+outbound:
+  - name: events
+    selector: ['True']
+    class: redis_queue.RedisStreamOutbound
+    init: {url: '{redis}', stream: '{p}:events', field: task, group: readers, maxlen: 100000}
+    max_lag: 1000
+",
+        &url,
+        &prefix,
+        &[],
+    );
+    let inbound_key = format!("{prefix}:in");
+    for seq in 0..20 {
+        let task = json!({"seq": seq, "rt": seq == 5});
+        let _: () = conn.rpush(&inbound_key, task.to_string()).await.unwrap();
+    }
+    let stream_key = format!("{prefix}:events");
+    let events = config
+        .outbound("events")
+        .expect("events")
+        .component()
+        .clone();
+    // No stream yet: nothing waits.
+    assert_eq!(events.backlog().await.unwrap(), Some(0));
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&stream_key)
+        .arg("readers")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let router = Router::start(config).await.expect("starts");
+    let routed = router
+        .wait_until(Duration::from_secs(20), |r| {
+            r.count(Some("events"), Reason::Matched) == 20
+        })
+        .await;
+    assert!(routed, "{}", router.metrics_text());
+    router.shutdown().await;
+
+    let entries = stream(&mut conn, &stream_key, "task").await;
+    let seqs: Vec<i64> = entries
+        .iter()
+        .map(|(_, t)| t["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..20).collect::<Vec<_>>(), "in order, rt or not");
+    for (id, task) in &entries {
+        let uuid = task["task_uuid"].as_str().expect("task_uuid");
+        assert!(
+            id.starts_with(uuid),
+            "the entry's id is the delivery id: {id}"
+        );
+    }
+    assert_eq!(events.backlog().await.unwrap(), Some(20), "the group's lag");
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("readers")
+        .arg("r1")
+        .arg("COUNT")
+        .arg(5)
+        .arg("STREAMS")
+        .arg(&stream_key)
+        .arg(">")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        events.backlog().await.unwrap(),
+        Some(20),
+        "read but not acknowledged still waits"
+    );
+    let first = first_entry_id(&mut conn, &stream_key).await;
+    let _: u64 = redis::cmd("XACK")
+        .arg(&stream_key)
+        .arg("readers")
+        .arg(&first)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(events.backlog().await.unwrap(), Some(19));
+
+    // A push retried with the same delivery ids (a lost answer, a restart) adds nothing
+    // again; new ids are added after them.
+    let again: Vec<silk_router::Outgoing> = entries[..3]
+        .iter()
+        .map(|(id, task)| silk_router::Outgoing {
+            payload: task.to_string().into(),
+            rt: false,
+            delivery_id: id.clone(),
+        })
+        .chain(std::iter::once(silk_router::Outgoing {
+            payload: json!({"seq": 20}).to_string().into(),
+            rt: false,
+            delivery_id: "new:1".into(),
+        }))
+        .collect();
+    for result in events.push(&again).await {
+        result.expect("pushed");
+    }
+    for result in events.push(&again).await {
+        result.expect("pushed twice");
+    }
+    let entries = stream(&mut conn, &stream_key, "task").await;
+    assert_eq!(entries.len(), 21, "only the new delivery was added, once");
+    assert_eq!(entries[20].0, "new:1");
+    cleanup(&mut conn, &prefix).await;
+}
+
+/// The stream id of the first entry of `key`.
+async fn first_entry_id(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(conn)
+        .await
+        .expect("xrange");
+    entries[0].0.clone()
+}

@@ -6,6 +6,7 @@ pub(crate) mod http;
 pub(crate) mod kafka;
 pub(crate) mod nats;
 pub(crate) mod redis;
+pub(crate) mod redis_stream;
 
 use std::sync::Arc;
 
@@ -50,6 +51,10 @@ fn register_standard(registry: &mut Registry) {
         .register_outbound(
             "redis_queue.RedisListOutbound",
             Arc::new(redis::RedisListOutboundFactory),
+        )
+        .register_outbound(
+            "redis_queue.RedisStreamOutbound",
+            Arc::new(redis_stream::RedisStreamOutboundFactory),
         )
         .register_inbound("kafka.KafkaInbound", Arc::new(kafka::KafkaInboundFactory))
         .register_outbound("kafka.KafkaOutbound", Arc::new(kafka::KafkaOutboundFactory))

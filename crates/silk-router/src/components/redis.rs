@@ -50,7 +50,8 @@ use crate::registry::{
     Inbound, InboundContext, InboundFactory, Outbound, OutboundFactory, Outgoing,
 };
 
-fn client(init: &mut InitReader<'_>) -> Option<(redis::Client, String)> {
+/// The client of `init`'s `url`, and the URL without its password.
+pub(super) fn client(init: &mut InitReader<'_>) -> Option<(redis::Client, String)> {
     let url = init.str("url")?;
     match redis::Client::open(url.as_str()) {
         Ok(client) => Some((client, redact(&url))),
@@ -89,33 +90,51 @@ impl OutboundFactory for RedisListOutboundFactory {
         let timeout_ms = init.opt_u64("timeout_ms").unwrap_or(5000).max(1);
         let ((client, url), key) = (client?, key?);
         Some(Arc::new(RedisListOutbound {
-            target: format!("{url} list {key}"),
-            client,
+            conn: RedisConn::new(client, format!("{url} list {key}"), timeout_ms),
             key,
-            timeout: Duration::from_millis(timeout_ms),
-            conn: OnceLock::new(),
         }))
     }
 }
 
 struct RedisListOutbound {
-    client: redis::Client,
+    conn: RedisConn,
     key: String,
+}
+
+/// An outbound's connection to Redis: one manager, made on first use, shared by every
+/// push (it reconnects by itself).
+pub(super) struct RedisConn {
+    client: redis::Client,
     target: String,
     timeout: Duration,
     conn: OnceLock<ConnectionManager>,
 }
 
-impl RedisListOutbound {
-    fn error(&self, e: redis::RedisError) -> RouterError {
+impl RedisConn {
+    /// `target` names the Redis and what is written there, without credentials.
+    pub(super) fn new(client: redis::Client, target: String, timeout_ms: u64) -> RedisConn {
+        RedisConn {
+            client,
+            target,
+            timeout: Duration::from_millis(timeout_ms),
+            conn: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// `e` as the router's error, naming the target (never the URL's password).
+    pub(super) fn error(&self, e: redis::RedisError) -> RouterError {
         RouterError::Redis {
             target: self.target.clone(),
             message: format!("{:?}: {}", e.kind(), e.detail().unwrap_or("")),
         }
     }
 
-    /// The shared connection, created on first use (a manager reconnects by itself).
-    fn conn(&self) -> Result<ConnectionManager, RouterError> {
+    /// The shared connection.
+    pub(super) fn get(&self) -> Result<ConnectionManager, RouterError> {
         if let Some(c) = self.conn.get() {
             return Ok(c.clone());
         }
@@ -133,7 +152,7 @@ impl RedisListOutbound {
 #[async_trait]
 impl Outbound for RedisListOutbound {
     fn target(&self) -> String {
-        self.target.clone()
+        self.conn.target().to_owned()
     }
 
     fn has_backlog(&self) -> bool {
@@ -142,7 +161,7 @@ impl Outbound for RedisListOutbound {
 
     async fn push(&self, batch: &[Outgoing]) -> Vec<Result<(), RouterError>> {
         let all = |r: Result<(), RouterError>| batch.iter().map(|_| r.clone()).collect();
-        let mut conn = match self.conn() {
+        let mut conn = match self.conn.get() {
             Ok(c) => c,
             Err(e) => return all(Err(e)),
         };
@@ -166,12 +185,12 @@ impl Outbound for RedisListOutbound {
         all(pipe
             .query_async::<()>(&mut conn)
             .await
-            .map_err(|e| self.error(e)))
+            .map_err(|e| self.conn.error(e)))
     }
 
     async fn backlog(&self) -> Result<Option<u64>, RouterError> {
-        let mut conn = self.conn()?;
-        let len: u64 = conn.llen(&self.key).await.map_err(|e| self.error(e))?;
+        let mut conn = self.conn.get()?;
+        let len: u64 = conn.llen(&self.key).await.map_err(|e| self.conn.error(e))?;
         Ok(Some(len))
     }
 }
@@ -243,7 +262,7 @@ fn has_hash_tag(key: &str) -> bool {
 /// The start of the keys an inbound on `key` keeps beside its list: `key` itself when it
 /// already has a hash tag, else `{key}`. Either way they hash to the same cluster slot
 /// as `key`, so the moves between them are allowed in a cluster.
-fn slot_prefix(key: &str) -> String {
+pub(super) fn slot_prefix(key: &str) -> String {
     if has_hash_tag(key) {
         key.to_owned()
     } else {
