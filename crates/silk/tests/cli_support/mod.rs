@@ -71,7 +71,9 @@ impl Proc {
             std::thread::spawn(move || {
                 use std::io::Write;
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    let _ = writeln!(file, "{line}");
+                    // One write per line: both streams append to the same file, and a
+                    // line written in two pieces could take the other's in between.
+                    let _ = file.write_all(format!("{line}\n").as_bytes());
                     let _ = tx.send(line);
                 }
             });
