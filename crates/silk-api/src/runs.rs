@@ -172,6 +172,25 @@ pub struct Sinks {
     /// Also POST items in batches to a URL.
     #[serde(default)]
     pub webhook: Option<WebhookSink>,
+    /// Also deliver items to these item sink targets of the hub, by name: a NATS subject, a
+    /// Redis stream, a Kafka topic, a Redis list or an HTTP endpoint that an admin declared
+    /// (`silk hub --sink-targets FILE`) and granted to the run's tenant. Each item is one
+    /// message `{"run": ID, "job": NAME, "key": K, "item": {...}}` whose delivery id is
+    /// `RUN:K`, so targets that deduplicate (JetStream, the Redis stream) store it once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
+}
+
+/// The most item sink targets one run names.
+pub const MAX_SINK_TARGETS: usize = 16;
+
+/// Whether `name` may name an item sink target (1 to 64 letters, digits, `.`, `_`, `-`).
+pub fn valid_target_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// A webhook item sink: `POST url` with a JSON body `{"run": ID, "items": [{"key": K,
@@ -249,6 +268,23 @@ impl Sinks {
             }
             if w.batch == Some(0) {
                 return Err("sinks.webhook.batch must be at least 1".into());
+            }
+        }
+        if self.targets.len() > MAX_SINK_TARGETS {
+            return Err(format!(
+                "sinks.targets: at most {MAX_SINK_TARGETS} ({} given)",
+                self.targets.len()
+            ));
+        }
+        for (i, name) in self.targets.iter().enumerate() {
+            if !valid_target_name(name) {
+                return Err(format!(
+                    "sinks.targets[{i}]: `{}` is not a target name (1 to 64 letters, digits, `.`, `_`, `-`)",
+                    name.escape_debug()
+                ));
+            }
+            if self.targets[..i].contains(name) {
+                return Err(format!("sinks.targets[{i}]: `{name}` is given twice"));
             }
         }
         Ok(())

@@ -36,6 +36,9 @@ pub struct TenantView {
     /// allow themselves.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_networks: Vec<String>,
+    /// The hub's item sink targets its runs may deliver items to; absent: every one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_targets: Option<Vec<String>>,
     /// Created, ms since the epoch.
     pub created_ms: u64,
 }
@@ -136,6 +139,10 @@ pub struct TenantRequest {
     /// loopback, link-local, RFC 1918, CGNAT, ULA or unspecified address (`private_address`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_networks: Vec<String>,
+    /// The hub's item sink targets (`silk hub --sink-targets`) its runs may name in
+    /// `sinks.targets`; absent: every one. `[]`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_targets: Option<Vec<String>>,
 }
 
 /// Whether `name` may name a tenant (1 to 64 letters, digits, `.`, `_`, `-`).

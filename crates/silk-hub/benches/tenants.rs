@@ -90,6 +90,7 @@ async fn main() {
             quotas: None,
             weight: Some(weight),
             allow_networks: Vec::new(),
+            sink_targets: None,
         })
         .await
         .expect("tenant");
@@ -149,6 +150,7 @@ async fn main() {
         }),
         weight: None,
         allow_networks: Vec::new(),
+        sink_targets: None,
     })
     .await
     .expect("tenant");

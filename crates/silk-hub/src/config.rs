@@ -81,6 +81,9 @@ pub struct HubConfig {
     /// Agent pools that declare the agents they need, by name (`silk hub --pools FILE`):
     /// when fewer are alive, the hub runs the pool's scale command (see `scale`).
     pub pools: BTreeMap<String, PoolDecl>,
+    /// The item sink targets runs may name in `sinks.targets` (`silk hub --sink-targets
+    /// FILE`; none by default).
+    pub sink_targets: crate::SinkTargets,
 }
 
 /// What a pool needs: `agents` live, open agents labelled `pool=NAME`, and the command an
@@ -213,6 +216,7 @@ impl HubConfig {
             run_defaults: RunDefaults::default(),
             allow_networks: Vec::new(),
             pools: BTreeMap::new(),
+            sink_targets: crate::SinkTargets::default(),
         }
     }
 }

@@ -29,6 +29,7 @@ impl HubHandle {
             quotas: request.quotas.clone().unwrap_or_default(),
             weight: request.weight,
             allow_networks: crate::tenant::parse_networks(&request.allow_networks)?,
+            sink_targets: request.sink_targets.clone(),
         };
         check_doc(&doc)?;
         let now = self.shared().clock.now_ms();
@@ -53,7 +54,7 @@ impl HubHandle {
 
     /// Changes a tenant with a JSON merge patch: `description`, `pools` (`null`: every
     /// agent again), `quotas` (the whole set), `weight`, `allow_networks` (the whole list;
-    /// runs started afterwards get it).
+    /// runs started afterwards get it), `sink_targets` (`null`: every target again).
     pub async fn update_tenant(
         &self,
         name: &str,
@@ -78,6 +79,9 @@ impl HubHandle {
                 }
                 "pools" => doc.pools = serde_json::from_value(value.clone()).map_err(bad)?,
                 "weight" => doc.weight = serde_json::from_value(value.clone()).map_err(bad)?,
+                "sink_targets" => {
+                    doc.sink_targets = serde_json::from_value(value.clone()).map_err(bad)?
+                }
                 // The whole list (`null`: none).
                 "allow_networks" => {
                     let ranges: Option<Vec<String>> =
@@ -99,7 +103,7 @@ impl HubHandle {
                 }
                 other => {
                     return Err(HubError::BadTenant(format!(
-                        "{other}: no such field (description, pools, quotas, weight, allow_networks)"
+                        "{other}: no such field (description, pools, quotas, weight, allow_networks, sink_targets)"
                     )));
                 }
             }
@@ -112,7 +116,7 @@ impl HubHandle {
             updated_ms: self.shared().clock.now_ms(),
         };
         self.store().update_tenant(&updated).await?;
-        tracing::info!(tenant = %name, pools = ?doc.pools, quotas = ?doc.quotas, allow_networks = ?doc.allow_networks, "tenant changed");
+        tracing::info!(tenant = %name, pools = ?doc.pools, quotas = ?doc.quotas, allow_networks = ?doc.allow_networks, sink_targets = ?doc.sink_targets, "tenant changed");
         Ok(tenant_view(&updated, &doc))
     }
 

@@ -44,15 +44,17 @@ pub(crate) async fn run_pools(
     tenant: &str,
     asked: &[String],
 ) -> Result<Vec<String>, HubError> {
-    Ok(run_grants(hub, tenant, asked).await?.0)
+    Ok(run_grants(hub, tenant, asked, &[]).await?.0)
 }
 
 /// The pools of [`run_pools`] and the private ranges an admin allowed the tenant (its runs
-/// reach them besides what the agents and hubs allow themselves).
+/// reach them besides what the agents and hubs allow themselves); checks that the item sink
+/// `targets` are declared on this hub and granted to the tenant.
 async fn run_grants(
     hub: &HubCore,
     tenant: &str,
     asked: &[String],
+    targets: &[String],
 ) -> Result<(Vec<String>, Vec<silk_core::net::IpNet>), HubError> {
     let row = hub
         .store
@@ -61,6 +63,7 @@ async fn run_grants(
         .ok_or_else(|| HubError::NoSuchTenant(tenant.to_owned()))?;
     let doc = crate::tenant::tenant_doc(&row)?;
     let pools = crate::tenant::granted_pools(tenant, &doc, asked)?;
+    crate::tenant::granted_targets(tenant, &doc, &hub.config.sink_targets, targets)?;
     Ok((pools, doc.allow_networks))
 }
 
@@ -71,7 +74,8 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     }
     let mut request = new.request;
     let spider = crate::run::check_request(&request)?;
-    let (pools, allow_networks) = run_grants(hub, &new.tenant, &request.pools).await?;
+    let targets = request.sinks.as_ref().map_or(&[][..], |s| &s.targets[..]);
+    let (pools, allow_networks) = run_grants(hub, &new.tenant, &request.pools, targets).await?;
     request.pools = pools;
     // A program run: its version resolved now (`latest` is the newest ready one), its
     // spider the settings it was given, or the defaults.

@@ -19,7 +19,7 @@
 //!   `runner` (one active run's dispatch loop and result handling, given a `RunContext` of
 //!   exactly what a driver may use, not the hub), `ownership` (run leases
 //!   among hubs, adoption, restart recovery), `scheduler` (cron fires, retries, timeouts,
-//!   queued fires; the job operations), `sinks` (SQL and webhook sinks tailing item logs),
+//!   queued fires; the job operations), `sinks` (SQL, webhook and target sinks tailing item logs),
 //!   `feeds` (the runs the router feeds, and every run's outcomes handed to a consumer).
 //! - **state** — `state` (`HubCore`: what the services share — registry, the table of active
 //!   runs, store, run repository, bus, clock, files, logs — with the small operations every
@@ -38,7 +38,8 @@
 //!   fed by [`Register`](silk_bus::Register) and [`Heartbeat`](silk_bus::Heartbeat); state
 //!   changes come out of [`tick`](AgentRegistry::tick) as [`Transition`]s), [`allocation`]
 //!   (`random`, `fixed:N`, `chained:N`, `on_agent_lost`: [`allocate`] at run start, then
-//!   [`Allocation::route`] per request), [`error`] ([`HubError`]), `config` ([`HubConfig`]).
+//!   [`Allocation::route`] per request), [`error`] ([`HubError`]), `config` ([`HubConfig`]), `sink_targets` ([`SinkTargets`]: the
+//!   item sink targets an admin declared).
 //!
 //! # Invariants
 //!
@@ -88,6 +89,7 @@ mod runner;
 mod scale;
 mod scheduler;
 pub mod sdk;
+mod sink_targets;
 mod sinks;
 mod state;
 mod tailer;
@@ -109,4 +111,5 @@ pub use registry::{
     AgentRegistry, Applied, HeartbeatOutcome, LabelFilter, RegisterOutcome, Transition,
 };
 pub use routed::FeedTask;
+pub use sink_targets::SinkTargets;
 pub use taskhub::HubClasses;

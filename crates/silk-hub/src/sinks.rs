@@ -12,11 +12,19 @@
 //! - `sql`: `INSERT … ON CONFLICT DO NOTHING` into the store's `items` table on (run, key);
 //! - `webhook`: `POST url` with `{"run": ID, "items": [{"key": K, "item": {...}}]}`; any
 //!   2xx is a delivery, anything else is retried with back-off (1 s doubling to 60 s).
+//! - `targets`: each named item sink target the admin declared (`sink_targets`: a NATS
+//!   subject, Redis stream, Kafka topic, …) gets one message per item,
+//!   `{"run": ID, "job": NAME, "key": K, "item": {...}}`, with the delivery id `RUN:K`
+//!   (JetStream's `Nats-Msg-Id`, the Redis stream's dedup key, Kafka's `silk-delivery-id`
+//!   header), in batches of the target's `batch_size`. A batch is delivered again whole
+//!   after any retryable error; an item the target refuses for good (too large for it) is
+//!   skipped and said in the run log.
 
 use crate::error::HubError;
 use crate::items::{ItemLog, item_key};
 use crate::live::Run;
 use crate::run::{RunRecord, WebhookSink};
+use crate::sink_targets::SinkTarget;
 use crate::state::HubCore;
 use crate::tailer::{self, Backoff, Page, Tail, Writer};
 use serde::{Deserialize, Serialize};
@@ -39,13 +47,25 @@ enum Target {
     Sql,
     /// The sink, its client, and the private ranges the run's tenant may reach.
     Webhook(WebhookSink, reqwest::Client, Vec<silk_core::net::IpNet>),
+    /// A declared item sink target: its name, the target, and the run's job name.
+    Declared(String, SinkTarget, Option<String>),
 }
 
 impl Target {
-    fn name(&self) -> &'static str {
+    /// Its name in logs (`sql`, `webhook`, `target NAME`).
+    fn name(&self) -> String {
         match self {
-            Target::Sql => "sql",
-            Target::Webhook(..) => "webhook",
+            Target::Sql => "sql".into(),
+            Target::Webhook(..) => "webhook".into(),
+            Target::Declared(name, ..) => format!("target {name}"),
+        }
+    }
+
+    /// The file of its offset in the run's folder.
+    fn state_file(&self) -> String {
+        match self {
+            Target::Declared(name, ..) => format!("sink-target-{name}.json"),
+            other => format!("sink-{}.json", other.name()),
         }
     }
 
@@ -53,6 +73,7 @@ impl Target {
         match self {
             Target::Sql => 500,
             Target::Webhook(w, ..) => w.batch.unwrap_or(100).max(1) as usize,
+            Target::Declared(_, t, _) => t.batch.max(1),
         }
     }
 
@@ -112,6 +133,39 @@ impl Target {
                     Err(format!("answered HTTP {}", answer.status().as_u16()))
                 }
             }
+            Target::Declared(name, target, job) => {
+                let mut batch = Vec::with_capacity(keyed.len());
+                for (key, item) in &keyed {
+                    let message =
+                        serde_json::json!({"run": run, "job": job, "key": key, "item": item});
+                    batch.push(silk_router::Outgoing {
+                        payload: serde_json::to_vec(&message)
+                            .map_err(|e| e.to_string())?
+                            .into(),
+                        rt: false,
+                        delivery_id: format!("{run}:{key}"),
+                    });
+                }
+                let results = target.outbound.push(&batch).await;
+                let mut refused = Vec::new();
+                for (result, (key, _)) in results.into_iter().zip(&keyed) {
+                    match result {
+                        Ok(()) => {}
+                        Err(e @ silk_router::RouterError::Refused { .. }) => {
+                            refused.push(format!("item `{key}`: {e}"))
+                        }
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                for why in refused {
+                    shared.logs.hub(
+                        run,
+                        Level::Warn,
+                        format!("item sink `target {name}` refuses an item for good, skipped (it stays in the run's items): {why}"),
+                    );
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -151,6 +205,25 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
     if record.sinks.sql && log != ItemLog::Store {
         targets.push(Target::Sql);
     }
+    for name in &record.sinks.targets {
+        // A run adopted from a hub with other targets: the others still deliver.
+        let Some(target) = shared.config.sink_targets.get(name) else {
+            shared.logs.hub(
+                &record.id,
+                Level::Error,
+                format!(
+                    "item sink `target {name}`: this hub has no such item sink target ({}); its items are not delivered by this hub",
+                    shared.config.sink_targets.names_text()
+                ),
+            );
+            continue;
+        };
+        targets.push(Target::Declared(
+            name.clone(),
+            target.clone(),
+            record.job_name.clone(),
+        ));
+    }
     if let Some(w) = &record.sinks.webhook {
         let builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
         let policy = webhook_policy(&shared.config, &record.allow_networks);
@@ -172,7 +245,7 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
     shared.files.write_state(&record.id, PENDING, &true)?;
     let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(targets.len()));
     for target in targets {
-        let state_file = format!("sink-{}.json", target.name());
+        let state_file = target.state_file();
         let at = match shared.files.read_state::<Offset>(&record.id, &state_file) {
             Ok(Some(o)) => o,
             _ => Offset {
@@ -263,12 +336,12 @@ impl Tail for SinkTail {
             .files
             .write_state(&self.run, &self.state_file, &self.at)
         {
-            tracing::warn!(run = %self.run, sink = self.target.name(), error = %e, "sink offset not stored (items may be delivered again)");
+            tracing::warn!(run = %self.run, sink = %self.target.name(), error = %e, "sink offset not stored (items may be delivered again)");
         }
     }
 
     fn read_failed(&mut self, error: &str) {
-        tracing::warn!(run = %self.run, sink = self.target.name(), error = %error, "items not readable for the sink");
+        tracing::warn!(run = %self.run, sink = %self.target.name(), error = %error, "items not readable for the sink");
     }
 
     fn failing(&mut self, error: &str, first: bool) {
@@ -280,7 +353,7 @@ impl Tail for SinkTail {
                 format!("item sink `{name}`: {error}; retrying with back-off (items wait in items.jsonl)"),
             );
         }
-        tracing::warn!(run = %self.run, sink = name, error = %error, "item sink delivery failed; retrying");
+        tracing::warn!(run = %self.run, sink = %name, error = %error, "item sink delivery failed; retrying");
     }
 
     fn recovered(&mut self) {

@@ -24,6 +24,9 @@ pub(crate) struct TenantDoc {
     /// Private ranges its runs may reach besides the agents' and hubs' own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_networks: Vec<silk_core::net::IpNet>,
+    /// The item sink targets its runs may name; `None`: every one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sink_targets: Option<Vec<String>>,
 }
 
 /// The most ranges a tenant's `allow_networks` holds (every fetch checks them in turn).
@@ -67,6 +70,7 @@ pub(crate) fn tenant_view(row: &TenantRow, doc: &TenantDoc) -> TenantView {
         quotas: doc.quotas.clone(),
         weight: doc.weight,
         allow_networks: doc.allow_networks.iter().map(|n| n.to_string()).collect(),
+        sink_targets: doc.sink_targets.clone(),
         created_ms: row.created_ms,
     }
 }
@@ -80,6 +84,15 @@ pub(crate) fn check_doc(doc: &TenantDoc) -> Result<(), HubError> {
     }
     if let Some(pools) = &doc.pools {
         silk_api::runs::check_pools(pools).map_err(HubError::BadTenant)?;
+    }
+    if let Some(targets) = &doc.sink_targets {
+        let sinks = silk_api::runs::Sinks {
+            targets: targets.clone(),
+            ..Default::default()
+        };
+        sinks
+            .validate()
+            .map_err(|e| HubError::BadTenant(e.replace("sinks.targets", "sink_targets")))?;
     }
     if let Some(tz) = &doc.quotas.time_zone {
         silk_schedule::validate_timezone(tz)
@@ -191,6 +204,37 @@ pub(crate) fn may_run(running: &[String], me: &str, limit: u32) -> bool {
 /// grant, what it asked for (any agent when none); with a grant, the granted pools when it
 /// asked for none, else what it asked for if every one is granted. A pool not granted is
 /// refused naming `pools[i]`.
+/// Checks a run's item sink targets: each declared on this hub (`declared`; else `400`) and
+/// granted to the tenant with `doc` (else `403`), naming `sinks.targets[i]`.
+pub(crate) fn granted_targets(
+    tenant: &str,
+    doc: &TenantDoc,
+    declared: &crate::SinkTargets,
+    asked: &[String],
+) -> Result<(), HubError> {
+    for (i, name) in asked.iter().enumerate() {
+        if declared.get(name).is_none() {
+            return Err(HubError::BadRun(format!(
+                "sinks.targets[{i}]: this hub has no item sink target `{name}` ({})",
+                declared.names_text()
+            )));
+        }
+        if let Some(granted) = &doc.sink_targets
+            && !granted.contains(name)
+        {
+            return Err(HubError::Forbidden(format!(
+                "sinks.targets[{i}]: item sink target `{name}` is not granted to tenant `{tenant}` (granted: {})",
+                if granted.is_empty() {
+                    "none".to_owned()
+                } else {
+                    granted.join(", ")
+                }
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn granted_pools(
     tenant: &str,
     doc: &TenantDoc,

@@ -707,6 +707,7 @@
  * Where a run's items go besides its JSON Lines file (`runs/{id}/items.jsonl`, always
  * @typedef {object} Sinks
  * @property {boolean} [sql] Also insert items into the hub store's `items` table (insert-ignore on the run and
+ * @property {Array<string>} [targets] Also deliver items to these item sink targets of the hub, by name: a NATS subject, a
  * @property {null|WebhookSink} [webhook]
  */
 
@@ -728,6 +729,7 @@
  * @property {string} name Its name: 1 to 64 letters, digits, `.`, `_` or `-`.
  * @property {Array<string>|null} [pools] The agent pools its runs may use (a run naming no pool uses all of these; one naming
  * @property {null|Quotas} [quotas]
+ * @property {Array<string>|null} [sink_targets] The hub's item sink targets (`silk hub --sink-targets`) its runs may name in
  * @property {number|null} [weight] Its weight in the fair share of agents' slots between tenants: 1 to 1000 (default 1).
  */
 
@@ -756,6 +758,7 @@
  * @property {string} name Its name (letters, digits, `.`, `_`, `-`).
  * @property {Array<string>|null} [pools] The agent pools (agents labelled `pool=NAME`) its runs may use; absent: every agent.
  * @property {Quotas} [quotas] Its quotas (no field: no limit).
+ * @property {Array<string>|null} [sink_targets] The hub's item sink targets its runs may deliver items to; absent: every one.
  * @property {number|null} [weight] Its weight in the fair share of agents' slots between tenants (default 1).
  */
 

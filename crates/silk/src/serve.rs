@@ -162,6 +162,26 @@ pub(crate) fn load_pools(
     }
 }
 
+/// The item sink targets of the `sink_targets` file (none without one); the error names
+/// every problem with its file and line.
+pub(crate) fn load_sink_targets(
+    path: Option<&std::path::Path>,
+) -> Result<silk_hub::SinkTargets, String> {
+    let Some(path) = path else {
+        return Ok(Default::default());
+    };
+    let vars = silk_router::Vars::new().with_env(true);
+    let problems =
+        |p: Vec<String>| format!("sink targets {}:\n  {}", path.display(), p.join("\n  "));
+    let config = silk_router::Config::load(&[path], &vars)
+        .map_err(|e| problems(e.iter().map(ToString::to_string).collect()))?;
+    let targets = silk_hub::SinkTargets::from_config(&config).map_err(problems)?;
+    for (name, class, target) in targets.describe() {
+        tracing::info!(target_name = %name, class = %class, to = %target, "item sink target");
+    }
+    Ok(targets)
+}
+
 /// Loads the `router.config` and binds its port; `Err` is the exit code (the problems are
 /// printed).
 async fn load_router(s: &Settings) -> Result<Option<RouterSetup>, ExitCode> {
@@ -278,6 +298,13 @@ pub async fn up(s: Settings) -> anyhow::Result<ExitCode> {
     config.allow_networks = networks.clone();
     config.pools = match load_pools(s.path("pools").as_deref()) {
         Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    config.sink_targets = match load_sink_targets(s.path("sink_targets").as_deref()) {
+        Ok(t) => t,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(ExitCode::from(2));
@@ -473,6 +500,13 @@ pub async fn hub(s: Settings) -> anyhow::Result<ExitCode> {
     };
     config.pools = match load_pools(s.path("pools").as_deref()) {
         Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    config.sink_targets = match load_sink_targets(s.path("sink_targets").as_deref()) {
+        Ok(t) => t,
         Err(e) => {
             eprintln!("error: {e}");
             return Ok(ExitCode::from(2));

@@ -243,6 +243,14 @@ pub const KNOBS: &[Knob] = &[
         "A TOML file of agent pools and the agents each needs: a table per pool with `agents = N` and optionally `scale_command = [program, args…]` (run when fewer are alive, with `SILK_POOL_DEFICIT`), `scale_timeout_ms`, `scale_backoff_ms`, `scale_env` (see `silk hub --help`).",
     ),
     knob(
+        "sink_targets",
+        SERVERS,
+        Kind::Path,
+        None,
+        Some("sink-targets"),
+        "A YAML file of item sink targets that runs may name in `sinks.targets`: router outbounds (`nats.NatsOutbound`, `redis_queue.RedisStreamOutbound`, `kafka.KafkaOutbound`, …) with `name`, `class`, `init` and optionally `batch_size`; `{NAME}` placeholders are filled from the environment (see docs/items.md).",
+    ),
+    knob(
         "public_url",
         SERVERS,
         Kind::Text,

@@ -172,3 +172,46 @@ impl Http {
         })
     }
 }
+
+/// `silk up --sink-targets FILE`: a file with a routing key, or an unknown class, is refused
+/// at start, with its file and line.
+#[test]
+fn a_bad_sink_targets_file_stops_the_platform_naming_the_problem() {
+    let dir = TempDir::new().unwrap();
+    let file = dir.path().join("targets.yaml");
+    let at = file.display().to_string();
+    let entry = |name: &str, class: &str| {
+        format!(
+            "  - name: {name}\n    class: {class}\n    init: {{url: 'redis://127.0.0.1:1', stream: items}}\n"
+        )
+    };
+    let cases = [
+        (
+            format!(
+                "outbound:\n{}    selector: ['True']\n",
+                entry("feed", "redis_queue.RedisStreamOutbound")
+            ),
+            format!("{at}:2: outbound `feed`: only `name`, `class`, `init`"),
+        ),
+        (
+            format!(
+                "outbound:\n{}",
+                entry("other", "redis_queue.RedisStreamOutbond")
+            ),
+            format!(
+                "{at}:3:12: outbound `other`: unknown outbound class `redis_queue.RedisStreamOutbond` (did you mean `redis_queue.RedisStreamOutbound`?)"
+            ),
+        ),
+    ];
+    for (text, said) in cases {
+        std::fs::write(&file, text).unwrap();
+        let (out, stderr) = output(
+            silk()
+                .current_dir(dir.path())
+                .args(["up", "--listen", "127.0.0.1:0", "--sink-targets"])
+                .arg(&file),
+        );
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&said), "{said}\n{stderr}");
+    }
+}

@@ -125,6 +125,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "registry_tests",
             "routed",
             "run",
+            "sink_targets",
             "tenant",
         ],
     ),

@@ -1,6 +1,6 @@
-//! `silk tenants list|create NAME|pools NAME|quotas NAME|weight NAME|networks NAME|usage
-//! NAME|delete NAME`: the platform's tenants, the agent pools, private networks and quotas
-//! granted to them (an admin's; any other token lists only its own and reads its own usage).
+//! `silk tenants list|create NAME|pools NAME|sink-targets NAME|quotas NAME|weight NAME|
+//! networks NAME|usage NAME|delete NAME`: the platform's tenants, the agent pools, item sink
+//! targets, private networks and quotas granted to them (an admin's; any other token lists only its own and reads its own usage).
 
 use super::output::{Align, Table, ago, now_ms, print_json};
 use super::{Client, Conn, parse};
@@ -41,6 +41,10 @@ pub enum TenantsCommand {
         /// address); repeat for more.
         #[arg(long = "allow-network", value_name = "CIDR")]
         allow_networks: Vec<String>,
+        /// Grant this item sink target of the hub (`silk hub --sink-targets`); repeat for
+        /// more. Without any, the tenant's runs may use every target.
+        #[arg(long = "sink-target", value_name = "TARGET")]
+        sink_targets: Vec<String>,
     },
     /// Set the private address ranges a tenant's runs may reach (admin), besides those the
     /// agents and hubs allow themselves: their fetches and their webhook sinks. The whole
@@ -69,6 +73,17 @@ pub enum TenantsCommand {
         pools: Vec<String>,
         /// Every agent (no grant).
         #[arg(long, conflicts_with = "pools")]
+        any: bool,
+    },
+    /// Set the item sink targets (`silk hub --sink-targets`) a tenant's runs may deliver
+    /// items to (admin): `--any` for every one.
+    SinkTargets {
+        /// The tenant's name.
+        name: String,
+        /// The targets granted; none given with no `--any`: no target at all.
+        targets: Vec<String>,
+        /// Every target (no grant).
+        #[arg(long, conflicts_with = "targets")]
         any: bool,
     },
     /// Set a tenant's quotas (admin): the whole set, a quota left out is no limit
@@ -130,6 +145,7 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
             pools,
             weight,
             allow_networks,
+            sink_targets,
         } => {
             let answer = client
                 .post(
@@ -141,6 +157,7 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                         quotas: None,
                         weight,
                         allow_networks,
+                        sink_targets: (!sink_targets.is_empty()).then_some(sink_targets),
                     })?,
                 )
                 .await?;
@@ -160,6 +177,22 @@ pub async fn tenants(args: TenantsArgs) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             };
             eprintln!("tenant {name}: {}", pools_text(tenant.pools.as_deref()));
+        }
+        TenantsCommand::SinkTargets { name, targets, any } => {
+            let patch = if any {
+                serde_json::json!({ "sink_targets": null })
+            } else {
+                serde_json::json!({ "sink_targets": targets })
+            };
+            let Some(tenant) = patch_tenant(&client, &name, &patch, json).await? else {
+                return Ok(ExitCode::SUCCESS);
+            };
+            let granted = match tenant.sink_targets.as_deref() {
+                None => "every item sink target".to_owned(),
+                Some([]) => "no item sink target".to_owned(),
+                Some(t) => format!("item sink targets {}", t.join(",")),
+            };
+            eprintln!("tenant {name}: {granted}");
         }
         TenantsCommand::Quotas {
             name,
