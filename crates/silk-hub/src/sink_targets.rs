@@ -150,7 +150,7 @@ mod tests {
     #[test]
     fn the_example_declares_a_subject_a_stream_and_a_topic_without_showing_the_password() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../examples/sink_targets.yaml");
+            .join("../../examples/hub/sink_targets.yaml");
         let mut vars = silk_router::Vars::new();
         vars.set("REDIS_PASSWORD", "s3cr3t");
         let config = silk_router::Config::load(&[&path], &vars).unwrap();

@@ -142,3 +142,21 @@ pub struct Outcome {
     /// Why, for people.
     pub why: String,
 }
+
+impl Outcome {
+    /// The outcome of `reason` (its decision follows from it).
+    pub fn new(
+        reason: Reason,
+        outbound: Option<String>,
+        task_uuid: Option<String>,
+        why: impl Into<String>,
+    ) -> Outcome {
+        Outcome {
+            decision: reason.decision(),
+            reason,
+            outbound,
+            task_uuid,
+            why: why.into(),
+        }
+    }
+}

@@ -286,13 +286,7 @@ impl Router {
                 )
                 .await?;
                 inner.metrics.decision(inbound, None, reason);
-                return Ok(Outcome {
-                    decision: reason.decision(),
-                    reason,
-                    outbound: None,
-                    task_uuid: None,
-                    why,
-                });
+                return Ok(Outcome::new(reason, None, None, why));
             }
             Err(e) => return Err(e),
         }
@@ -300,13 +294,8 @@ impl Router {
             |r: RuleRef, j: usize, s: &Selector, e: &EvalError| self.on_eval_error(r, j, s, e);
         if let Err(reason) = decide::accept(config, inbound, &task, &mut on_error) {
             inner.metrics.decision(inbound, None, reason);
-            return Ok(Outcome {
-                decision: reason.decision(),
-                reason,
-                outbound: None,
-                task_uuid: None,
-                why: "no selector of the inbound matched".into(),
-            });
+            let why = "no selector of the inbound matched";
+            return Ok(Outcome::new(reason, None, None, why));
         }
         let verdict = decide::decide(config, &task, &mut on_error);
         let reason = verdict.reason;
@@ -338,13 +327,8 @@ impl Router {
                         self.record(inbound, Some(target), reason, &why, Some(task), None)
                             .await?;
                         inner.metrics.decision(inbound, Some(target), reason);
-                        return Ok(Outcome {
-                            decision: reason.decision(),
-                            reason,
-                            outbound: Some(config.outbounds[target].name.clone()),
-                            task_uuid,
-                            why,
-                        });
+                        let outbound = Some(config.outbounds[target].name.clone());
+                        return Ok(Outcome::new(reason, outbound, task_uuid, why));
                     }
                     Err(e) => return Err(e),
                 }
@@ -356,14 +340,8 @@ impl Router {
             }
             (_, outbound, _) => inner.metrics.decision(inbound, outbound, reason),
         }
-        let outcome = Outcome {
-            decision: reason.decision(),
-            reason,
-            outbound: verdict.outbound.map(|i| config.outbounds[i].name.clone()),
-            task_uuid,
-            why: verdict.why,
-        };
-        Ok(outcome)
+        let outbound = verdict.outbound.map(|i| config.outbounds[i].name.clone());
+        Ok(Outcome::new(reason, outbound, task_uuid, verdict.why))
     }
 
     /// Routes JSON text; see [`InboundContext::submit_bytes`](crate::InboundContext::submit_bytes).
@@ -392,13 +370,7 @@ impl Router {
         self.record(inbound, None, Reason::BadTask, &why, None, Some(raw))
             .await?;
         self.inner.metrics.decision(inbound, None, Reason::BadTask);
-        Ok(Outcome {
-            decision: Decision::Failed,
-            reason: Reason::BadTask,
-            outbound: None,
-            task_uuid: None,
-            why,
-        })
+        Ok(Outcome::new(Reason::BadTask, None, None, why))
     }
 
     async fn record(
