@@ -134,7 +134,9 @@ async fn start_fed_run(
     feed: &Feed,
 ) -> Result<Option<Arc<Run>>, HubError> {
     {
-        let pools = crate::launch::run_pools(shared, &job.tenant, &request.pools).await?;
+        let pools =
+            crate::launch::run_pools(shared, &job.tenant, &request.pools, request.sinks.as_ref())
+                .await?;
         let live = shared.link.open_agents(&pools);
         let mut rng = shared.rng.lock();
         crate::allocation::allocate(

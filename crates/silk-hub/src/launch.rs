@@ -38,13 +38,16 @@ pub(crate) struct NewRun {
 
 /// The pools a run of `tenant` that asked for `asked` uses: limited to, or filled with, the
 /// pools granted to the tenant (see [`crate::tenant::granted_pools`]); `403` naming
-/// `pools[i]` for a pool not granted.
+/// `pools[i]` for a pool not granted. The item sink targets of `sinks` are checked too
+/// (declared on this hub, granted to the tenant: [`crate::tenant::granted_targets`]).
 pub(crate) async fn run_pools(
     hub: &HubCore,
     tenant: &str,
     asked: &[String],
+    sinks: Option<&silk_api::runs::Sinks>,
 ) -> Result<Vec<String>, HubError> {
-    Ok(run_grants(hub, tenant, asked, &[]).await?.0)
+    let targets = sinks.map_or(&[][..], |s| &s.targets[..]);
+    Ok(run_grants(hub, tenant, asked, targets).await?.0)
 }
 
 /// The pools of [`run_pools`] and the private ranges an admin allowed the tenant (its runs

@@ -341,8 +341,9 @@ pub(crate) async fn create_job(
     spec: JobSpec,
 ) -> Result<Job, HubError> {
     let (spider_name, _) = validate_spec(&spec)?;
-    // The job's pools must be granted to its tenant (checked again at every run).
-    crate::launch::run_pools(shared, tenant, &spec.pools).await?;
+    // The job's pools and item sink targets must be granted to its tenant (checked again at
+    // every run).
+    crate::launch::run_pools(shared, tenant, &spec.pools, spec.sinks.as_ref()).await?;
     let now = shared.schedule_clock.now_ms();
     let mut job = Job {
         id: uuid::Uuid::now_v7().simple().to_string(),
@@ -408,7 +409,7 @@ pub(crate) async fn update_job(
     let mut job = load(shared, id_or_name).await?;
     let spec = patch_spec(&job.spec, patch)?;
     let (spider_name, _) = validate_spec(&spec)?;
-    crate::launch::run_pools(shared, &job.tenant, &spec.pools).await?;
+    crate::launch::run_pools(shared, &job.tenant, &spec.pools, spec.sinks.as_ref()).await?;
     if spec.name != job.spec.name
         && shared
             .store

@@ -373,6 +373,22 @@ outbound:
         said.contains("sinks.targets[1]: item sink target `other` is not granted to tenant `shop` (granted: feed)"),
         "{said}"
     );
+    // A job is checked when it is made (and its runs again when they start).
+    let (status, body) = call(
+        &shop,
+        reqwest::Method::POST,
+        "/api/v1/jobs",
+        Some(json!({"name": "j", "spider": "name: s\nstart_urls: ['http://127.0.0.1:1/']\n", "sinks": {"targets": ["other"]}})),
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("sinks.targets[0]: item sink target `other` is not granted"),
+        "{body}"
+    );
     // The admin takes the grant back: every target again.
     let (status, body) = call(
         &admin,
