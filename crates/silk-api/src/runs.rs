@@ -276,19 +276,25 @@ impl Sinks {
                 self.targets.len()
             ));
         }
-        for (i, name) in self.targets.iter().enumerate() {
-            if !valid_target_name(name) {
-                return Err(format!(
-                    "sinks.targets[{i}]: `{}` is not a target name (1 to 64 letters, digits, `.`, `_`, `-`)",
-                    name.escape_debug()
-                ));
-            }
-            if self.targets[..i].contains(name) {
-                return Err(format!("sinks.targets[{i}]: `{name}` is given twice"));
-            }
-        }
-        Ok(())
+        check_target_names(&self.targets, "sinks.targets")
     }
+}
+
+/// Checks a list of item sink target names (`field`: how the error names the list): each
+/// a valid name, none twice.
+pub fn check_target_names(names: &[String], field: &str) -> Result<(), String> {
+    for (i, name) in names.iter().enumerate() {
+        if !valid_target_name(name) {
+            return Err(format!(
+                "{field}[{i}]: `{}` is not a target name (1 to 64 letters, digits, `.`, `_`, `-`)",
+                name.escape_debug()
+            ));
+        }
+        if names[..i].contains(name) {
+            return Err(format!("{field}[{i}]: `{name}` is given twice"));
+        }
+    }
+    Ok(())
 }
 
 /// Counters of a run, read from counters (the frontier's and the hub's), never by scanning.

@@ -48,7 +48,7 @@ impl HubHandle {
                 }
                 other => other.into(),
             })?;
-        tracing::info!(tenant = %row.name, pools = ?doc.pools, allow_networks = ?doc.allow_networks, "tenant created");
+        tracing::info!(tenant = %row.name, pools = ?doc.pools, allow_networks = ?doc.allow_networks, sink_targets = ?doc.sink_targets, "tenant created");
         Ok(tenant_view(&row, &doc))
     }
 

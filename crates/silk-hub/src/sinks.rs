@@ -14,9 +14,9 @@
 //!   2xx is a delivery, anything else is retried with back-off (1 s doubling to 60 s).
 //! - `targets`: each named item sink target the admin declared (`sink_targets`: a NATS
 //!   subject, Redis stream, Kafka topic, …) gets one message per item,
-//!   `{"run": ID, "job": NAME, "key": K, "item": {...}}`, with the delivery id `RUN:K`
-//!   (JetStream's `Nats-Msg-Id`, the Redis stream's dedup key, Kafka's `silk-delivery-id`
-//!   header), in batches of the target's `batch_size`. A batch is delivered again whole
+//!   `{"run": ID, "tenant": T, "job": NAME, "key": K, "item": {...}}`, with the delivery id
+//!   `RUN:K` (`delivery_id`; JetStream's `Nats-Msg-Id`, the Redis stream's dedup key,
+//!   Kafka's `silk-delivery-id` header), in batches of the target's `batch_size`. A batch is delivered again whole
 //!   after any retryable error; an item the target refuses for good (too large for it) is
 //!   skipped and said in the run log.
 
@@ -47,8 +47,8 @@ enum Target {
     Sql,
     /// The sink, its client, and the private ranges the run's tenant may reach.
     Webhook(WebhookSink, reqwest::Client, Vec<silk_core::net::IpNet>),
-    /// A declared item sink target: its name, the target, and the run's job name.
-    Declared(String, SinkTarget, Option<String>),
+    /// A declared item sink target: its name, the target, and the run's tenant and job.
+    Declared(String, SinkTarget, (String, Option<String>)),
 }
 
 impl Target {
@@ -133,20 +133,26 @@ impl Target {
                     Err(format!("answered HTTP {}", answer.status().as_u16()))
                 }
             }
-            Target::Declared(name, target, job) => {
+            Target::Declared(name, target, (tenant, job)) => {
                 let mut batch = Vec::with_capacity(keyed.len());
                 for (key, item) in &keyed {
-                    let message =
-                        serde_json::json!({"run": run, "job": job, "key": key, "item": item});
+                    let message = serde_json::json!({"run": run, "tenant": tenant, "job": job, "key": key, "item": item});
                     batch.push(silk_router::Outgoing {
                         payload: serde_json::to_vec(&message)
                             .map_err(|e| e.to_string())?
                             .into(),
                         rt: false,
-                        delivery_id: format!("{run}:{key}"),
+                        delivery_id: delivery_id(run, key),
                     });
                 }
                 let results = target.outbound.push(&batch).await;
+                if results.len() != batch.len() {
+                    return Err(format!(
+                        "the target answered {} results for {} items",
+                        results.len(),
+                        batch.len()
+                    ));
+                }
                 let mut refused = Vec::new();
                 for (result, (key, _)) in results.into_iter().zip(&keyed) {
                     match result {
@@ -168,6 +174,18 @@ impl Target {
             }
         }
     }
+}
+
+/// The delivery id of item `key` of `run`: `RUN:KEY`, or `RUN:sha256:HEX` of the key when
+/// it is longer than 512 bytes or holds a control character (a header could not carry it).
+fn delivery_id(run: &RunId, key: &str) -> String {
+    if key.len() <= 512 && !key.chars().any(char::is_control) {
+        return format!("{run}:{key}");
+    }
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(key.as_bytes());
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{run}:sha256:{hex}")
 }
 
 /// The addresses a run's webhook sink may reach: the hub's `allow_networks` and those of the
@@ -205,14 +223,17 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
     if record.sinks.sql && log != ItemLog::Store {
         targets.push(Target::Sql);
     }
+    // Targets this hub does not declare (a run adopted from a hub with other targets): the
+    // others deliver, and the run stays pending for a hub that has them.
+    let mut missing = 0;
     for name in &record.sinks.targets {
-        // A run adopted from a hub with other targets: the others still deliver.
         let Some(target) = shared.config.sink_targets.get(name) else {
+            missing += 1;
             shared.logs.hub(
                 &record.id,
                 Level::Error,
                 format!(
-                    "item sink `target {name}`: this hub has no such item sink target ({}); its items are not delivered by this hub",
+                    "item sink `target {name}`: this hub has no such item sink target ({}); its items wait for a hub that has it",
                     shared.config.sink_targets.names_text()
                 ),
             );
@@ -221,7 +242,7 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
         targets.push(Target::Declared(
             name.clone(),
             target.clone(),
-            record.job_name.clone(),
+            (record.tenant.clone(), record.job_name.clone()),
         ));
     }
     if let Some(w) = &record.sinks.webhook {
@@ -237,13 +258,17 @@ pub(crate) fn start(shared: &Arc<HubCore>, record: &RunRecord) -> Result<(), Hub
         ));
     }
     if targets.is_empty() {
+        if missing > 0 {
+            shared.files.write_state(&record.id, PENDING, &true)?;
+        }
         return Ok(());
     }
     let key_field = silk_core::spider::Spider::from_yaml_seedless(&record.spider, "spider")
         .map(|s| s.spec.item_key.clone())
         .map_err(|e| HubError::BadRun(e.to_string()))?;
     shared.files.write_state(&record.id, PENDING, &true)?;
-    let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(targets.len()));
+    // A missing target is never done here: the marker stays for the next start.
+    let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(targets.len() + missing));
     for target in targets {
         let state_file = target.state_file();
         let at = match shared.files.read_state::<Offset>(&record.id, &state_file) {
@@ -390,5 +415,23 @@ impl SinkTail {
         };
         let from = self.at.offset;
         tailer::tail(&mut self, from, backoff, stopped).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delivery_id_is_the_run_and_the_key_unless_no_header_could_carry_the_key() {
+        let run = RunId::new("r1");
+        assert_eq!(delivery_id(&run, "https://a/p/1"), "r1:https://a/p/1");
+        for key in ["a\r\nNats-Expected-Stream: x".to_owned(), "k".repeat(513)] {
+            let id = delivery_id(&run, &key);
+            assert!(id.starts_with("r1:sha256:"), "{id}");
+            assert_eq!(id.len(), "r1:sha256:".len() + 64);
+            assert_eq!(id, delivery_id(&run, &key), "stable");
+        }
+        assert_ne!(delivery_id(&run, "a\n"), delivery_id(&run, "b\n"));
     }
 }

@@ -86,13 +86,7 @@ pub(crate) fn check_doc(doc: &TenantDoc) -> Result<(), HubError> {
         silk_api::runs::check_pools(pools).map_err(HubError::BadTenant)?;
     }
     if let Some(targets) = &doc.sink_targets {
-        let sinks = silk_api::runs::Sinks {
-            targets: targets.clone(),
-            ..Default::default()
-        };
-        sinks
-            .validate()
-            .map_err(|e| HubError::BadTenant(e.replace("sinks.targets", "sink_targets")))?;
+        silk_api::runs::check_target_names(targets, "sink_targets").map_err(HubError::BadTenant)?;
     }
     if let Some(tz) = &doc.quotas.time_zone {
         silk_schedule::validate_timezone(tz)
@@ -200,10 +194,6 @@ pub(crate) fn may_run(running: &[String], me: &str, limit: u32) -> bool {
     rank < limit as usize
 }
 
-/// The pools a run of the tenant with `doc` uses, given the pools it asked for: with no
-/// grant, what it asked for (any agent when none); with a grant, the granted pools when it
-/// asked for none, else what it asked for if every one is granted. A pool not granted is
-/// refused naming `pools[i]`.
 /// Checks a run's item sink targets: each declared on this hub (`declared`; else `400`) and
 /// granted to the tenant with `doc` (else `403`), naming `sinks.targets[i]`.
 pub(crate) fn granted_targets(
@@ -235,6 +225,10 @@ pub(crate) fn granted_targets(
     Ok(())
 }
 
+/// The pools a run of the tenant with `doc` uses, given the pools it asked for: with no
+/// grant, what it asked for (any agent when none); with a grant, the granted pools when it
+/// asked for none, else what it asked for if every one is granted. A pool not granted is
+/// refused naming `pools[i]`.
 pub(crate) fn granted_pools(
     tenant: &str,
     doc: &TenantDoc,

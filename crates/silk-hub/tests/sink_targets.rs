@@ -128,6 +128,7 @@ fn assert_each_item_once(what: &str, messages: &[(String, Value)], run: &str, it
     for (id, message) in messages {
         assert_eq!(message["run"], run, "{what}: {message}");
         assert_eq!(message["job"], "targets", "{what}: {message}");
+        assert_eq!(message["tenant"], "default", "{what}: {message}");
         let key = message["key"].as_str().unwrap().to_owned();
         assert_eq!(id, &format!("{run}:{key}"), "{what}: the delivery id");
         assert!(message["item"]["url"].is_string(), "{what}: {message}");

@@ -175,6 +175,9 @@ pub(crate) fn load_sink_targets(
         |p: Vec<String>| format!("sink targets {}:\n  {}", path.display(), p.join("\n  "));
     let config = silk_router::Config::load(&[path], &vars)
         .map_err(|e| problems(e.iter().map(ToString::to_string).collect()))?;
+    for warning in &config.warnings {
+        tracing::warn!(file = %path.display(), "sink targets: {warning}");
+    }
     let targets = silk_hub::SinkTargets::from_config(&config).map_err(problems)?;
     for (name, class, target) in targets.describe() {
         tracing::info!(target_name = %name, class = %class, to = %target, "item sink target");

@@ -166,10 +166,22 @@ impl Outbound for NatsOutbound {
         let js = jetstream::new(client);
         let mut pending = Vec::with_capacity(batch.len());
         for out in batch {
+            // A header value cannot hold a line break (the client would panic on it); a
+            // task's `task_uuid` or an item's key comes from outside.
+            if out.delivery_id.contains(['\r', '\n']) {
+                pending.push(Err(RouterError::Refused {
+                    target: self.target.clone(),
+                    message:
+                        "its delivery id holds a line break, which a Nats-Msg-Id header cannot"
+                            .into(),
+                }));
+                continue;
+            }
             let message = jetstream::message::PublishMessage::build()
                 .payload(out.payload.clone())
                 .message_id(&out.delivery_id);
-            pending.push(js.send_publish(self.subject.clone(), message).await);
+            let sent = js.send_publish(self.subject.clone(), message).await;
+            pending.push(sent.map_err(|e| self.error(e)));
         }
         let mut results = Vec::with_capacity(batch.len());
         for sent in pending {
@@ -179,7 +191,7 @@ impl Outbound for NatsOutbound {
                     Ok(Err(e)) => Err(self.error(e)),
                     Err(_) => Err(self.error("no acknowledgement from JetStream in time")),
                 },
-                Err(e) => Err(self.error(e)),
+                Err(e) => Err(e),
             });
         }
         results

@@ -11,10 +11,12 @@
 //!
 //! # Once per delivery id
 //!
-//! With `dedup_window_s` (default 86400; `0` turns it off) the script first sets
-//! `P:dedup:{id}` with `SET NX EX dedup_window_s` and adds the entry only when that key
-//! was new, in the same atomic step: a push retried after a lost answer, or an item
-//! delivered again after a hub restart, is added once within the window. `P` is `stream`
+//! With `dedup_window_s` (default 86400; `0` turns it off) the script adds an entry only
+//! when the key `P:dedup:{id}` does not exist, and then sets it (`SET … EX
+//! dedup_window_s`), in the same atomic step: a push retried after a lost answer, or an item
+//! delivered again after a hub restart, is added once within the window. The key is set
+//! after the entry is added, so an error stopping the script (the stream key holding
+//! another type) never marks an entry that was not added. `P` is `stream`
 //! when it has a Redis Cluster hash tag (`{…}`), else `{stream}`, so every key of a call
 //! hashes to the stream's slot.
 //!
@@ -46,21 +48,23 @@ local added = 0
 for j = 1, n do
   local id = ARGV[2 + 2 * j]
   local payload = ARGV[3 + 2 * j]
-  local fresh = true
-  if window > 0 then
-    fresh = redis.call('SET', KEYS[1 + j], '1', 'NX', 'EX', window)
-  end
-  if fresh then
+  if window == 0 or redis.call('EXISTS', KEYS[1 + j]) == 0 then
     if maxlen > 0 then
       redis.call('XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*', 'id', id, field, payload)
     else
       redis.call('XADD', KEYS[1], '*', 'id', id, field, payload)
+    end
+    if window > 0 then
+      redis.call('SET', KEYS[1 + j], '1', 'EX', window)
     end
     added = added + 1
   end
 end
 return added
 "#;
+
+/// The longest `dedup_window_s`.
+const MAX_WINDOW_S: u64 = 315_360_000;
 
 /// `redis_queue.RedisStreamOutbound`: `url`, `stream`, `field` (default `data`), `maxlen`,
 /// `dedup_window_s` (default 86400), `group` (for the backlog), `timeout_ms` (default 5000).
@@ -90,11 +94,20 @@ impl OutboundFactory for RedisStreamOutboundFactory {
             );
         }
         let maxlen = init.opt_u64("maxlen").unwrap_or(0);
+        if maxlen > i64::MAX as u64 {
+            init.error(Some("maxlen"), "too large for Redis");
+        }
         let window = init.opt_u64("dedup_window_s").unwrap_or(86_400);
+        if window > MAX_WINDOW_S {
+            init.error(
+                Some("dedup_window_s"),
+                format!("at most {MAX_WINDOW_S} (ten years)"),
+            );
+        }
         let group = init.opt_str("group");
         let timeout_ms = init.opt_u64("timeout_ms").unwrap_or(5000).max(1);
         let ((client, url), stream) = (client?, stream?);
-        if field.is_empty() || field == "id" {
+        if field.is_empty() || field == "id" || maxlen > i64::MAX as u64 || window > MAX_WINDOW_S {
             return None;
         }
         let target = format!("{url} stream {stream}");
