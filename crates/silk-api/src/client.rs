@@ -15,7 +15,10 @@ use crate::logs::{EventParams, LogPage, LogParams, LogSearchParams};
 use crate::projects::{
     BuildLog, BuildLogParams, BuildRequest, NewProject, ProjectRequest, ProjectView, VersionView,
 };
-use crate::runs::{ItemsPage, ItemsParams, RestartRequest, RunRequest, RunView, RunsParams};
+use crate::runs::{
+    ItemsPage, ItemsParams, RequestsPage, RequestsParams, RequeueRequest, Requeued, RestartRequest,
+    RunRequest, RunView, RunsParams,
+};
 use crate::tenants::{TenantRequest, TenantUsage, TenantView};
 use crate::tokens::{NewToken, TokenRequest, TokenView};
 use serde::Serialize;
@@ -508,6 +511,31 @@ impl Client {
         self.get_with(&["api", "v1", "runs", id, "items"], &params.pairs())
             .await?
             .parse("a page of items")
+    }
+
+    /// `GET /api/v1/runs/{id}/requests`: a page of the run's finished requests (the archive).
+    pub async fn run_requests(
+        &self,
+        id: &str,
+        params: &RequestsParams,
+    ) -> Result<RequestsPage, ClientError> {
+        self.get_with(&["api", "v1", "runs", id, "requests"], &params.pairs())
+            .await?
+            .parse("a page of finished requests")
+    }
+
+    /// `POST /api/v1/runs/{id}/requests/requeue`: queue finished requests again.
+    pub async fn requeue_requests(
+        &self,
+        id: &str,
+        ask: &RequeueRequest,
+    ) -> Result<Requeued, ClientError> {
+        self.post(
+            &["api", "v1", "runs", id, "requests", "requeue"],
+            &to_json(ask)?,
+        )
+        .await?
+        .parse("what was queued again")
     }
 
     /// Every item of a run written so far, page after page from the start.

@@ -669,6 +669,162 @@ impl ItemsParams {
     }
 }
 
+/// How a finished request ended (the archive's `outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestOutcome {
+    /// Fetched, and the spider took the page (whatever its status).
+    Done,
+    /// Failed for good: a permanent error, or a retryable one past `max_retries`.
+    Failed,
+    /// Not fetched on purpose (robots.txt, off-domain after a redirect, a quota).
+    Dropped,
+}
+
+impl RequestOutcome {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestOutcome::Done => "done",
+            RequestOutcome::Failed => "failed",
+            RequestOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+impl fmt::Display for RequestOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RequestOutcome {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "done" => Ok(RequestOutcome::Done),
+            "failed" => Ok(RequestOutcome::Failed),
+            "dropped" => Ok(RequestOutcome::Dropped),
+            other => Err(format!(
+                "unknown outcome `{other}` (done, failed or dropped)"
+            )),
+        }
+    }
+}
+
+/// Which archived requests of a run: the query of `GET /api/v1/runs/{id}/requests`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct RequestsParams {
+    /// Only those that ended so.
+    pub outcome: Option<RequestOutcome>,
+    /// Only those with this error code (`http_503`, `timeout`, `dns`, …).
+    pub error_code: Option<String>,
+    /// Only those whose last response had this HTTP status.
+    pub status: Option<u16>,
+    /// Only those queued again (`true`) or never queued again (`false`).
+    pub requeued: Option<bool>,
+    /// Paging: after this one (a `next`).
+    pub after: Option<String>,
+    /// At most this many (default 100, at most 1000).
+    pub limit: Option<u32>,
+}
+
+impl RequestsParams {
+    /// The query string's pairs (absent fields left out).
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        crate::push_param(&mut p, "outcome", self.outcome.as_ref());
+        crate::push_param(&mut p, "error_code", self.error_code.as_ref());
+        crate::push_param(&mut p, "status", self.status.as_ref());
+        crate::push_param(&mut p, "requeued", self.requeued.as_ref());
+        crate::push_param(&mut p, "after", self.after.as_ref());
+        crate::push_param(&mut p, "limit", self.limit.as_ref());
+        p
+    }
+}
+
+/// One finished request of a run, from the archive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ArchivedRequestView {
+    /// Its key within the run (for `requeue`'s `keys`).
+    pub key: String,
+    /// Its canonical URL.
+    pub url: String,
+    /// The HTTP method.
+    pub method: String,
+    /// How it ended.
+    pub outcome: RequestOutcome,
+    /// The HTTP status of its last attempt, when a response arrived.
+    pub status: Option<u16>,
+    /// Silk's error code, when it did not end done.
+    pub error_code: Option<String>,
+    /// The error, for people (`""` when done).
+    pub error_msg: String,
+    /// How many times it was tried.
+    pub attempts: u32,
+    /// Links from the start request.
+    pub depth: u32,
+    /// The agent of its last attempt.
+    pub agent: Option<String>,
+    /// When it finished, ms since the epoch.
+    pub time_ms: u64,
+    /// Bytes of its page.
+    pub bytes: u64,
+    /// Items its page gave.
+    pub items: u64,
+    /// When it was last queued again, if ever.
+    pub requeued_ms: Option<u64>,
+}
+
+/// A page of a run's archived requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RequestsPage {
+    /// In the order they finished.
+    pub requests: Vec<ArchivedRequestView>,
+    /// How many match the query (without `after` and `limit`), per outcome.
+    pub counts: BTreeMap<String, u64>,
+    /// The `after` of the next page; `null` on the last.
+    pub next: Option<String>,
+}
+
+/// Which archived requests to queue again: the body of
+/// `POST /api/v1/runs/{id}/requests/requeue`. Requests already queued again are left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequeueRequest {
+    /// Only those that ended so (default `failed`).
+    #[serde(default)]
+    pub outcome: Option<RequestOutcome>,
+    /// Only those with this error code.
+    #[serde(default)]
+    pub error_code: Option<String>,
+    /// Only those whose last response had this HTTP status.
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// Only these (keys from the list).
+    #[serde(default)]
+    pub keys: Option<Vec<String>>,
+    /// At most this many, oldest first (default and most: 10000).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// What a requeue did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Requeued {
+    /// How many requests were queued again.
+    pub requeued: u64,
+    /// The run that takes them: the run itself while it is active, else its job's run
+    /// started for them; `null` when none was queued.
+    #[schema(value_type = Option<String>)]
+    pub run: Option<RunId>,
+    /// Archived requests that matched but could not be queued (a URL the spider no longer
+    /// allows), each with why.
+    pub refused: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

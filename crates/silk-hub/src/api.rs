@@ -26,6 +26,8 @@
 //! | `GET /api/v1/logs` | `{lines, next}` of every run, newest first: `?job=&run=&level=&q=&since_ms=&until_ms=&before=&limit=` |
 //! | `GET /api/v1/runs/{id}/events` | server-sent events: `run` (RunView), `log` (LogLine), `end` |
 //! | `GET /api/v1/runs/{id}/items` | `{items, next_cursor, done}`: `?cursor=&limit=` |
+//! | `GET /api/v1/runs/{id}/requests` | the run's finished requests (the archive) → `{requests, counts, next}`: `?outcome=&error_code=&status=&requeued=&after=&limit=` |
+//! | `POST /api/v1/runs/{id}/requests/requeue` | queue finished requests again (`{outcome, error_code, status, keys, limit}`, failed by default) → `{requeued, run, refused}` |
 //! | `GET, POST /api/v1/tokens`, `DELETE /api/v1/tokens/{id}` | the tenant's tokens (owner or admin) |
 //! | `GET, POST /api/v1/tenants`, `GET, PATCH, DELETE /api/v1/tenants/{name}` | tenants, their pool grants and quotas (admin; others see their own) |
 //! | `GET /api/v1/tenants/{name}/usage` | what a tenant used today and its quotas (admin; others their own) |
@@ -72,7 +74,8 @@ use silk_api::programs::{
     Leases,
 };
 use silk_api::runs::{
-    ItemsPage, ItemsParams, RestartRequest, RunRequest, RunState, RunView, RunsParams,
+    ItemsPage, ItemsParams, RequestsPage, RequestsParams, RequeueRequest, Requeued, RestartRequest,
+    RunRequest, RunState, RunView, RunsParams,
 };
 use silk_api::tenants::{TenantRequest, TenantUsage, TenantView};
 use silk_api::tokens::{NewToken, TokenRequest, TokenView};
@@ -207,7 +210,8 @@ fn api_routes() -> (
         .routes(routes!(search_logs))
         .routes(routes!(run_events))
         .routes(routes!(run_items, push_run_items))
-        .routes(routes!(enqueue_run_requests))
+        .routes(routes!(list_run_requests, enqueue_run_requests))
+        .routes(routes!(requeue_run_requests))
         .routes(routes!(lease_run_requests))
         .routes(routes!(ack_run_requests))
         .routes(routes!(fetch_for_run))
@@ -1211,6 +1215,38 @@ async fn push_run_items(
     let (id, _) = own_run(&hub, &principal, &id).await?;
     let batch: ItemsBatch = parse_body(&body)?;
     Ok(Json(hub.push_items(&id, batch).await?))
+}
+
+/// A run's finished requests, from the archive (canonical URL, outcome, status, error,
+/// attempts, agent, time), in the order they finished, filtered; with the counts per
+/// outcome of the filter.
+#[utoipa::path(get, path = "/api/v1/runs/{id}/requests", params(("id" = String, Path, description = "run id"), RequestsParams),
+    responses((status = 200, body = RequestsPage), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError)))]
+async fn list_run_requests(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+    Query(params): Query<RequestsParams>,
+) -> ApiResult<Json<RequestsPage>> {
+    let (id, _) = own_run(&hub, &principal, &id).await?;
+    Ok(Json(hub.run_requests(&id, &params).await?))
+}
+
+/// Queues a run's finished requests again (by default its failed ones not queued again
+/// yet), once each: into the run while it is active, else into its job's run for fed
+/// requests (started for them when none is open).
+#[utoipa::path(post, path = "/api/v1/runs/{id}/requests/requeue", params(("id" = String, Path, description = "run id")),
+    request_body = RequeueRequest,
+    responses((status = 200, body = Requeued), (status = 400, body = silk_api::ApiError), (status = 404, body = silk_api::ApiError), (status = 409, body = silk_api::ApiError)))]
+async fn requeue_run_requests(
+    State(hub): State<HubHandle>,
+    axum::Extension(principal): axum::Extension<Principal>,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> ApiResult<Json<Requeued>> {
+    let (id, _) = own_run(&hub, &principal, &id).await?;
+    let ask: RequeueRequest = parse_body(&body)?;
+    Ok(Json(hub.requeue_requests(&id, &ask).await?))
 }
 
 /// Requests a program puts in its run's frontier (bearer: its run token, or any token),

@@ -32,6 +32,10 @@ pub struct HubConfig {
     pub log_retention_ms: u64,
     /// The router's failure records older than this are deleted, ms (default 30 days).
     pub router_failure_retention_ms: u64,
+    /// Every request of a spider run that reached its final outcome is archived in the
+    /// store (`GET /api/v1/runs/{id}/requests`) and kept this long, ms (default 30 days);
+    /// 0: no archive.
+    pub archive_retention_ms: u64,
     /// How often the scheduler looks at jobs, ms (default 1000).
     pub schedule_tick_ms: u64,
     /// Write each fetched request's final outcome to `runs/{id}/outcomes.jsonl`, for the
@@ -202,6 +206,7 @@ impl HubConfig {
             store_url: None,
             log_retention_ms: 30 * 24 * 3600 * 1000,
             router_failure_retention_ms: 30 * 24 * 3600 * 1000,
+            archive_retention_ms: 30 * 24 * 3600 * 1000,
             schedule_tick_ms: 1000,
             record_outcomes: false,
             hub_id: None,

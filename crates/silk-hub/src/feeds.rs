@@ -217,12 +217,14 @@ pub(crate) async fn consume_outcomes(
     shared: Arc<HubCore>,
     consumer: Arc<dyn OutcomeConsumer>,
 ) -> Result<(), HubError> {
-    if !shared.config.record_outcomes {
+    if !shared.runs_cx.settings.record_outcomes {
         return Err(HubError::BadConfig(
             "the hub does not record outcomes (HubConfig::record_outcomes)".into(),
         ));
     }
-    let state_file = format!("router-{}.json", file_safe(consumer.name()));
+    let state_file = consumer
+        .state_file()
+        .unwrap_or_else(|| format!("router-{}.json", file_safe(consumer.name())));
     let mut started = shared.runs_started.subscribe();
     let mut tailing: HashSet<RunId> = HashSet::new();
     let mut tails = tokio::task::JoinSet::new();

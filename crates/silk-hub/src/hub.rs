@@ -152,7 +152,8 @@ impl Hub {
             fair: Arc::default(),
             settings: RunSettings {
                 frontier_url: config.frontier_url.clone(),
-                record_outcomes: config.record_outcomes,
+                // The archive reads the outcome lines too.
+                record_outcomes: config.record_outcomes || config.archive_retention_ms > 0,
                 poison_after_losses: config.poison_after_losses,
                 public_url: config.public_url.clone(),
                 secrets: secrets.clone(),
@@ -247,6 +248,9 @@ impl Hub {
         crate::ownership::adopt(&shared, true).await?;
         tokio::spawn(crate::ownership::ownership_loop(shared.clone()));
         crate::sinks::resume_pending(&shared).await;
+        if shared.config.archive_retention_ms > 0 {
+            crate::archive::start(&shared);
+        }
         tokio::spawn(crate::scheduler::scheduler(shared.clone(), ended_rx));
         tokio::spawn(crate::builds::build_loop(shared.clone()));
         let alerts = tokio::spawn(crate::alerts::alert_loop(shared.clone()));
@@ -363,6 +367,25 @@ impl HubHandle {
                 .path()
                 .map(std::path::Path::to_path_buf),
         )
+    }
+
+    /// A page of a run's archived requests (its finished ones), filtered.
+    pub async fn run_requests(
+        &self,
+        id: &RunId,
+        params: &silk_api::runs::RequestsParams,
+    ) -> Result<silk_api::runs::RequestsPage, HubError> {
+        crate::archive::list(&self.shared, id, params).await
+    }
+
+    /// Queues a run's archived requests again (its failed ones by default): into the run
+    /// while this hub drives it, else into its job's run for fed requests.
+    pub async fn requeue_requests(
+        &self,
+        id: &RunId,
+        ask: &silk_api::runs::RequeueRequest,
+    ) -> Result<silk_api::runs::Requeued, HubError> {
+        crate::archive::requeue(&self.shared, id, ask).await
     }
 
     /// At most `limit` of a run's items after `cursor`, from its one item log.

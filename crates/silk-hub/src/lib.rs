@@ -54,6 +54,7 @@ mod alert;
 mod alerts;
 pub mod allocation;
 pub mod api;
+mod archive;
 pub mod auth;
 mod builds;
 mod config;

@@ -121,6 +121,8 @@ mod tests {
             spider_name: "s".into(),
             time_ms: 1,
             task: None,
+            outcome: "done".into(),
+            salt: None,
         }
     }
 

@@ -47,6 +47,25 @@ pub(crate) struct OutcomeLine {
     pub time_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<Map<String, Value>>,
+    /// The frontier's verdict: `done`, `failed` or `dropped` (empty in lines of older hubs:
+    /// then `ok` says done or failed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub outcome: String,
+    /// The request's dedup salt, when it has one (a routed or requeued request): with the
+    /// URL, what makes it one request of its run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub salt: Option<String>,
+}
+
+impl OutcomeLine {
+    /// `done`, `failed` or `dropped`.
+    pub(crate) fn outcome(&self) -> &str {
+        match self.outcome.as_str() {
+            "" if self.ok => "done",
+            "" => "failed",
+            o => o,
+        }
+    }
 }
 
 /// A reader of the runs' final outcomes (the router's `silk.RunResultsInbound`), driven by
@@ -59,6 +78,11 @@ pub(crate) trait OutcomeConsumer: Send + Sync + 'static {
 
     /// How many outcome lines to read at once.
     fn page_size(&self) -> usize;
+
+    /// The name of its offset files in each run's directory; `None`: `router-{name}.json`.
+    fn state_file(&self) -> Option<String> {
+        None
+    }
 
     /// The task an outcome becomes, or `None` when the consumer does not want it.
     fn task(&self, line: OutcomeLine) -> Option<Value>;

@@ -513,8 +513,7 @@ impl Run {
         let (outcome, links) = classify(&out.request, o, &result.agent, chained);
         if self.outcomes.is_some() && self.is_last_outcome(&out.request, o, &outcome) {
             // Before the ack, as items are: a crash in between writes it again.
-            let ok = matches!(outcome, Outcome::Done);
-            if let Err(reason) = self.write_outcome(cx, &out.request, &result.agent, o, ok) {
+            if let Err(reason) = self.write_outcome(cx, &out.request, &result.agent, o, &outcome) {
                 self.set_fatal(reason);
                 return;
             }
@@ -541,15 +540,22 @@ impl Run {
         }
     }
 
-    /// Writes a request's final outcome line (with `record_outcomes`).
+    /// Writes a request's final outcome line (with `record_outcomes`: for the router, and
+    /// for the archive of finished requests).
     fn write_outcome(
         &self,
         cx: &RunContext,
         request: &Request,
         agent: &AgentId,
         o: &FetchOutcome,
-        ok: bool,
+        outcome: &Outcome,
     ) -> Result<(), String> {
+        let ok = matches!(outcome, Outcome::Done);
+        let verdict = match outcome {
+            Outcome::Done => "done",
+            Outcome::Dropped { .. } => "dropped",
+            Outcome::Failed { .. } | Outcome::Retry { .. } | Outcome::Release { .. } => "failed",
+        };
         let Some(log) = &self.outcomes else {
             return Ok(());
         };
@@ -592,6 +598,8 @@ impl Run {
                 .get(crate::run::TASK_META)
                 .and_then(|t| t.as_object())
                 .cloned(),
+            outcome: verdict.to_owned(),
+            salt: request.dedup_salt.clone(),
         };
         log.append(&line)
             .map_err(|reason| format!("outcomes file: {reason}"))?;
@@ -616,7 +624,10 @@ impl Run {
             }),
             ..FetchOutcome::default()
         };
-        if let Err(reason) = self.write_outcome(cx, &out.request, &out.agent, &o, false) {
+        let failed = Outcome::Failed {
+            reason: code.into(),
+        };
+        if let Err(reason) = self.write_outcome(cx, &out.request, &out.agent, &o, &failed) {
             self.set_fatal(reason);
         }
     }
@@ -981,7 +992,22 @@ impl Run {
                     } else {
                         self.frontier.next_ready_ms().await.ok().flatten()
                     };
-                    dispatch::after_empty_lease(now, out, next, fed_idle_ms)
+                    let step = dispatch::after_empty_lease(now, out, next, fed_idle_ms);
+                    if matches!(step, Step::End(End::Succeeded)) {
+                        // Nothing left: the gate closes under its write lock once that
+                        // still holds, so requests fed meanwhile (a requeue) are fetched.
+                        let mut open = self.gate.write().await;
+                        let fed = self
+                            .frontier
+                            .next_ready_ms()
+                            .await
+                            .map_err(|e| format!("frontier: {e}"))?;
+                        if fed.is_some() {
+                            continue;
+                        }
+                        *open = false;
+                    }
+                    step
                 }
                 step => step,
             };

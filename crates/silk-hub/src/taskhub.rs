@@ -570,6 +570,8 @@ mod tests {
             spider_name: "s".into(),
             time_ms: 0,
             task: None,
+            outcome: String::new(),
+            salt: None,
         }
     }
 

@@ -101,6 +101,25 @@
  */
 
 /**
+ * One finished request of a run, from the archive.
+ * @typedef {object} ArchivedRequestView
+ * @property {string|null} [agent] The agent of its last attempt.
+ * @property {number} attempts How many times it was tried.
+ * @property {number} bytes Bytes of its page.
+ * @property {number} depth Links from the start request.
+ * @property {string|null} [error_code] Silk's error code, when it did not end done.
+ * @property {string} error_msg The error, for people (`""` when done).
+ * @property {number} items Items its page gave.
+ * @property {string} key Its key within the run (for `requeue`'s `keys`).
+ * @property {string} method The HTTP method.
+ * @property {RequestOutcome} outcome How it ended.
+ * @property {number|null} [requeued_ms] When it was last queued again, if ever.
+ * @property {number|null} [status] The HTTP status of its last attempt, when a response arrived.
+ * @property {number} time_ms When it finished, ms since the epoch.
+ * @property {string} url Its canonical URL.
+ */
+
+/**
  * What a build made.
  * @typedef {{bytes: number, kind: "dir", sha256: string}|{id: string, image: string, kind: "image"}} Artifact
  */
@@ -558,6 +577,37 @@
  * @property {string|null} [outbound] The outbound that took it.
  * @property {string|null} [reason] The router's reason.
  * @property {string} why Why, for people; or why it was not submitted (a message that was not a task, the
+ */
+
+/**
+ * How a finished request ended (the archive's `outcome`).
+ * @typedef {"done"|"failed"|"dropped"} RequestOutcome
+ */
+
+/**
+ * A page of a run's archived requests.
+ * @typedef {object} RequestsPage
+ * @property {Record<string, number>} counts How many match the query (without `after` and `limit`), per outcome.
+ * @property {string|null} [next] The `after` of the next page; `null` on the last.
+ * @property {Array<ArchivedRequestView>} requests In the order they finished.
+ */
+
+/**
+ * Which archived requests to queue again: the body of
+ * @typedef {object} RequeueRequest
+ * @property {string|null} [error_code] Only those with this error code.
+ * @property {Array<string>|null} [keys] Only these (keys from the list).
+ * @property {number|null} [limit] At most this many, oldest first (default and most: 10000).
+ * @property {null|RequestOutcome} [outcome]
+ * @property {number|null} [status] Only those whose last response had this HTTP status.
+ */
+
+/**
+ * What a requeue did.
+ * @typedef {object} Requeued
+ * @property {Array<string>} refused Archived requests that matched but could not be queued (a URL the spider no longer
+ * @property {number} requeued How many requests were queued again.
+ * @property {string|null} [run] The run that takes them: the run itself while it is active, else its job's run
  */
 
 /**

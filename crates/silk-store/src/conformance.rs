@@ -63,7 +63,8 @@ macro_rules! store_conformance_tests {
             settings_first_value_wins, alert_rules_crud, alerts_outbox,
             ended_runs_noticed_once, tenants_scope_their_objects,
             a_tenant_deleted_while_written_for_leaves_no_orphan,
-            quota_reservations_hold_their_limits, router_failures_recorded_listed_replayed);
+            quota_reservations_hold_their_limits, router_failures_recorded_listed_replayed,
+            requests_archived_listed_requeued);
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -2656,5 +2657,150 @@ pub async fn quota_reservations_hold_their_limits(f: &dyn StoreFactory) {
     assert_eq!(
         reserved(s.get_usage(&key("tenant:race")).await.expect("get")),
         100
+    );
+}
+
+/// The archive of finished requests: rows of a run in the order they finished, with paging
+/// by the last one seen; a row written again replaces the first (keeping when it was
+/// requeued), also twice in one batch; filters by outcome, error code, status, keys and
+/// requeued; counts per outcome; other runs apart; NUL in a text; retention by age in
+/// bounded steps.
+pub async fn requests_archived_listed_requeued(f: &dyn StoreFactory) {
+    use crate::request_archive::{ArchiveFilter, ArchivedRequest};
+    use std::collections::BTreeMap;
+    let s = f.open().await;
+    let row =
+        |run: &str, key: &str, time: u64, outcome: &str, status: Option<u16>| ArchivedRequest {
+            run: run.to_owned(),
+            key: key.to_owned(),
+            time_ms: T0 + time,
+            outcome: outcome.to_owned(),
+            url: format!("https://example.com/{key}"),
+            status,
+            error_code: (outcome != "done").then(|| format!("http_{}", status.unwrap_or(0))),
+            attempts: if outcome == "failed" { 3 } else { 1 },
+            agent: Some("a1".into()),
+            doc: serde_json::json!({"method": "GET", "depth": 1, "error_msg": "x\u{0}y"}),
+            requeued_ms: None,
+        };
+    let rows = vec![
+        row("r1", "k1", 10, "done", Some(200)),
+        row("r1", "k2", 11, "failed", Some(503)),
+        row("r1", "k3", 11, "failed", Some(500)),
+        row("r1", "k4", 12, "dropped", None),
+        row("r1", "k5", 13, "failed", Some(503)),
+        row("r2", "k1", 10, "failed", Some(503)),
+    ];
+    assert_eq!(s.archive_requests(&rows).await.unwrap(), 6);
+    let all = |run: &str| ArchiveFilter {
+        run: run.to_owned(),
+        ..ArchiveFilter::default()
+    };
+    let listed = s.list_archived(&all("r1")).await.unwrap();
+    let keys: Vec<&str> = listed.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["k1", "k2", "k3", "k4", "k5"],
+        "in the order they finished"
+    );
+    assert_eq!(listed[1], rows[1], "a row comes back as written");
+    // Paging.
+    let mut filter = ArchiveFilter {
+        limit: Some(2),
+        ..all("r1")
+    };
+    let mut seen = Vec::new();
+    loop {
+        let page = s.list_archived(&filter).await.unwrap();
+        let Some(last) = page.last() else { break };
+        filter.after = Some((last.time_ms, last.key.clone()));
+        seen.extend(page.into_iter().map(|r| r.key));
+    }
+    assert_eq!(seen, ["k1", "k2", "k3", "k4", "k5"]);
+    // Filters and counts.
+    let failed = ArchiveFilter {
+        outcome: Some("failed".into()),
+        ..all("r1")
+    };
+    let keys = |rows: Vec<ArchivedRequest>| rows.into_iter().map(|r| r.key).collect::<Vec<_>>();
+    assert_eq!(
+        keys(s.list_archived(&failed).await.unwrap()),
+        ["k2", "k3", "k5"]
+    );
+    let f503 = ArchiveFilter {
+        status: Some(503),
+        ..failed.clone()
+    };
+    assert_eq!(keys(s.list_archived(&f503).await.unwrap()), ["k2", "k5"]);
+    let code = ArchiveFilter {
+        error_code: Some("http_500".into()),
+        ..all("r1")
+    };
+    assert_eq!(keys(s.list_archived(&code).await.unwrap()), ["k3"]);
+    let counts = s.count_archived(&all("r1")).await.unwrap();
+    assert_eq!(
+        counts,
+        BTreeMap::from([
+            ("done".into(), 1),
+            ("dropped".into(), 1),
+            ("failed".into(), 3)
+        ])
+    );
+    assert_eq!(
+        s.count_archived(&all("r2")).await.unwrap(),
+        BTreeMap::from([("failed".into(), 1)])
+    );
+    assert!(s.count_archived(&all("r3")).await.unwrap().is_empty());
+    // Requeued.
+    assert_eq!(
+        s.mark_archived_requeued("r1", &["k2".into(), "k5".into(), "nope".into()], T0 + 50)
+            .await
+            .unwrap(),
+        2
+    );
+    let requeued = ArchiveFilter {
+        requeued: Some(false),
+        ..failed.clone()
+    };
+    assert_eq!(keys(s.list_archived(&requeued).await.unwrap()), ["k3"]);
+    let by_keys = ArchiveFilter {
+        keys: Some(vec!["k5".into(), "k1".into()]),
+        ..all("r1")
+    };
+    assert_eq!(keys(s.list_archived(&by_keys).await.unwrap()), ["k1", "k5"]);
+    // Written again (twice in one batch): the last one wins, requeued kept.
+    let mut again = row("r1", "k5", 60, "done", Some(200));
+    again.attempts = 4;
+    let first = row("r1", "k5", 59, "failed", Some(502));
+    assert_eq!(
+        s.archive_requests(&[first, again.clone()]).await.unwrap(),
+        1
+    );
+    let k5 = s
+        .list_archived(&ArchiveFilter {
+            keys: Some(vec!["k5".into()]),
+            ..all("r1")
+        })
+        .await
+        .unwrap();
+    assert_eq!(k5.len(), 1);
+    assert_eq!(k5[0].outcome, "done");
+    assert_eq!(k5[0].attempts, 4);
+    assert_eq!(k5[0].requeued_ms, Some(T0 + 50), "requeued kept");
+    // Retention, in steps.
+    assert_eq!(s.delete_archived_before(T0 + 12, 2).await.unwrap(), 2);
+    assert_eq!(s.delete_archived_before(T0 + 12, 2).await.unwrap(), 2);
+    assert_eq!(s.delete_archived_before(T0 + 12, 2).await.unwrap(), 0);
+    let left: Vec<(String, String)> = s
+        .list_archived(&all("r1"))
+        .await
+        .unwrap()
+        .into_iter()
+        .chain(s.list_archived(&all("r2")).await.unwrap())
+        .map(|r| (r.run, r.key))
+        .collect();
+    assert_eq!(
+        left,
+        [("r1".into(), "k4".into()), ("r1".into(), "k5".into())]
     );
 }

@@ -80,10 +80,12 @@ pub mod model;
 mod postgres;
 pub mod projects;
 mod redact;
+pub mod request_archive;
 pub mod router_failures;
 mod sql;
 mod sql_alerts;
 mod sql_projects;
+mod sql_request_archive;
 mod sql_router_failures;
 mod sqlite;
 pub mod store;
@@ -98,6 +100,7 @@ pub use model::{
 };
 pub use projects::{ARTIFACT_CHUNK, DocRow, ProjectRow, ProjectStore, VersionRow, build_log_key};
 pub use redact::redact_url;
+pub use request_archive::{ArchiveFilter, ArchivedRequest, RequestArchiveStore};
 pub use router_failures::{RouterFailureFilter, RouterFailureRow, RouterFailureStore};
 pub use store::MetaStore;
 pub use tenants::{

@@ -74,6 +74,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0008_router_failures",
         sql: include_str!("../migrations/0008_router_failures.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_request_archive",
+        sql: include_str!("../migrations/0009_request_archive.sql"),
+    },
 ];
 
 /// The table that records applied migrations (created at open if missing).

@@ -13,12 +13,14 @@ use async_trait::async_trait;
 /// backend). Projects, versions, artifacts and settings are its
 /// [`crate::projects::ProjectStore`] half; alert rules and alerts its
 /// [`crate::alerts::AlertStore`] part; the router's failure records its
-/// [`crate::router_failures::RouterFailureStore`] part.
+/// [`crate::router_failures::RouterFailureStore`] part; the archive of finished requests its
+/// [`crate::request_archive::RequestArchiveStore`] part.
 #[async_trait]
 pub trait MetaStore:
     crate::projects::ProjectStore
     + crate::alerts::AlertStore
     + crate::router_failures::RouterFailureStore
+    + crate::request_archive::RequestArchiveStore
     + crate::tenants::TenantStore
     + Send
     + Sync

@@ -82,6 +82,7 @@ async fn tables_live_in_the_search_path_schema() {
             "projects",
             "quota_usage",
             "router_failures",
+            "run_requests",
             "runs",
             "seq_counters",
             "settings",

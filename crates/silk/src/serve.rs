@@ -95,6 +95,7 @@ fn hub_config(s: &Settings, data_dir: PathBuf, router: Option<&RouterSetup>) -> 
     config.store_url = s.text("store");
     config.log_retention_ms = s.ms("log_retention");
     config.router_failure_retention_ms = s.ms("router.failure_retention");
+    config.archive_retention_ms = s.ms("runs.archive_retention");
     config.secret_key = s.text("secret_key");
     config.builds = silk_hub::BuildSettings {
         engine: silk_projects::build::Engine {

@@ -441,6 +441,14 @@ pub const KNOBS: &[Knob] = &[
         "A run whose requests are out with nothing coming back for this long fails (when the run request sets no `stall_timeout_ms`).",
     ),
     knob(
+        "runs.archive_retention",
+        SERVERS,
+        Kind::DurationOrOff,
+        Some("30d"),
+        None,
+        "Every finished request of a spider run is archived in the store (`silk runs requests`) and kept this long; 0s: no archive.",
+    ),
+    knob(
         "runs.poison_after_losses",
         SERVERS,
         POSITIVE_COUNT,

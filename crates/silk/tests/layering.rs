@@ -147,6 +147,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
         "services",
         &[
             "alerts",
+            "archive",
             "builds",
             "feeds",
             "launch",

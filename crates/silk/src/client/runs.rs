@@ -1,15 +1,19 @@
 //! `silk run SPIDER` (an ad-hoc run) and `silk runs` (list, show, pause, resume, cancel,
-//! restart, wait). Following a run to its end (`--wait`, `runs wait`) polls the run and shows
+//! restart, wait, requests, requeue). Following a run to its end (`--wait`, `runs wait`) polls the run and shows
 //! progress on stderr.
 
-use super::output::{Align, Table, agent_list, describe, human_bytes, now_ms, print_json};
+use super::output::{
+    Align, Table, agent_list, ago, describe, human_bytes, now_ms, print_json, show,
+};
 use super::{Answer, ApiError, Client, Conn, parse};
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 use silk_api::ErrorCode;
-use silk_api::runs::{RestartRequest, RunView, RunsParams};
+use silk_api::runs::{
+    RequestOutcome, RequestsParams, RequeueRequest, RestartRequest, RunView, RunsParams,
+};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +57,12 @@ pub enum RunsCommand {
     /// Follow a run until it ends, with progress on stderr. Exit status: 0 succeeded, 1
     /// failed, 3 cancelled, 130 stopped waiting (Ctrl-C; the run goes on on the hub).
     Wait(IdArg),
+    /// List a run's finished requests (the archive), in the order they finished: URL,
+    /// outcome, status, error, attempts, agent.
+    Requests(RequestsArgs),
+    /// Queue a run's finished requests again (its failed ones by default), once each: into
+    /// the run while it is active, else into a new run of its job.
+    Requeue(RequeueArgs),
 }
 
 impl RunsCommand {
@@ -65,6 +75,8 @@ impl RunsCommand {
             RunsCommand::Cancel(_) => "cancel",
             RunsCommand::Restart(_) => "restart",
             RunsCommand::Wait(_) => "wait",
+            RunsCommand::Requests(_) => "requests",
+            RunsCommand::Requeue(_) => "requeue",
         }
     }
 }
@@ -104,6 +116,53 @@ pub struct RestartArgs {
     /// Follow the new run until it ends (exit status as `silk runs wait`).
     #[arg(long)]
     pub wait: bool,
+}
+
+/// Which finished requests of a run (`silk runs requests` and `silk runs requeue`).
+#[derive(Debug, Args)]
+pub struct ArchiveFilterArgs {
+    /// The run id.
+    #[arg(value_name = "RUN")]
+    pub id: String,
+    /// Only those that ended so.
+    #[arg(long, value_parser = parse_outcome)]
+    pub outcome: Option<RequestOutcome>,
+    /// Only those with this error code (http_503, timeout, dns, robots_disallowed, …).
+    #[arg(long, value_name = "CODE")]
+    pub error_code: Option<String>,
+    /// Only those whose last response had this HTTP status.
+    #[arg(long, value_name = "STATUS")]
+    pub status: Option<u16>,
+}
+
+/// Options of `silk runs requests`.
+#[derive(Debug, Args)]
+pub struct RequestsArgs {
+    #[command(flatten)]
+    pub filter: ArchiveFilterArgs,
+    /// At most this many (100 unless set; the hub pages by 1000 at most).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+    /// Every one that matches, page after page.
+    #[arg(long, conflicts_with = "limit")]
+    pub all: bool,
+}
+
+/// Options of `silk runs requeue`.
+#[derive(Debug, Args)]
+pub struct RequeueArgs {
+    #[command(flatten)]
+    pub filter: ArchiveFilterArgs,
+    /// Only these (keys from `silk runs requests --json`); repeat for more.
+    #[arg(long = "key", value_name = "KEY")]
+    pub keys: Vec<String>,
+    /// At most this many, oldest first (default and most: 10000).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+}
+
+fn parse_outcome(text: &str) -> Result<RequestOutcome, String> {
+    text.parse()
 }
 
 /// Runs `silk runs`.
@@ -161,7 +220,108 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
             let view: RunView = parse(&answer.value, "a run")?;
             wait_for(&client, view, answer, json).await
         }
+        Some(RunsCommand::Requests(r)) => requests(&client, r, json).await,
+        Some(RunsCommand::Requeue(r)) => requeue(&client, r, json).await,
     }
+}
+
+/// `silk runs requests`: a table of finished requests, or their pages as JSON.
+async fn requests(client: &Client, args: RequestsArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let f = &args.filter;
+    let mut params = RequestsParams {
+        outcome: f.outcome,
+        error_code: f.error_code.clone(),
+        status: f.status,
+        limit: Some(if args.all {
+            1000
+        } else {
+            args.limit.unwrap_or(100)
+        }),
+        ..RequestsParams::default()
+    };
+    let mut rows = Vec::new();
+    let counts = loop {
+        let page = client
+            .api()
+            .run_requests(&f.id, &params)
+            .await
+            .map_err(|e| client.error(e))?;
+        rows.extend(page.requests);
+        match page.next {
+            Some(next) if args.all => params.after = Some(next),
+            _ => break page.counts,
+        }
+    };
+    show(json, &rows, || {
+        use Align::{Left, Right};
+        let mut table = Table::new(&[
+            ("WHEN", Left),
+            ("OUTCOME", Left),
+            ("STATUS", Right),
+            ("ERROR", Left),
+            ("ATTEMPTS", Right),
+            ("AGENT", Left),
+            ("URL", Left),
+        ]);
+        let now = now_ms();
+        for r in &rows {
+            table.row(vec![
+                ago(r.time_ms, now),
+                r.outcome.to_string(),
+                r.status.map_or_else(|| "-".into(), |s| s.to_string()),
+                r.error_code.clone().unwrap_or_else(|| "-".into()),
+                r.attempts.to_string(),
+                r.agent.clone().unwrap_or_else(|| "-".into()),
+                r.url.clone(),
+            ]);
+        }
+        table
+    });
+    if !json {
+        let total: u64 = counts.values().sum();
+        let per: Vec<String> = counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        eprintln!(
+            "{} of {total} finished request(s) that match ({})",
+            rows.len(),
+            if per.is_empty() {
+                "none".to_owned()
+            } else {
+                per.join(", ")
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `silk runs requeue`: what was queued again, and into which run.
+async fn requeue(client: &Client, args: RequeueArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let f = &args.filter;
+    let ask = RequeueRequest {
+        outcome: f.outcome,
+        error_code: f.error_code.clone(),
+        status: f.status,
+        keys: (!args.keys.is_empty()).then(|| args.keys.clone()),
+        limit: args.limit,
+    };
+    let done = client
+        .api()
+        .requeue_requests(&f.id, &ask)
+        .await
+        .map_err(|e| client.error(e))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&done)?);
+    } else {
+        match &done.run {
+            Some(run) if run.as_str() != f.id => {
+                println!("{} request(s) queued again, into run {run}", done.requeued)
+            }
+            _ => println!("{} request(s) queued again", done.requeued),
+        }
+        for why in &done.refused {
+            eprintln!("not queued: {why}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn list(client: &Client, args: &ListArgs, json: bool) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,525 @@
+//! The archive of finished requests (seed 002's "finish → archive"): every request of a
+//! spider run that reached its final outcome (done, failed for good, dropped) becomes a row
+//! of the store's `run_requests` table — canonical URL, outcome, HTTP status, error code,
+//! attempts, agent, time — listed and filtered per run (`GET /api/v1/runs/{id}/requests`),
+//! kept `HubConfig::archive_retention_ms`, and queued again from there (`requeue`).
+//!
+//! The runner writes a request's final outcome line (`outcomes`) before its ack, as it
+//! writes items; the [`Archiver`] is an [`OutcomeConsumer`] that tails every run's outcome
+//! lines from a stored offset (`runs/{id}/archive.json`) and writes them to the store in
+//! batches of a page, so the archive costs the run one line append per request and the
+//! store one write per page. A line written twice (a hub killed between the line and the
+//! ack) is one row: a row's key is a hash of the request's URL and dedup salt, unique in
+//! its run. A hub whose process dies loses no row (the file and the offset stay); a hub
+//! whose machine dies loses the rows of the lines it had not written to the store yet
+//! (about a page), while its requests are safe in the frontier.
+
+use crate::error::HubError;
+use crate::feeds;
+use crate::routed::{FeedTask, OutcomeConsumer, OutcomeLine};
+use crate::run::Feed;
+use crate::state::HubCore;
+use serde_json::{Map, Value};
+use silk_api::runs::{
+    ArchivedRequestView, RequestOutcome, RequestsPage, RequestsParams, RequeueRequest, Requeued,
+};
+use silk_core::{Request, RunId};
+use silk_store::{ArchiveFilter, ArchivedRequest, MetaStore};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The offset file of the archive in each run's directory.
+const STATE_FILE: &str = "archive.json";
+/// Outcome lines read and written to the store at once.
+const PAGE: usize = 1000;
+/// Rows deleted at once by the retention (so that no write holds the store for long).
+const DELETE_STEP: u32 = 10_000;
+/// Most requests queued again by one call.
+pub(crate) const MAX_REQUEUE: u32 = 10_000;
+/// The name a run started for requeued requests shows as its feed.
+const REQUEUE_FEED: &str = "requeue";
+/// How long a run started for requeued requests waits idle for more before it ends, ms.
+const REQUEUE_IDLE_MS: u64 = 60_000;
+
+/// Starts the archive: the consumer of every run's outcome lines, and its retention.
+pub(crate) fn start(shared: &Arc<HubCore>) {
+    let archiver = Arc::new(Archiver {
+        store: shared.store.clone(),
+        stop: shared.stop.subscribe(),
+    });
+    let consumer = shared.clone();
+    tokio::spawn(async move {
+        if let Err(e) = feeds::consume_outcomes(consumer, archiver).await {
+            tracing::error!(error = %e, "the archive of finished requests stopped");
+        }
+    });
+    let (store, clock, keep_ms) = (
+        shared.store.clone(),
+        shared.clock.clone(),
+        shared.config.archive_retention_ms,
+    );
+    let mut stop = shared.stop.subscribe();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tick.tick() => {}
+            }
+            retention_pass(&*store, clock.now_ms().saturating_sub(keep_ms)).await;
+        }
+    });
+}
+
+/// Deletes the archived requests older than `before_ms`, a step at a time.
+pub(crate) async fn retention_pass(store: &dyn MetaStore, before_ms: u64) {
+    let mut total = 0;
+    loop {
+        match store.delete_archived_before(before_ms, DELETE_STEP).await {
+            Ok(n) => {
+                total += n;
+                if n < u64::from(DELETE_STEP) {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "archive retention failed; retrying in an hour");
+                break;
+            }
+        }
+    }
+    if total > 0 {
+        tracing::info!(
+            requests = total,
+            "old archived requests deleted (retention)"
+        );
+    }
+}
+
+/// Writes the runs' outcome lines to the store's archive.
+struct Archiver {
+    store: Arc<dyn MetaStore>,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+#[async_trait::async_trait]
+impl OutcomeConsumer for Archiver {
+    fn name(&self) -> &str {
+        "archive"
+    }
+
+    fn page_size(&self) -> usize {
+        PAGE
+    }
+
+    fn state_file(&self) -> Option<String> {
+        Some(STATE_FILE.to_owned())
+    }
+
+    fn task(&self, line: OutcomeLine) -> Option<Value> {
+        serde_json::to_value(row_of(line)).ok()
+    }
+
+    async fn deliver(&self, run: &RunId, todo: &mut Vec<Value>) -> Result<(), String> {
+        let rows: Vec<ArchivedRequest> = todo
+            .iter()
+            .filter_map(|v| serde_json::from_value(v.clone()).ok())
+            .collect();
+        match self.store.archive_requests(&rows).await {
+            Ok(_) => {
+                todo.clear();
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(run = %run, error = %e, "finished requests not archived yet; retrying");
+                Err(e.to_string())
+            }
+        }
+    }
+
+    async fn stopped(&self) {
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(|s| *s).await;
+    }
+}
+
+/// A request's key in its run's archive: a hash of its URL and dedup salt.
+pub(crate) fn key_of(url: &str, salt: Option<&str>) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(url.as_bytes());
+    if let Some(salt) = salt {
+        h.update(b"\n");
+        h.update(salt.as_bytes());
+    }
+    h.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The archive row of an outcome line.
+fn row_of(line: OutcomeLine) -> ArchivedRequest {
+    let mut doc = Map::new();
+    doc.insert("method".into(), line.method.clone().into());
+    doc.insert("depth".into(), line.depth.into());
+    doc.insert("error_msg".into(), line.error_msg.clone().into());
+    doc.insert("bytes".into(), line.bytes.into());
+    doc.insert("fetch_ms".into(), line.fetch_ms.into());
+    doc.insert("items".into(), line.items.into());
+    doc.insert("links".into(), line.links.into());
+    if let Some(salt) = &line.salt {
+        doc.insert("salt".into(), salt.clone().into());
+    }
+    ArchivedRequest {
+        key: key_of(&line.url, line.salt.as_deref()),
+        outcome: line.outcome().to_owned(),
+        run: line.run,
+        time_ms: line.time_ms,
+        url: line.url,
+        status: line.http_code,
+        error_code: line.error_code,
+        attempts: line.retries.saturating_add(1),
+        agent: Some(line.agent).filter(|a| !a.is_empty()),
+        doc: Value::Object(doc),
+        requeued_ms: None,
+    }
+}
+
+/// The API's view of an archive row.
+fn view_of(row: ArchivedRequest) -> ArchivedRequestView {
+    let doc = |k: &str| row.doc.get(k);
+    let num = |k: &str| doc(k).and_then(Value::as_u64).unwrap_or(0);
+    ArchivedRequestView {
+        method: doc("method")
+            .and_then(Value::as_str)
+            .unwrap_or("GET")
+            .to_owned(),
+        error_msg: doc("error_msg")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        depth: u32::try_from(num("depth")).unwrap_or(u32::MAX),
+        bytes: num("bytes"),
+        items: num("items"),
+        outcome: row.outcome.parse().unwrap_or(RequestOutcome::Failed),
+        key: row.key,
+        url: row.url,
+        status: row.status,
+        error_code: row.error_code,
+        attempts: row.attempts,
+        agent: row.agent,
+        time_ms: row.time_ms,
+        requeued_ms: row.requeued_ms,
+    }
+}
+
+/// A page cursor: `TIME_MS:KEY`.
+fn parse_after(after: &str) -> Result<(u64, String), HubError> {
+    after
+        .split_once(':')
+        .and_then(|(t, k)| Some((t.parse().ok()?, k.to_owned())))
+        .filter(|(_, k)| !k.is_empty())
+        .ok_or_else(|| {
+            HubError::BadRun(format!(
+                "`after`: `{after}` is not a cursor of this list (give the `next` of a page)"
+            ))
+        })
+}
+
+/// A page of `run`'s archived requests.
+pub(crate) async fn list(
+    shared: &HubCore,
+    run: &RunId,
+    params: &RequestsParams,
+) -> Result<RequestsPage, HubError> {
+    let limit = params.limit.unwrap_or(100).clamp(1, 1000);
+    let filter = ArchiveFilter {
+        run: run.to_string(),
+        outcome: params.outcome.map(|o| o.as_str().to_owned()),
+        error_code: params.error_code.clone(),
+        status: params.status,
+        requeued: params.requeued,
+        after: params.after.as_deref().map(parse_after).transpose()?,
+        limit: Some(limit),
+        ..ArchiveFilter::default()
+    };
+    let rows = shared.store.list_archived(&filter).await?;
+    let counts = shared.store.count_archived(&filter).await?;
+    let next = (rows.len() == limit as usize)
+        .then(|| rows.last().map(|r| format!("{}:{}", r.time_ms, r.key)))
+        .flatten();
+    Ok(RequestsPage {
+        requests: rows.into_iter().map(view_of).collect(),
+        counts,
+        next,
+    })
+}
+
+/// Queues `run`'s archived requests that `ask` names again, once each: into the run while
+/// this hub drives it, else (the run is over) into its job's run for fed requests, started
+/// for them when the job has none open. A run with no job that is over, or one another
+/// hub drives, is `409`.
+pub(crate) async fn requeue(
+    shared: &Arc<HubCore>,
+    run: &RunId,
+    ask: &RequeueRequest,
+) -> Result<Requeued, HubError> {
+    let limit = ask.limit.unwrap_or(MAX_REQUEUE);
+    if limit == 0 || limit > MAX_REQUEUE {
+        return Err(HubError::BadRun(format!(
+            "`limit`: {limit} is not between 1 and {MAX_REQUEUE}"
+        )));
+    }
+    if ask
+        .keys
+        .as_ref()
+        .is_some_and(|k| k.len() > MAX_REQUEUE as usize)
+    {
+        return Err(HubError::BadRun(format!(
+            "`keys`: more than {MAX_REQUEUE} at once"
+        )));
+    }
+    let filter = ArchiveFilter {
+        run: run.to_string(),
+        keys: ask.keys.clone(),
+        outcome: Some(
+            ask.outcome
+                .unwrap_or(RequestOutcome::Failed)
+                .as_str()
+                .to_owned(),
+        ),
+        error_code: ask.error_code.clone(),
+        status: ask.status,
+        requeued: Some(false),
+        after: None,
+        limit: Some(limit),
+    };
+    // Where they go, known before anything is read.
+    let active = shared.active_run(run).filter(|r| !r.is_closing());
+    let job = match &active {
+        Some(_) => None,
+        None => {
+            let record = shared
+                .repo
+                .get(run)
+                .await?
+                .ok_or_else(|| HubError::NoSuchRun(run.clone()))?;
+            if !record.state.is_terminal() {
+                return Err(HubError::Conflict(format!(
+                    "run `{run}` is {} and another hub drives it{}: ask that hub to queue its requests again",
+                    record.state,
+                    record
+                        .hub
+                        .as_ref()
+                        .map(|h| format!(" (`{h}`)"))
+                        .unwrap_or_default()
+                )));
+            }
+            match record.job_id {
+                Some(job) => Some(job),
+                None => {
+                    return Err(HubError::WrongState {
+                        run: run.clone(),
+                        state: record.state.to_string(),
+                        action: "requeue (a run that is over and belongs to no job has no run to take its requests: start a new run with them)".into(),
+                    });
+                }
+            }
+        }
+    };
+    let rows = shared.store.list_archived(&filter).await?;
+    let mut refused = Vec::new();
+    let mut taken = Vec::new();
+    let now = shared.clock.now_ms();
+    let done = if let Some(active) = active {
+        let mut requests = Vec::new();
+        for row in rows {
+            let method = row
+                .doc
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or("GET");
+            if method != "GET" {
+                refused.push(format!(
+                    "{} {}: only GET requests are queued again (a body is not archived)",
+                    method, row.url
+                ));
+                continue;
+            }
+            let mut r = match Request::get(&row.url, None, &active.spider.canon) {
+                Ok(r) => r,
+                Err(e) => {
+                    refused.push(format!("{}: {e}", row.url));
+                    continue;
+                }
+            };
+            if !active.spider.canonical_host_allowed(&r.url) {
+                refused.push(format!(
+                    "{}: the host is not allowed by the run's spider",
+                    row.url
+                ));
+                continue;
+            }
+            r.depth = row
+                .doc
+                .get("depth")
+                .and_then(Value::as_u64)
+                .and_then(|d| u32::try_from(d).ok())
+                .unwrap_or(0);
+            r.created_ms = now;
+            r.dedup_salt = Some(requeue_salt(run, &row.key));
+            requests.push(r);
+            taken.push(row.key);
+        }
+        if !requests.is_empty() {
+            active
+                .feed(&shared.runs_cx, requests)
+                .await
+                .map_err(|e| match e {
+                    crate::live::FeedError::Closed => HubError::WrongState {
+                        run: run.clone(),
+                        state: active.state().to_string(),
+                        action: "requeue (the run is ending; try again once it is over)".into(),
+                    },
+                    crate::live::FeedError::Frontier(reason) => HubError::RunStorage {
+                        run: run.clone(),
+                        reason,
+                    },
+                })?;
+        }
+        Some(run.clone())
+    } else {
+        let job = job.unwrap_or_default();
+        let mut tasks = Vec::new();
+        let mut keys = Vec::new();
+        for row in rows {
+            let mut task = Map::new();
+            task.insert("url".into(), row.url.clone().into());
+            task.insert("requeue_of".into(), run.to_string().into());
+            task.insert("key".into(), row.key.clone().into());
+            tasks.push(FeedTask {
+                url: row.url,
+                priority: 0,
+                task,
+                delivery_id: requeue_salt(run, &row.key),
+            });
+            keys.push(row.key);
+        }
+        if tasks.is_empty() {
+            None
+        } else {
+            let feed = Feed {
+                outbound: REQUEUE_FEED.into(),
+                idle_ms: REQUEUE_IDLE_MS,
+            };
+            let urls: Vec<String> = tasks.iter().map(|t| t.url.clone()).collect();
+            let answers = feeds::feed_job(shared, &job, feed, tasks).await?;
+            for ((key, url), answer) in keys.into_iter().zip(urls).zip(answers) {
+                match answer {
+                    Ok(()) => taken.push(key),
+                    Err(why) => refused.push(format!("{url}: {why}")),
+                }
+            }
+            shared.fed_run_of(&job).map(|r| r.id.clone())
+        }
+    };
+    let requeued = taken.len() as u64;
+    if !taken.is_empty() {
+        shared
+            .store
+            .mark_archived_requeued(run.as_str(), &taken, now)
+            .await?;
+        shared.logs.hub(
+            run,
+            silk_store::Level::Info,
+            match &done {
+                Some(to) if to != run => {
+                    format!("{requeued} finished request(s) queued again, into run `{to}`")
+                }
+                _ => format!("{requeued} finished request(s) queued again"),
+            },
+        );
+    }
+    Ok(Requeued {
+        requeued,
+        run: done.filter(|_| requeued > 0),
+        refused,
+    })
+}
+
+/// The dedup salt of a requeued request: new for each archived request, so the run's
+/// dedup lets it through once.
+fn requeue_salt(run: &RunId, key: &str) -> String {
+    format!("requeue:{run}:{key}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(outcome: &str, salt: Option<&str>) -> OutcomeLine {
+        OutcomeLine {
+            v: 1,
+            ok: outcome == "done",
+            http_code: Some(503),
+            error_code: Some("http_503".into()),
+            error_msg: "503 Service Unavailable".into(),
+            url: "http://h/p".into(),
+            method: "GET".into(),
+            depth: 2,
+            retries: 3,
+            items: 0,
+            links: 0,
+            bytes: 10,
+            fetch_ms: 4,
+            agent: "a1".into(),
+            run: "r1".into(),
+            tenant: "default".into(),
+            job: None,
+            job_id: None,
+            spider_name: "s".into(),
+            time_ms: 77,
+            task: None,
+            outcome: outcome.into(),
+            salt: salt.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_line_becomes_a_row_and_a_view() {
+        let row = row_of(line("failed", None));
+        assert_eq!(row.outcome, "failed");
+        assert_eq!(row.attempts, 4, "retries used + the first attempt");
+        assert_eq!(row.key, key_of("http://h/p", None));
+        let view = view_of(row);
+        assert_eq!(view.outcome, RequestOutcome::Failed);
+        assert_eq!((view.depth, view.bytes, view.status), (2, 10, Some(503)));
+        assert_eq!(view.error_msg, "503 Service Unavailable");
+        assert_eq!(view.method, "GET");
+    }
+
+    #[test]
+    fn keys_tell_salted_requests_apart_and_lines_of_older_hubs_read() {
+        assert_ne!(key_of("http://h/p", None), key_of("http://h/p", Some("x")));
+        assert_ne!(
+            key_of("http://h/p", Some("a")),
+            key_of("http://h/p", Some("b"))
+        );
+        assert_eq!(key_of("http://h/p", Some("a")).len(), 32);
+        let mut old = line("", None);
+        old.ok = true;
+        assert_eq!(row_of(old).outcome, "done");
+        assert_eq!(row_of(line("", None)).outcome, "failed");
+        assert_eq!(row_of(line("dropped", None)).outcome, "dropped");
+    }
+
+    #[test]
+    fn cursors_round_trip_and_bad_ones_are_named() {
+        assert_eq!(parse_after("12:abc").unwrap(), (12, "abc".to_owned()));
+        for bad in ["", "12", "x:abc", "12:"] {
+            let e = parse_after(bad).unwrap_err().to_string();
+            assert!(e.contains("`after`"), "{e}");
+        }
+    }
+}
