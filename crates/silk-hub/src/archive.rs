@@ -171,6 +171,9 @@ fn row_of(line: OutcomeLine) -> ArchivedRequest {
     if let Some(salt) = &line.salt {
         doc.insert("salt".into(), salt.clone().into());
     }
+    if line.redirect {
+        doc.insert("redirect".into(), true.into());
+    }
     ArchivedRequest {
         key: key_of(&line.url, line.salt.as_deref()),
         outcome: line.outcome().to_owned(),
@@ -483,6 +486,7 @@ mod tests {
             task: None,
             outcome: outcome.into(),
             salt: salt.map(str::to_owned),
+            redirect: false,
         }
     }
 

@@ -1,12 +1,14 @@
-//! Each fetched request's final outcome, for the router's `silk.RunResultsInbound`.
+//! Each fetched request's final outcome, for the router's `silk.RunResultsInbound` and the
+//! archive of finished requests (`archive`).
 //!
-//! With [`HubConfig::record_outcomes`](crate::HubConfig) on, a run appends one JSON line per
+//! With [`HubConfig::record_outcomes`](crate::HubConfig) or the archive on, a run appends one JSON line per
 //! request that reached a final outcome (fetched and done, failed for good, or dropped) to
 //! `runs/{id}/outcomes.jsonl`, **before** the frontier ack, as items are written: a hub
 //! killed in between writes the line again when the request is fetched again, so a reader
 //! sees every outcome at least once. A request that is retried by the run's own
-//! `max_retries` writes nothing until its last attempt; a redirect hop writes nothing (its
-//! target, which keeps the request's router task, does).
+//! `max_retries` writes nothing until its last attempt; a redirect hop writes a line marked
+//! `redirect` that only the archive reads (its target, which keeps the request's router task,
+//! is the outcome the router sees).
 //!
 //! The line holds facts, not codes: the inbound turns them into a task with a
 //! `task_result` by its own settings (see `taskhub`). Fields (version 1):
@@ -23,6 +25,9 @@
 //! | `agent`, `run`, `job`, `job_id`, `spider_name` | who fetched it, for which run |
 //! | `time_ms` | when the hub received the result, ms since the epoch |
 //! | `task` | the router task that became this request (`silk.JobOutbound`), or absent |
+//! | `outcome` | `done`, `failed` or `dropped` (absent in lines of older hubs) |
+//! | `salt` | the request's dedup salt, or absent |
+//! | `redirect` | `true` for a redirect hop (read by the archive only), else absent |
 
 use crate::routed::OutcomeLine;
 use parking_lot::Mutex;
@@ -123,6 +128,7 @@ mod tests {
             task: None,
             outcome: "done".into(),
             salt: None,
+            redirect: false,
         }
     }
 

@@ -55,6 +55,9 @@ pub(crate) struct OutcomeLine {
     /// URL, what makes it one request of its run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub salt: Option<String>,
+    /// A redirect hop (done: its target is another request of the run, which carries on).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redirect: bool,
 }
 
 impl OutcomeLine {

@@ -511,7 +511,7 @@ impl Run {
         }
         let chained = matches!(self.record.lock().strategy, Strategy::Chained(_));
         let (outcome, links) = classify(&out.request, o, &result.agent, chained);
-        if self.outcomes.is_some() && self.is_last_outcome(&out.request, o, &outcome) {
+        if self.outcomes.is_some() && self.is_final(&out.request, &outcome) {
             // Before the ack, as items are: a crash in between writes it again.
             if let Err(reason) = self.write_outcome(cx, &out.request, &result.agent, o, &outcome) {
                 self.set_fatal(reason);
@@ -529,12 +529,11 @@ impl Run {
         self.wake.notify_one();
     }
 
-    /// Whether `outcome` is the request's last: done (but not a redirect hop, whose target
-    /// carries on), failed, dropped, or a retry past `max_retries`.
-    fn is_last_outcome(&self, request: &Request, o: &FetchOutcome, outcome: &Outcome) -> bool {
+    /// Whether `outcome` finishes the request: done (a redirect hop too, whose target is
+    /// another request that carries on), failed, dropped, or a retry past `max_retries`.
+    fn is_final(&self, request: &Request, outcome: &Outcome) -> bool {
         match outcome {
-            Outcome::Done => !(o.error.is_none() && o.redirects > request.redirects),
-            Outcome::Failed { .. } | Outcome::Dropped { .. } => true,
+            Outcome::Done | Outcome::Failed { .. } | Outcome::Dropped { .. } => true,
             Outcome::Retry { .. } => request.retries >= self.max_retries,
             Outcome::Release { .. } => false,
         }
@@ -600,6 +599,7 @@ impl Run {
                 .cloned(),
             outcome: verdict.to_owned(),
             salt: request.dedup_salt.clone(),
+            redirect: ok && o.error.is_none() && o.redirects > request.redirects,
         };
         log.append(&line)
             .map_err(|reason| format!("outcomes file: {reason}"))?;

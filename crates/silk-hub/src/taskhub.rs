@@ -330,6 +330,11 @@ fn names_job(reference: &str, line: &OutcomeLine) -> bool {
 
 impl ResultsSettings {
     fn wants(&self, line: &OutcomeLine) -> bool {
+        // A redirect hop's target carries the request on (and its task): only the archive
+        // reads it.
+        if line.redirect {
+            return false;
+        }
         if self.which == Which::Tasks && line.task.is_none() {
             return false;
         }
@@ -572,6 +577,7 @@ mod tests {
             task: None,
             outcome: String::new(),
             salt: None,
+            redirect: false,
         }
     }
 

@@ -234,6 +234,8 @@ fn every_client_command_without_a_hub_says_it_cannot_reach_it_in_one_line() {
         &["logs", "r1", "--level", "warn"],
         &["logs", "-f", "r1"],
         &["items", "r1", "--all"],
+        &["runs", "requests", "r1", "--outcome", "failed"],
+        &["runs", "requeue", "r1", "--status", "503"],
         &["tokens", "list"],
         &["tokens", "create", "ci"],
         &["alerts", "rules"],
@@ -307,6 +309,14 @@ fn client_commands_reject_bad_options_before_calling_the_hub() {
         (&["logs", "r", "--level", "loud"], "--level"),
         (&["logs", "r", "--since", "yesterday"], "--since"),
         (&["items", "r", "--all", "--limit", "3"], "--limit"),
+        (
+            &["runs", "requests", "r", "--outcome", "lost"],
+            "unknown outcome `lost`",
+        ),
+        (
+            &["runs", "requests", "r", "--all", "--limit", "3"],
+            "--limit",
+        ),
         (&["runs", "--state", "running", "pause", "r"], "pause"),
         (&["tokens", "list", "--server", "ftp://x"], "--server"),
     ] {

@@ -249,6 +249,54 @@ fn a_triggered_job_run_is_listed_and_its_logs_and_items_are_read() {
     let few = p.ok(&["items", run, "--limit", "2"]);
     assert_eq!(lines(&few), lines(&items)[..2]);
 
+    // Finished requests (the archive, written a moment after the results): as many as the
+    // run finished; the demo site's missing pages failed with 404.
+    let finished = view.stats.success + view.stats.failed + view.stats.dropped;
+    let rows = p.until(
+        "every finished request in the archive",
+        &["runs", "requests", run, "--all"],
+        |v| v.as_array().is_some_and(|a| a.len() as u64 == finished),
+    );
+    let failed = p.json(&["runs", "requests", run, "--outcome", "failed", "--all"]);
+    let failed = failed.as_array().unwrap();
+    assert_eq!(failed.len() as u64, view.stats.failed, "{failed:?}");
+    assert!(!failed.is_empty(), "the demo site has missing pages");
+    for r in failed {
+        assert_eq!(r["status"], 404, "{r}");
+        assert_eq!(r["error_code"], "http_404", "{r}");
+        assert!(r["url"].as_str().unwrap().contains("/missing/"), "{r}");
+    }
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["outcome"] == "done")
+    );
+    let table = p.ok(&[
+        "runs",
+        "requests",
+        run,
+        "--outcome",
+        "failed",
+        "--limit",
+        "1",
+    ]);
+    assert!(
+        table.contains("http_404") && table.contains("/missing/") && lines(&table).len() == 2,
+        "a header and one row: {table}"
+    );
+    // Requeued once, into a run of the job (this one is over).
+    let requeued = p.ok(&["runs", "requeue", run, "--status", "404"]);
+    assert!(
+        requeued.starts_with(&format!(
+            "{} request(s) queued again, into run ",
+            failed.len()
+        )),
+        "{requeued}"
+    );
+    let again = p.ok(&["runs", "requeue", run]);
+    assert!(again.starts_with("0 request(s) queued again"), "{again}");
+
     // The ad-hoc commands still work, with the token.
     let spider = p.spider(
         "adhoc.yaml",

@@ -807,6 +807,61 @@ async fn a_run_is_followed_paused_resumed_and_finished_in_the_browser() {
         .await;
     b.shot("run-finished-items").await;
 
+    // Its finished requests: the demo site's missing pages failed (404); requeued once, into
+    // a run of the job (this one is over).
+    let failed_rows = "[data-testid=run-requests] [data-testid=request-row][data-outcome=failed]";
+    b.until(
+        "failed requests in the finished requests card",
+        async || {
+            // (The rows come a moment after the results: look again.)
+            let _ = b
+                .client
+                .execute(
+                    "document.querySelector('[data-testid=run-requests-refresh]').click()",
+                    vec![],
+                )
+                .await;
+            (b.count(failed_rows).await > 0).then_some(())
+        },
+    )
+    .await;
+    let shown = b.text(failed_rows).await.unwrap_or_default();
+    if !shown.contains("404") || !shown.contains("http_404") {
+        b.fail(&format!(
+            "a failed request shows its status and error: {shown}"
+        ))
+        .await;
+    }
+    let _ = b
+        .client
+        .execute(
+            "document.querySelector('[data-testid=run-requeue]').scrollIntoView({block: 'center'})",
+            vec![],
+        )
+        .await;
+    b.click("[data-testid=run-requeue]").await;
+    if let Err(e) = b.client.accept_alert().await {
+        b.fail(&format!("the requeue asks first: {e}")).await;
+    }
+    b.until("the requeue's answer", async || {
+        let text = b.text("[data-testid=run-requeued]").await?;
+        text.contains("queued again, into").then_some(())
+    })
+    .await;
+    let marked = api
+        .client
+        .run_requests(
+            &run_id,
+            &silk_api::runs::RequestsParams {
+                requeued: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!marked.requests.is_empty(), "{marked:?}");
+    b.shot("run-finished-requests").await;
+
     // The runs list has it, newest first, and filters by state.
     b.click("[data-testid=nav-runs]").await;
     b.until("the run in the runs list", async || {

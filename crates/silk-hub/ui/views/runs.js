@@ -1,6 +1,6 @@
 // @ts-check
 // Runs (`#/runs`) and one run (`#/runs/ID`): live state, progress, pages/s chart, controls,
-// log tail, items.
+// log tail, items, finished requests (the archive: filtered by outcome, failed ones requeued).
 
 import { act, api, authHeaders, clearError, enc, errorOf, poll, showError } from '../api.js';
 import { drawChart } from '../chart.js';
@@ -11,8 +11,11 @@ import { pageHeader, runName, section, sortRuns } from './parts.js';
 /** @typedef {import('../types.js').RunView} RunView */
 /** @typedef {import('../types.js').ItemsPage} ItemsPage */
 /** @typedef {import('../types.js').LogPage} LogPage */
+/** @typedef {import('../types.js').RequestsPage} RequestsPage */
+/** @typedef {import('../types.js').Requeued} Requeued */
 
 const ITEMS_PREVIEW = 20;
+const REQUESTS_PREVIEW = 50;
 const LOG_KEEP = 1000;
 const LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error']);
 // --- runs
@@ -134,6 +137,13 @@ export function viewRun(root, id) {
   const items = table('run-items', ['#']);
   const itemsNote = h('span', { class: 'muted small' });
   const itemsRefresh = h('button', { type: 'button', class: 'btn btn-small btn-ghost', testid: 'run-items-refresh' }, 'Refresh');
+  const reqs = table('run-requests', ['When', 'Outcome', { label: 'Status', cls: 'num' }, 'Error', { label: 'Attempts', cls: 'num' }, 'Agent', 'URL']);
+  const reqOutcome = h('select', { id: 'run-requests-outcome', testid: 'run-requests-outcome', 'aria-label': 'Outcome' },
+    ['failed', 'dropped', 'done', ''].map((o) => h('option', { value: o }, o || 'all')));
+  const reqCounts = h('span', { class: 'muted small', testid: 'run-requests-counts' });
+  const reqRefresh = h('button', { type: 'button', class: 'btn btn-small btn-ghost', testid: 'run-requests-refresh' }, 'Refresh');
+  const requeue = h('button', { type: 'button', class: 'btn btn-small', testid: 'run-requeue', disabled: true }, 'Requeue failed');
+  const requeued = h('p', { class: 'muted small', testid: 'run-requeued', hidden: true });
 
   root.append(
     h('div', { class: 'crumbs' }, h('a', { href: '#/runs' }, 'Runs'), ' / ', h('span', { class: 'mono', testid: 'run-id' }, id)),
@@ -151,6 +161,12 @@ export function viewRun(root, id) {
     h('section', { class: 'card' },
       h('div', { class: 'card-title-row' }, h('h2', { class: 'card-title' }, `Items (first ${ITEMS_PREVIEW})`), h('span', null, itemsNote, ' ', itemsRefresh)),
       items.el),
+    h('section', { class: 'card', testid: 'run-requests-card' },
+      h('div', { class: 'card-title-row' },
+        h('h2', { class: 'card-title' }, `Finished requests (first ${REQUESTS_PREVIEW})`),
+        h('div', { class: 'card-controls' }, reqCounts, reqOutcome, reqRefresh, requeue)),
+      requeued,
+      reqs.el),
   );
 
   let run = null;
@@ -235,6 +251,7 @@ export function viewRun(root, id) {
     redrawChart();
     const wantItems = (s.items || 0) > itemsShown && itemsShown < ITEMS_PREVIEW;
     if ((wantItems && Date.now() - itemsAt > 3000) || (TERMINAL.has(st) && prevState !== st)) loadItems();
+    if (prevState === undefined || (TERMINAL.has(st) && prevState !== st)) loadRequests();
   }
 
   /** @param {import('../types.js').ProgramView|null|undefined} program */
@@ -316,6 +333,50 @@ export function viewRun(root, id) {
   }
 
   itemsRefresh.addEventListener('click', () => loadItems());
+
+  let reqsBusy = false;
+  async function loadRequests() {
+    if (reqsBusy || stopped) return;
+    reqsBusy = true;
+    try {
+      const q = new URLSearchParams({ limit: String(REQUESTS_PREVIEW) });
+      if (reqOutcome.value) q.set('outcome', reqOutcome.value);
+      /** @type {RequestsPage} */
+      const page = await api('GET', `/api/v1/runs/${enc(id)}/requests?${q}`);
+      const counts = page.counts || {};
+      const shown = Object.entries(counts).map(([k, n]) => `${k} ${fmtInt(n)}`);
+      reqCounts.textContent = shown.length ? shown.join(' · ') : '';
+      const failedLeft = reqOutcome.value === 'failed' ? (counts.failed || 0) : null;
+      requeue.disabled = failedLeft === 0;
+      reqs.tbody.replaceChildren(...(page.requests || []).map((r) => h('tr', { testid: 'request-row', data: { outcome: r.outcome } },
+        h('td', null, rel(r.time_ms)),
+        h('td', null, h('span', { class: `badge state-${r.outcome === 'done' ? 'succeeded' : r.outcome === 'failed' ? 'failed' : 'cancelled'}` }, r.outcome)),
+        h('td', { class: 'num' }, r.status == null ? '—' : String(r.status)),
+        h('td', { class: 'clip', title: r.error_msg || '' }, r.error_code || ''),
+        h('td', { class: 'num' }, fmtInt(r.attempts)),
+        h('td', null, r.agent || '—'),
+        h('td', { class: 'clip mono', title: r.url }, r.url),
+      )));
+      reqs.setEmpty((page.requests || []).length ? '' : 'None archived (yet).');
+    } catch (e) {
+      showError(e, 'requests');
+    } finally {
+      reqsBusy = false;
+    }
+  }
+  reqOutcome.addEventListener('change', () => loadRequests());
+  reqRefresh.addEventListener('click', () => loadRequests());
+  requeue.addEventListener('click', async () => {
+    if (!window.confirm('Queue the failed requests of this run again (each once)?')) return;
+    /** @type {Requeued|undefined} */
+    const done = await act(requeue, () => api('POST', `/api/v1/runs/${enc(id)}/requests/requeue`, { outcome: 'failed' }));
+    if (!done) return;
+    requeued.hidden = false;
+    requeued.replaceChildren(`${fmtInt(done.requeued)} request(s) queued again`,
+      ...(done.run && done.run !== id ? [', into ', h('a', { href: `#/runs/${enc(done.run)}`, testid: 'run-requeued-into' }, shortId(done.run))] : []),
+      ...(done.refused && done.refused.length ? [`; ${done.refused.length} not queued: ${done.refused.slice(0, 3).join('; ')}`] : []));
+    loadRequests();
+  });
 
   async function control(action, button, body) {
     const view = await act(button, () => api('POST', `/api/v1/runs/${enc(id)}/${action}`, body));
