@@ -783,8 +783,9 @@ pub struct ArchivedRequestView {
 pub struct RequestsPage {
     /// In the order they finished.
     pub requests: Vec<ArchivedRequestView>,
-    /// How many match the query (without `after` and `limit`), per outcome.
-    pub counts: BTreeMap<String, u64>,
+    /// How many match the query (without `after` and `limit`), per outcome; on the first
+    /// page only (a query without `after`).
+    pub counts: Option<BTreeMap<String, u64>>,
     /// The `after` of the next page; `null` on the last.
     pub next: Option<String>,
 }
@@ -803,7 +804,8 @@ pub struct RequeueRequest {
     /// Only those whose last response had this HTTP status.
     #[serde(default)]
     pub status: Option<u16>,
-    /// Only these (keys from the list).
+    /// Only these (keys from the list; then any outcome unless `outcome` is given). A key
+    /// not found, or queued again already, is named in `refused`.
     #[serde(default)]
     pub keys: Option<Vec<String>>,
     /// At most this many, oldest first (default and most: 10000).
@@ -820,8 +822,8 @@ pub struct Requeued {
     /// started for them; `null` when none was queued.
     #[schema(value_type = Option<String>)]
     pub run: Option<RunId>,
-    /// Archived requests that matched but could not be queued (a URL the spider no longer
-    /// allows), each with why.
+    /// What could not be queued (a URL the spider no longer allows, a request that is not a
+    /// GET, a key not found), each with why.
     pub refused: Vec<String>,
 }
 

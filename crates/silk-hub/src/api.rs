@@ -1245,7 +1245,7 @@ async fn requeue_run_requests(
     Body(body): Body,
 ) -> ApiResult<Json<Requeued>> {
     let (id, _) = own_run(&hub, &principal, &id).await?;
-    let ask: RequeueRequest = parse_body(&body)?;
+    let ask: RequeueRequest = parse_optional_body(&body)?;
     Ok(Json(hub.requeue_requests(&id, &ask).await?))
 }
 

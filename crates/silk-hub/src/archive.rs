@@ -41,23 +41,29 @@ const REQUEUE_FEED: &str = "requeue";
 /// How long a run started for requeued requests waits idle for more before it ends, ms.
 const REQUEUE_IDLE_MS: u64 = 60_000;
 
-/// Starts the archive: the consumer of every run's outcome lines, and its retention.
+/// How long rows are kept when the archive is off (those written while it was on).
+const OFF_RETENTION_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// Starts the archive: the consumer of every run's outcome lines (when it is on), and its
+/// retention (also when it is off, for the rows of before).
 pub(crate) fn start(shared: &Arc<HubCore>) {
-    let archiver = Arc::new(Archiver {
-        store: shared.store.clone(),
-        stop: shared.stop.subscribe(),
-    });
-    let consumer = shared.clone();
-    tokio::spawn(async move {
-        if let Err(e) = feeds::consume_outcomes(consumer, archiver).await {
-            tracing::error!(error = %e, "the archive of finished requests stopped");
+    let keep_ms = match shared.config.archive_retention_ms {
+        0 => OFF_RETENTION_MS,
+        on => {
+            let archiver = Arc::new(Archiver {
+                store: shared.store.clone(),
+                stop: shared.stop.subscribe(),
+            });
+            let consumer = shared.clone();
+            tokio::spawn(async move {
+                if let Err(e) = feeds::consume_outcomes(consumer, archiver).await {
+                    tracing::error!(error = %e, "the archive of finished requests stopped");
+                }
+            });
+            on
         }
-    });
-    let (store, clock, keep_ms) = (
-        shared.store.clone(),
-        shared.clock.clone(),
-        shared.config.archive_retention_ms,
-    );
+    };
+    let (store, clock) = (shared.store.clone(), shared.clock.clone());
     let mut stop = shared.stop.subscribe();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(3600));
@@ -121,9 +127,10 @@ impl OutcomeConsumer for Archiver {
     }
 
     async fn deliver(&self, run: &RunId, todo: &mut Vec<Value>) -> Result<(), String> {
+        use serde::Deserialize;
         let rows: Vec<ArchivedRequest> = todo
             .iter()
-            .filter_map(|v| serde_json::from_value(v.clone()).ok())
+            .filter_map(|v| ArchivedRequest::deserialize(v).ok())
             .collect();
         match self.store.archive_requests(&rows).await {
             Ok(_) => {
@@ -143,10 +150,14 @@ impl OutcomeConsumer for Archiver {
     }
 }
 
-/// A request's key in its run's archive: a hash of its URL and dedup salt.
-pub(crate) fn key_of(url: &str, salt: Option<&str>) -> String {
+/// A request's key in its run's archive: a hash of its method, URL and dedup salt.
+pub(crate) fn key_of(method: &str, url: &str, salt: Option<&str>) -> String {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
+    if method != "GET" {
+        h.update(method.as_bytes());
+        h.update(b" ");
+    }
     h.update(url.as_bytes());
     if let Some(salt) = salt {
         h.update(b"\n");
@@ -175,7 +186,7 @@ fn row_of(line: OutcomeLine) -> ArchivedRequest {
         doc.insert("redirect".into(), true.into());
     }
     ArchivedRequest {
-        key: key_of(&line.url, line.salt.as_deref()),
+        key: key_of(&line.method, &line.url, line.salt.as_deref()),
         outcome: line.outcome().to_owned(),
         run: line.run,
         time_ms: line.time_ms,
@@ -248,7 +259,11 @@ pub(crate) async fn list(
         ..ArchiveFilter::default()
     };
     let rows = shared.store.list_archived(&filter).await?;
-    let counts = shared.store.count_archived(&filter).await?;
+    // Counted on the first page only: a count reads every row that matches.
+    let counts = match filter.after {
+        None => Some(shared.store.count_archived(&filter).await?),
+        Some(_) => None,
+    };
     let next = (rows.len() == limit as usize)
         .then(|| rows.last().map(|r| format!("{}:{}", r.time_ms, r.key)))
         .flatten();
@@ -259,10 +274,11 @@ pub(crate) async fn list(
     })
 }
 
-/// Queues `run`'s archived requests that `ask` names again, once each: into the run while
+/// Queues `run`'s archived requests that `ask` names again, once each (a row already
+/// requeued is not taken again; its requeued fetch has a row of its own): into the run while
 /// this hub drives it, else (the run is over) into its job's run for fed requests, started
-/// for them when the job has none open. A run with no job that is over, or one another
-/// hub drives, is `409`.
+/// for them when the job has none open. A run with no job that is over, or one another hub
+/// drives, is `409`.
 pub(crate) async fn requeue(
     shared: &Arc<HubCore>,
     run: &RunId,
@@ -283,160 +299,146 @@ pub(crate) async fn requeue(
             "`keys`: more than {MAX_REQUEUE} at once"
         )));
     }
+    // Named keys are taken whatever their outcome unless one is asked; else failed ones.
+    let outcome = match (&ask.keys, ask.outcome) {
+        (_, Some(o)) => Some(o),
+        (Some(_), None) => None,
+        (None, None) => Some(RequestOutcome::Failed),
+    };
     let filter = ArchiveFilter {
         run: run.to_string(),
         keys: ask.keys.clone(),
-        outcome: Some(
-            ask.outcome
-                .unwrap_or(RequestOutcome::Failed)
-                .as_str()
-                .to_owned(),
-        ),
+        outcome: outcome.map(|o| o.as_str().to_owned()),
         error_code: ask.error_code.clone(),
         status: ask.status,
         requeued: Some(false),
         after: None,
         limit: Some(limit),
     };
-    // Where they go, known before anything is read.
-    let active = shared.active_run(run).filter(|r| !r.is_closing());
-    let job = match &active {
-        Some(_) => None,
-        None => {
-            let record = shared
-                .repo
-                .get(run)
-                .await?
-                .ok_or_else(|| HubError::NoSuchRun(run.clone()))?;
-            if !record.state.is_terminal() {
-                return Err(HubError::Conflict(format!(
-                    "run `{run}` is {} and another hub drives it{}: ask that hub to queue its requests again",
-                    record.state,
-                    record
-                        .hub
-                        .as_ref()
-                        .map(|h| format!(" (`{h}`)"))
-                        .unwrap_or_default()
-                )));
-            }
-            match record.job_id {
-                Some(job) => Some(job),
-                None => {
-                    return Err(HubError::WrongState {
-                        run: run.clone(),
-                        state: record.state.to_string(),
-                        action: "requeue (a run that is over and belongs to no job has no run to take its requests: start a new run with them)".into(),
-                    });
-                }
-            }
-        }
-    };
+    let target = target_of(shared, run).await?;
     let rows = shared.store.list_archived(&filter).await?;
     let mut refused = Vec::new();
-    let mut taken = Vec::new();
+    if let Some(keys) = &ask.keys {
+        let found: std::collections::HashSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+        for key in keys.iter().filter(|k| !found.contains(k.as_str())) {
+            refused.push(format!(
+                "{key}: no such finished request of the run, or queued again already, or not of the outcome asked"
+            ));
+        }
+    }
+    // What goes: GET requests (a body is not archived), each with its depth.
+    let mut todo = Vec::with_capacity(rows.len());
+    for row in rows {
+        let method = row
+            .doc
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("GET");
+        if method != "GET" {
+            refused.push(format!(
+                "{method} {}: only GET requests are queued again (a body is not archived)",
+                row.url
+            ));
+            continue;
+        }
+        let depth = row
+            .doc
+            .get("depth")
+            .and_then(Value::as_u64)
+            .and_then(|d| u32::try_from(d).ok())
+            .unwrap_or(0);
+        todo.push((row.key, row.url, depth));
+    }
     let now = shared.clock.now_ms();
-    let done = if let Some(active) = active {
-        let mut requests = Vec::new();
-        for row in rows {
-            let method = row
-                .doc
-                .get("method")
-                .and_then(Value::as_str)
-                .unwrap_or("GET");
-            if method != "GET" {
-                refused.push(format!(
-                    "{} {}: only GET requests are queued again (a body is not archived)",
-                    method, row.url
-                ));
-                continue;
-            }
-            let mut r = match Request::get(&row.url, None, &active.spider.canon) {
-                Ok(r) => r,
-                Err(e) => {
-                    refused.push(format!("{}: {e}", row.url));
+    let mut taken = Vec::new();
+    let into = match target {
+        Target::Run(active) => {
+            let mut requests = Vec::with_capacity(todo.len());
+            for (key, url, depth) in todo {
+                let mut r = match Request::get(&url, None, &active.spider.canon) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        refused.push(format!("{url}: {e}"));
+                        continue;
+                    }
+                };
+                if !active.spider.canonical_host_allowed(&r.url) {
+                    refused.push(format!(
+                        "{url}: the host is not allowed by the run's spider"
+                    ));
                     continue;
                 }
-            };
-            if !active.spider.canonical_host_allowed(&r.url) {
-                refused.push(format!(
-                    "{}: the host is not allowed by the run's spider",
-                    row.url
-                ));
-                continue;
+                r.depth = depth;
+                r.created_ms = now;
+                r.dedup_salt = Some(requeue_salt(run, &key));
+                requests.push(r);
+                taken.push(key);
             }
-            r.depth = row
-                .doc
-                .get("depth")
-                .and_then(Value::as_u64)
-                .and_then(|d| u32::try_from(d).ok())
-                .unwrap_or(0);
-            r.created_ms = now;
-            r.dedup_salt = Some(requeue_salt(run, &row.key));
-            requests.push(r);
-            taken.push(row.key);
+            if !requests.is_empty() {
+                active
+                    .feed(&shared.runs_cx, requests)
+                    .await
+                    .map_err(|e| match e {
+                        crate::live::FeedError::Closed => HubError::WrongState {
+                            run: run.clone(),
+                            state: active.state().to_string(),
+                            action: "requeue (the run is ending: try again once it is over, and they go to a run of its job)".into(),
+                        },
+                        crate::live::FeedError::Frontier(reason) => HubError::RunStorage {
+                            run: run.clone(),
+                            reason,
+                        },
+                    })?;
+            }
+            Some(run.clone())
         }
-        if !requests.is_empty() {
-            active
-                .feed(&shared.runs_cx, requests)
-                .await
-                .map_err(|e| match e {
-                    crate::live::FeedError::Closed => HubError::WrongState {
-                        run: run.clone(),
-                        state: active.state().to_string(),
-                        action: "requeue (the run is ending; try again once it is over)".into(),
-                    },
-                    crate::live::FeedError::Frontier(reason) => HubError::RunStorage {
-                        run: run.clone(),
-                        reason,
-                    },
-                })?;
-        }
-        Some(run.clone())
-    } else {
-        let job = job.unwrap_or_default();
-        let mut tasks = Vec::new();
-        let mut keys = Vec::new();
-        for row in rows {
-            let mut task = Map::new();
-            task.insert("url".into(), row.url.clone().into());
-            task.insert("requeue_of".into(), run.to_string().into());
-            task.insert("key".into(), row.key.clone().into());
-            tasks.push(FeedTask {
-                url: row.url,
-                priority: 0,
-                task,
-                delivery_id: requeue_salt(run, &row.key),
-            });
-            keys.push(row.key);
-        }
-        if tasks.is_empty() {
-            None
-        } else {
-            let feed = Feed {
-                outbound: REQUEUE_FEED.into(),
-                idle_ms: REQUEUE_IDLE_MS,
-            };
-            let urls: Vec<String> = tasks.iter().map(|t| t.url.clone()).collect();
-            let answers = feeds::feed_job(shared, &job, feed, tasks).await?;
-            for ((key, url), answer) in keys.into_iter().zip(urls).zip(answers) {
-                match answer {
-                    Ok(()) => taken.push(key),
-                    Err(why) => refused.push(format!("{url}: {why}")),
+        Target::Job(job) => {
+            let mut tasks = Vec::with_capacity(todo.len());
+            let mut keys = Vec::with_capacity(todo.len());
+            for (key, url, depth) in todo {
+                tasks.push(FeedTask {
+                    url,
+                    priority: 0,
+                    task: Map::new(),
+                    delivery_id: requeue_salt(run, &key),
+                    depth,
+                });
+                keys.push(key);
+            }
+            if tasks.is_empty() {
+                None
+            } else {
+                let feed = Feed {
+                    outbound: REQUEUE_FEED.into(),
+                    idle_ms: REQUEUE_IDLE_MS,
+                };
+                let urls: Vec<String> = tasks.iter().map(|t| t.url.clone()).collect();
+                let answers = feeds::feed_job(shared, &job, feed, tasks).await?;
+                for ((key, url), answer) in keys.into_iter().zip(urls).zip(answers) {
+                    match answer {
+                        Ok(()) => taken.push(key),
+                        Err(why) => refused.push(format!("{url}: {why}")),
+                    }
                 }
+                shared.fed_run_of(&job).map(|r| r.id.clone())
             }
-            shared.fed_run_of(&job).map(|r| r.id.clone())
         }
     };
     let requeued = taken.len() as u64;
     if !taken.is_empty() {
-        shared
+        // They are queued: a mark that fails only lets a later requeue offer them again (and
+        // a run's dedup drops what it has already).
+        if let Err(e) = shared
             .store
             .mark_archived_requeued(run.as_str(), &taken, now)
-            .await?;
+            .await
+        {
+            tracing::warn!(run = %run, error = %e, "requeued requests not marked; a later requeue offers them again");
+        }
         shared.logs.hub(
             run,
             silk_store::Level::Info,
-            match &done {
+            match &into {
                 Some(to) if to != run => {
                     format!("{requeued} finished request(s) queued again, into run `{to}`")
                 }
@@ -446,9 +448,59 @@ pub(crate) async fn requeue(
     }
     Ok(Requeued {
         requeued,
-        run: done.filter(|_| requeued > 0),
+        run: into.filter(|_| requeued > 0),
         refused,
     })
+}
+
+/// Where a run's requeued requests go.
+enum Target {
+    /// The run itself, which this hub drives.
+    Run(Arc<crate::live::Run>),
+    /// The run is over: its job's run for fed requests (the job's id).
+    Job(String),
+}
+
+/// Where `run`'s requeued requests would go now, or why nowhere.
+async fn target_of(shared: &Arc<HubCore>, run: &RunId) -> Result<Target, HubError> {
+    if let Some(active) = shared.active_run(run).filter(|r| !r.is_closing()) {
+        return Ok(Target::Run(active));
+    }
+    let record = shared
+        .repo
+        .get(run)
+        .await?
+        .ok_or_else(|| HubError::NoSuchRun(run.clone()))?;
+    if !record.state.is_terminal() {
+        let here = record.hub.as_ref() == Some(&shared.hub_id) || shared.active_run(run).is_some();
+        return Err(if here {
+            HubError::WrongState {
+                run: run.clone(),
+                state: record.state.to_string(),
+                action:
+                    "requeue (the run is ending or not started on this hub: try again in a moment)"
+                        .into(),
+            }
+        } else {
+            HubError::Conflict(format!(
+                "run `{run}` is {} and another hub drives it{}: ask that hub to queue its requests again",
+                record.state,
+                record
+                    .hub
+                    .as_ref()
+                    .map(|h| format!(" (`{h}`)"))
+                    .unwrap_or_default()
+            ))
+        });
+    }
+    match record.job_id {
+        Some(job) => Ok(Target::Job(job)),
+        None => Err(HubError::WrongState {
+            run: run.clone(),
+            state: record.state.to_string(),
+            action: "requeue (a run that is over and belongs to no job has no run to take its requests: start a new run with them)".into(),
+        }),
+    }
 }
 
 /// The dedup salt of a requeued request: new for each archived request, so the run's
@@ -495,7 +547,7 @@ mod tests {
         let row = row_of(line("failed", None));
         assert_eq!(row.outcome, "failed");
         assert_eq!(row.attempts, 4, "retries used + the first attempt");
-        assert_eq!(row.key, key_of("http://h/p", None));
+        assert_eq!(row.key, key_of("GET", "http://h/p", None));
         let view = view_of(row);
         assert_eq!(view.outcome, RequestOutcome::Failed);
         assert_eq!((view.depth, view.bytes, view.status), (2, 10, Some(503)));
@@ -505,12 +557,11 @@ mod tests {
 
     #[test]
     fn keys_tell_salted_requests_apart_and_lines_of_older_hubs_read() {
-        assert_ne!(key_of("http://h/p", None), key_of("http://h/p", Some("x")));
-        assert_ne!(
-            key_of("http://h/p", Some("a")),
-            key_of("http://h/p", Some("b"))
-        );
-        assert_eq!(key_of("http://h/p", Some("a")).len(), 32);
+        let get = |salt| key_of("GET", "http://h/p", salt);
+        assert_ne!(get(None), get(Some("x")));
+        assert_ne!(get(Some("a")), get(Some("b")));
+        assert_ne!(get(None), key_of("POST", "http://h/p", None));
+        assert_eq!(get(Some("a")).len(), 32);
         let mut old = line("", None);
         old.ok = true;
         assert_eq!(row_of(old).outcome, "done");

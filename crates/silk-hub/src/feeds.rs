@@ -56,9 +56,12 @@ pub(crate) async fn feed_job(
             continue;
         }
         r.priority = task.priority;
+        r.depth = task.depth;
         r.created_ms = now;
         r.dedup_salt = Some(task.delivery_id);
-        r.meta.insert(TASK_META.into(), Value::Object(task.task));
+        if !task.task.is_empty() {
+            r.meta.insert(TASK_META.into(), Value::Object(task.task));
+        }
         requests.push(r);
         answers.push(Ok(()));
     }
@@ -211,7 +214,8 @@ async fn stranded_fed_run(shared: &HubCore, job_id: &str) -> Result<Option<RunId
 
 /// Feeds every run's outcomes to `consumer` until it or the hub stops: runs with outcomes not
 /// all delivered (ended, or from before a restart) and every run active now, each tailed
-/// from its stored offset (`runs/{id}/router-{name}.json`). Runs that ended before the
+/// from its stored offset (`runs/{id}/router-{name}.json`, or the consumer's
+/// `state_file`). Runs that ended before the
 /// consumer first ran on this hub are not replayed.
 pub(crate) async fn consume_outcomes(
     shared: Arc<HubCore>,

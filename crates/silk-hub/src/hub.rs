@@ -248,9 +248,7 @@ impl Hub {
         crate::ownership::adopt(&shared, true).await?;
         tokio::spawn(crate::ownership::ownership_loop(shared.clone()));
         crate::sinks::resume_pending(&shared).await;
-        if shared.config.archive_retention_ms > 0 {
-            crate::archive::start(&shared);
-        }
+        crate::archive::start(&shared);
         tokio::spawn(crate::scheduler::scheduler(shared.clone(), ended_rx));
         tokio::spawn(crate::builds::build_loop(shared.clone()));
         let alerts = tokio::spawn(crate::alerts::alert_loop(shared.clone()));

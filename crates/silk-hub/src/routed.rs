@@ -14,8 +14,11 @@ pub struct FeedTask {
     pub url: String,
     /// The request's priority (the task's built-in `priority`).
     pub priority: i32,
-    /// The task as pushed; it rides in the request's meta and comes back in the outcome.
+    /// The task as pushed; it rides in the request's meta and comes back in the outcome
+    /// (none when empty: a requeued request is no router task).
     pub task: Map<String, Value>,
+    /// Links from the start request (0 for a routed task; a requeued request keeps its own).
+    pub depth: u32,
     /// The delivery id (`task_uuid:routed_count`): the request's dedup salt.
     pub delivery_id: String,
 }

@@ -1012,7 +1012,12 @@ impl Run {
                 step => step,
             };
             match step {
-                Step::End(end) => return Ok(end),
+                Step::End(end) => {
+                    // Nothing is fed into a run that ends (a limit, a deadline, a stop):
+                    // what a feed put in before this is in the frontier the run keeps.
+                    *self.gate.write().await = false;
+                    return Ok(end);
+                }
                 Step::Fail(reason) => return Err(reason),
                 Step::Wait { ms, progress } => {
                     if progress {

@@ -201,6 +201,7 @@ impl JobOutbound {
             priority: priority as i32,
             task,
             delivery_id: out.delivery_id.clone(),
+            depth: 0,
         })
     }
 }

@@ -149,6 +149,7 @@ async fn finished_requests_are_archived_listed_and_failed_ones_requeued_into_the
     .await;
     let urls: BTreeSet<String> = failed.iter().map(|r| r.url.clone()).collect();
     let want: BTreeSet<String> = (0..5).map(|i| format!("{site}/f/{i}")).collect();
+    assert_eq!(failed.len(), 5, "{failed:?}");
     assert_eq!(urls, want, "paged by 2, each failed request once");
     for r in &failed {
         assert_eq!(r.status, Some(503), "{r:?}");
@@ -183,6 +184,24 @@ async fn finished_requests_are_archived_listed_and_failed_ones_requeued_into_the
     assert_eq!(page["requests"].as_array().unwrap().len(), 3);
     assert_eq!(page["counts"], json!({"failed": 5}));
     assert!(page["next"].is_string());
+    let (status, second) = call(
+        &admin,
+        Method::GET,
+        &format!(
+            "/api/v1/runs/{id}/requests?outcome=failed&limit=3&after={}",
+            page["next"].as_str().unwrap()
+        ),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["requests"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        second["counts"],
+        Value::Null,
+        "counted on the first page only"
+    );
+    assert_eq!(second["next"], Value::Null);
     let (status, e) = call(
         &admin,
         Method::GET,
@@ -224,11 +243,41 @@ async fn finished_requests_are_archived_listed_and_failed_ones_requeued_into_the
     .await;
     assert_eq!(marked.len(), 5);
     assert!(marked.iter().all(|r| r.requeued_ms.is_some()));
-    let twice = admin
-        .requeue_requests(&id, &RequeueRequest::default())
+    let (status, twice) = call(
+        &admin,
+        Method::POST,
+        &format!("/api/v1/runs/{id}/requests/requeue"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "no body: the failed ones; {twice}");
+    assert_eq!(twice, json!({"requeued": 0, "run": null, "refused": []}));
+    // Named keys: whatever their outcome; one that is not there is named.
+    let named = admin
+        .requeue_requests(
+            &id,
+            &RequeueRequest {
+                keys: Some(vec![
+                    ok[0].key.clone(),
+                    "nope".into(),
+                    failed[0].key.clone(),
+                ]),
+                ..RequeueRequest::default()
+            },
+        )
         .await
         .unwrap();
-    assert_eq!((twice.requeued, twice.run), (0, None));
+    assert_eq!(named.requeued, 1, "{named:?}");
+    assert_eq!(
+        named.run.as_ref(),
+        Some(&next),
+        "the job's fed run takes it"
+    );
+    assert_eq!(named.refused.len(), 2, "{named:?}");
+    assert!(
+        named.refused.iter().any(|r| r.starts_with("nope:")),
+        "{named:?}"
+    );
 
     // Bad asks name what is wrong; another tenant's token sees no such run.
     let (status, e) = call(
@@ -274,6 +323,14 @@ async fn finished_requests_are_archived_listed_and_failed_ones_requeued_into_the
         Method::GET,
         &format!("/api/v1/runs/{id}/requests"),
         None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = call(
+        &other,
+        Method::POST,
+        &format!("/api/v1/runs/{id}/requests/requeue"),
+        Some(json!({})),
     )
     .await;
     assert_eq!(status, 404);

@@ -302,6 +302,7 @@ async fn run_results_resume_from_their_stored_offset_when_the_router_restarts() 
                 .unwrap()
                 .clone(),
             delivery_id: format!("t{i}:1"),
+            depth: 0,
         })
         .collect();
     let feed = Feed {

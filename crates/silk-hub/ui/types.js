@@ -587,7 +587,7 @@
 /**
  * A page of a run's archived requests.
  * @typedef {object} RequestsPage
- * @property {Record<string, number>} counts How many match the query (without `after` and `limit`), per outcome.
+ * @property {Record<string, number>|null} [counts] How many match the query (without `after` and `limit`), per outcome; on the first
  * @property {string|null} [next] The `after` of the next page; `null` on the last.
  * @property {Array<ArchivedRequestView>} requests In the order they finished.
  */
@@ -596,7 +596,7 @@
  * Which archived requests to queue again: the body of
  * @typedef {object} RequeueRequest
  * @property {string|null} [error_code] Only those with this error code.
- * @property {Array<string>|null} [keys] Only these (keys from the list).
+ * @property {Array<string>|null} [keys] Only these (keys from the list; then any outcome unless `outcome` is given). A key
  * @property {number|null} [limit] At most this many, oldest first (default and most: 10000).
  * @property {null|RequestOutcome} [outcome]
  * @property {number|null} [status] Only those whose last response had this HTTP status.
@@ -605,7 +605,7 @@
 /**
  * What a requeue did.
  * @typedef {object} Requeued
- * @property {Array<string>} refused Archived requests that matched but could not be queued (a URL the spider no longer
+ * @property {Array<string>} refused What could not be queued (a URL the spider no longer allows, a request that is not a
  * @property {number} requeued How many requests were queued again.
  * @property {string|null} [run] The run that takes them: the run itself while it is active, else its job's run
  */

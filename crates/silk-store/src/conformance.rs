@@ -2663,8 +2663,8 @@ pub async fn quota_reservations_hold_their_limits(f: &dyn StoreFactory) {
 /// The archive of finished requests: rows of a run in the order they finished, with paging
 /// by the last one seen; a row written again replaces the first (keeping when it was
 /// requeued), also twice in one batch; filters by outcome, error code, status, keys and
-/// requeued; counts per outcome; other runs apart; NUL in a text; retention by age in
-/// bounded steps.
+/// requeued; counts per outcome; other runs apart; NUL in a text (stored as U+FFFD, found
+/// by the same text) and in the document; retention by age in bounded steps.
 pub async fn requests_archived_listed_requeued(f: &dyn StoreFactory) {
     use crate::request_archive::{ArchiveFilter, ArchivedRequest};
     use std::collections::BTreeMap;
@@ -2683,8 +2683,10 @@ pub async fn requests_archived_listed_requeued(f: &dyn StoreFactory) {
             doc: serde_json::json!({"method": "GET", "depth": 1, "error_msg": "x\u{0}y"}),
             requeued_ms: None,
         };
+    let mut nul = row("r1", "k1", 10, "done", Some(200));
+    nul.url = "https://example.com/a\u{0}b".into();
     let rows = vec![
-        row("r1", "k1", 10, "done", Some(200)),
+        nul,
         row("r1", "k2", 11, "failed", Some(503)),
         row("r1", "k3", 11, "failed", Some(500)),
         row("r1", "k4", 12, "dropped", None),
@@ -2704,6 +2706,8 @@ pub async fn requests_archived_listed_requeued(f: &dyn StoreFactory) {
         "in the order they finished"
     );
     assert_eq!(listed[1], rows[1], "a row comes back as written");
+    assert_eq!(listed[0].url, "https://example.com/a\u{FFFD}b");
+    assert_eq!(listed[0].doc, rows[0].doc, "the document keeps its NUL");
     // Paging.
     let mut filter = ArchiveFilter {
         limit: Some(2),
@@ -2763,6 +2767,21 @@ pub async fn requests_archived_listed_requeued(f: &dyn StoreFactory) {
         ..failed.clone()
     };
     assert_eq!(keys(s.list_archived(&requeued).await.unwrap()), ["k3"]);
+    let marked = ArchiveFilter {
+        requeued: Some(true),
+        ..all("r1")
+    };
+    assert_eq!(keys(s.list_archived(&marked).await.unwrap()), ["k2", "k5"]);
+    let none = ArchiveFilter {
+        keys: Some(Vec::new()),
+        ..all("r1")
+    };
+    assert!(s.list_archived(&none).await.unwrap().is_empty());
+    let nul_code = ArchiveFilter {
+        error_code: Some("http_\u{0}".into()),
+        ..all("r1")
+    };
+    assert!(s.list_archived(&nul_code).await.unwrap().is_empty());
     let by_keys = ArchiveFilter {
         keys: Some(vec!["k5".into(), "k1".into()]),
         ..all("r1")

@@ -122,8 +122,4 @@ crate::sql_router_failures::impl_router_failure_store!(
     db = sqlx::Postgres,
     c = " COLLATE \"C\""
 );
-crate::sql_request_archive::impl_request_archive_store!(
-    store = PgStore,
-    db = sqlx::Postgres,
-    c = " COLLATE \"C\""
-);
+crate::sql_request_archive::impl_request_archive_store!(store = PgStore, db = sqlx::Postgres);

@@ -10,7 +10,7 @@
 
 use crate::error::StoreError;
 
-/// Rows per multi-row `INSERT` (at most 6 parameters per row: well under SQLite's 32766 and
+/// Rows per multi-row `INSERT` (at most 11 parameters per row: well under SQLite's 32766 and
 /// PostgreSQL's 65535 bind parameters per statement).
 pub(crate) const CHUNK: usize = 1000;
 
@@ -934,6 +934,7 @@ macro_rules! impl_meta_store {
                     "DELETE FROM allocations WHERE run_id = $1",
                     "DELETE FROM log_lines WHERE run_id = $1",
                     "DELETE FROM items WHERE run_id = $1",
+                    "DELETE FROM run_requests WHERE run = $1",
                 ] {
                     execute(&mut *tx, sqlx::query(sql).bind(id), OP).await?;
                 }

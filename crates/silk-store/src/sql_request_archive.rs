@@ -3,10 +3,11 @@
 //! after that macro, in the same module: it uses its helpers (`execute`, `execute_batch`,
 //! `fetch_list`, `Cols`, `DbRow`).
 
-/// Implements [`crate::RequestArchiveStore`] for `$store` (see the module doc). `$c` is the
-/// collation suffix of text `ORDER BY`s and comparisons.
+/// Implements [`crate::RequestArchiveStore`] for `$store` (see the module doc). Keys are
+/// lowercase hex, which every collation orders alike: no `COLLATE`, so the
+/// `(run, time_ms, key)` index serves the order and the row-value cursor.
 macro_rules! impl_request_archive_store {
-    (store = $store:ty, db = $db:ty, c = $c:literal) => {
+    (store = $store:ty, db = $db:ty) => {
         const ARCHIVE_COLS: &str = "run, key, time_ms, outcome, url, status, error_code, \
                                     attempts, agent, doc, requeued_ms";
 
@@ -45,7 +46,9 @@ macro_rules! impl_request_archive_store {
             filter: &$crate::request_archive::ArchiveFilter,
             cursor: bool,
         ) -> Result<(), StoreError> {
-            qb.push(" WHERE run = ").push_bind(filter.run.clone());
+            // PostgreSQL's text has no NUL: a value with one matches what was stored for it.
+            let text = |t: &str| t.replace('\0', "\u{FFFD}");
+            qb.push(" WHERE run = ").push_bind(text(&filter.run));
             if let Some(keys) = &filter.keys {
                 if keys.is_empty() {
                     qb.push(" AND 1 = 0");
@@ -53,7 +56,7 @@ macro_rules! impl_request_archive_store {
                     qb.push(" AND key IN (");
                     let mut list = qb.separated(", ");
                     for key in keys {
-                        list.push_bind(key.clone());
+                        list.push_bind(text(key));
                     }
                     qb.push(")");
                 }
@@ -63,7 +66,7 @@ macro_rules! impl_request_archive_store {
                 ("error_code", &filter.error_code),
             ] {
                 if let Some(value) = value {
-                    qb.push(format!(" AND {col} = ")).push_bind(value.clone());
+                    qb.push(format!(" AND {col} = ")).push_bind(text(value));
                 }
             }
             if let Some(status) = filter.status {
@@ -80,13 +83,11 @@ macro_rules! impl_request_archive_store {
             }
             if let Some((time, key)) = filter.after.as_ref().filter(|_| cursor) {
                 let time = $crate::sql::to_db(*time, || "run_requests filter after".to_owned())?;
-                qb.push(" AND (time_ms > ")
+                qb.push(" AND (time_ms, key) > (")
                     .push_bind(time)
-                    .push(" OR (time_ms = ")
-                    .push_bind(time)
-                    .push(format!(" AND key{} > ", $c))
-                    .push_bind(key.clone())
-                    .push("))");
+                    .push(", ")
+                    .push_bind(text(key))
+                    .push(")");
             }
             Ok(())
         }
@@ -173,7 +174,7 @@ macro_rules! impl_request_archive_store {
                     "SELECT {ARCHIVE_COLS} FROM run_requests"
                 ));
                 push_archive_filter(&mut qb, filter, true)?;
-                qb.push(format!(" ORDER BY time_ms, key{}", $c));
+                qb.push(" ORDER BY time_ms, key");
                 if let Some(limit) = filter.limit {
                     qb.push(" LIMIT ").push_bind(i64::from(limit));
                 }
@@ -221,7 +222,7 @@ macro_rules! impl_request_archive_store {
                         sqlx::QueryBuilder::<$db>::new("UPDATE run_requests SET requeued_ms = ");
                     qb.push_bind(at)
                         .push(" WHERE run = ")
-                        .push_bind(run.to_owned())
+                        .push_bind(run.replace('\0', "\u{FFFD}"))
                         .push(" AND key IN (");
                     let mut list = qb.separated(", ");
                     for key in chunk {

@@ -102,11 +102,7 @@ crate::sql_router_failures::impl_router_failure_store!(
     db = sqlx::Sqlite,
     c = ""
 );
-crate::sql_request_archive::impl_request_archive_store!(
-    store = SqliteStore,
-    db = sqlx::Sqlite,
-    c = ""
-);
+crate::sql_request_archive::impl_request_archive_store!(store = SqliteStore, db = sqlx::Sqlite);
 
 /// Whether `e` is SQLite's "database is locked" (SQLITE_BUSY, code 5, or one of its
 /// extended codes).

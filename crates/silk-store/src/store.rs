@@ -90,7 +90,7 @@ pub trait MetaStore:
     async fn count_runs(&self, filter: &RunFilter) -> Result<u64, StoreError>;
 
     /// Removes the run and everything stored for it: its allocations, log lines, items (and
-    /// their seq counter) and its lease ([`crate::run_lease_name`]). Whether the run existed
+    /// their seq counter), archived requests and its lease ([`crate::run_lease_name`]). Whether the run existed
     /// (its other data is removed either way).
     async fn delete_run(&self, id: &str) -> Result<bool, StoreError>;
 

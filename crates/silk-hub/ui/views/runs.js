@@ -343,7 +343,7 @@ export function viewRun(root, id) {
       if (reqOutcome.value) q.set('outcome', reqOutcome.value);
       /** @type {RequestsPage} */
       const page = await api('GET', `/api/v1/runs/${enc(id)}/requests?${q}`);
-      const counts = page.counts || {};
+      const counts = page.counts || {}; // (a first page has them)
       const shown = Object.entries(counts).map(([k, n]) => `${k} ${fmtInt(n)}`);
       reqCounts.textContent = shown.length ? shown.join(' · ') : '';
       const failedLeft = reqOutcome.value === 'failed' ? (counts.failed || 0) : null;

@@ -61,7 +61,8 @@ pub enum RunsCommand {
     /// outcome, status, error, attempts, agent.
     Requests(RequestsArgs),
     /// Queue a run's finished requests again (its failed ones by default), once each: into
-    /// the run while it is active, else into a new run of its job.
+    /// the run while it is active, else into a run of its job (started for them if none is
+    /// open).
     Requeue(RequeueArgs),
 }
 
@@ -153,7 +154,8 @@ pub struct RequestsArgs {
 pub struct RequeueArgs {
     #[command(flatten)]
     pub filter: ArchiveFilterArgs,
-    /// Only these (keys from `silk runs requests --json`); repeat for more.
+    /// Only these (keys from `silk runs requests --json`; then any outcome unless
+    /// `--outcome`); repeat for more.
     #[arg(long = "key", value_name = "KEY")]
     pub keys: Vec<String>,
     /// At most this many, oldest first (default and most: 10000).
@@ -240,18 +242,21 @@ async fn requests(client: &Client, args: RequestsArgs, json: bool) -> anyhow::Re
         ..RequestsParams::default()
     };
     let mut rows = Vec::new();
-    let counts = loop {
+    let mut counts = None;
+    loop {
         let page = client
             .api()
             .run_requests(&f.id, &params)
             .await
             .map_err(|e| client.error(e))?;
         rows.extend(page.requests);
+        counts = counts.or(page.counts);
         match page.next {
             Some(next) if args.all => params.after = Some(next),
-            _ => break page.counts,
+            _ => break,
         }
-    };
+    }
+    let counts = counts.unwrap_or_default();
     show(json, &rows, || {
         use Align::{Left, Right};
         let mut table = Table::new(&[
