@@ -13,6 +13,7 @@
 #
 #   bench/fleet.sh                   # all modes
 #   MODES="crawl nats2" bench/fleet.sh
+#   HUB_ARGS="--set runs.archive_retention=0s" bench/fleet.sh   # extra hub (`up`/`hub`) flags
 #
 # The hubs serve their API without tokens (`--no-auth`, loopback only).
 # Needs: cargo, python3, nats-server (Debian package `nats-server`); shared2 also psql and
@@ -27,6 +28,7 @@ NATS_PORT=${NATS_PORT:-18733}
 MAX_PENDING=${MAX_PENDING:-512}
 CAPACITY=${CAPACITY:-256}
 MODES=${MODES:-"crawl up1 up2 nats2"}
+HUB_ARGS=${HUB_ARGS:-}
 OUT=bench/out/fleet-$$
 mkdir -p "$OUT"
 
@@ -94,7 +96,8 @@ for mode in $MODES; do
       ;;
     up1|up2)
       n=${mode#up}
-      "$BIN" up --agents "$n" --allow-network 127.0.0.0/8 --capacity "$CAPACITY" --data-dir "$D/data" --no-auth \
+      # shellcheck disable=SC2086 # HUB_ARGS is a list of flags
+      "$BIN" up --agents "$n" --allow-network 127.0.0.0/8 --capacity "$CAPACITY" --data-dir "$D/data" --no-auth $HUB_ARGS \
         --listen "127.0.0.1:$API_PORT" >"$D/up.log" 2>&1 &
       UP=$!; PIDS+=("$UP")
       wait_for "$D/up.log" "silk is up"; wait_agents "$n"
@@ -114,7 +117,8 @@ for mode in $MODES; do
       nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$D/nats" >"$D/nats.log" 2>&1 &
       NATS=$!; PIDS+=("$NATS")
       wait_for "$D/nats.log" "Server is ready"
-      "$BIN" hub --bus "nats://127.0.0.1:$NATS_PORT" --data-dir "$D/hub" \
+      # shellcheck disable=SC2086 # HUB_ARGS is a list of flags
+      "$BIN" hub --bus "nats://127.0.0.1:$NATS_PORT" --data-dir "$D/hub" $HUB_ARGS \
         --listen "127.0.0.1:$API_PORT" --no-auth "${SHARED[@]}" >"$D/hub.log" 2>&1 &
       HUB=$!; PIDS+=("$HUB")
       wait_for "$D/hub.log" "silk hub: API on"

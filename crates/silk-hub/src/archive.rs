@@ -32,6 +32,9 @@ use std::time::Duration;
 const STATE_FILE: &str = "archive.json";
 /// Outcome lines read and written to the store at once.
 const PAGE: usize = 1000;
+/// How long lines gather after a page that was not full: a run at thousands of requests a
+/// second then costs the store a write per page, not one per few lines.
+const LINGER: Duration = Duration::from_millis(250);
 /// Rows deleted at once by the retention (so that no write holds the store for long).
 const DELETE_STEP: u32 = 10_000;
 /// Most requests queued again by one call.
@@ -120,6 +123,10 @@ impl OutcomeConsumer for Archiver {
 
     fn state_file(&self) -> Option<String> {
         Some(STATE_FILE.to_owned())
+    }
+
+    fn linger(&self) -> Duration {
+        LINGER
     }
 
     fn task(&self, line: OutcomeLine) -> Option<Value> {

@@ -354,6 +354,8 @@ struct OutcomeTail {
     page_size: usize,
     state_file: String,
     state: ReadState,
+    /// The last page read was not full.
+    short: bool,
 }
 
 impl Tail for OutcomeTail {
@@ -369,7 +371,12 @@ impl Tail for OutcomeTail {
     }
 
     async fn read(&mut self, offset: u64) -> Result<Page<Value>, String> {
+        let linger = self.consumer.linger();
+        if self.short && !linger.is_zero() {
+            tokio::time::sleep(linger).await;
+        }
         let page = read_items(&self.path, offset, self.page_size)?;
+        self.short = page.items.len() < self.page_size;
         let run = &self.run;
         let tasks = page
             .items
@@ -454,6 +461,7 @@ async fn tail(
         page_size,
         state_file,
         state,
+        short: false,
     };
     let backoff = Backoff {
         initial: Duration::from_millis(200),

@@ -90,6 +90,13 @@ pub(crate) trait OutcomeConsumer: Send + Sync + 'static {
         None
     }
 
+    /// How long to let lines gather after a page that was not full, before reading again
+    /// (zero: read at every write). A consumer whose delivery costs per call (a store
+    /// write) lingers, so that a fast run gives it full pages, not a call per line.
+    fn linger(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// The task an outcome becomes, or `None` when the consumer does not want it.
     fn task(&self, line: OutcomeLine) -> Option<Value>;
 

@@ -1018,7 +1018,10 @@ impl Run {
                     *self.gate.write().await = false;
                     return Ok(end);
                 }
-                Step::Fail(reason) => return Err(reason),
+                Step::Fail(reason) => {
+                    *self.gate.write().await = false;
+                    return Err(reason);
+                }
                 Step::Wait { ms, progress } => {
                     if progress {
                         self.last_progress_ms.store(now, Ordering::Relaxed);

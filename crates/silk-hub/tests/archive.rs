@@ -388,3 +388,43 @@ async fn failed_requests_are_requeued_into_their_run_while_it_is_active() {
     assert!(e["message"].as_str().unwrap().contains("no job"), "{e}");
     hub.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_the_archive_off_runs_write_no_outcome_lines_and_list_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = bus();
+    let hub = start_hub_with(
+        silk_hub::HubConfig {
+            archive_retention_ms: 0,
+            ..hub_config(dir.path())
+        },
+        &bus,
+    )
+    .await;
+    let _agent = start_agent(dir.path(), &bus, "a1").await;
+    within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+    let (_base, admin) = serve(&hub).await;
+    let (site, _broken, _release) = flaky_site(2).await;
+    let run = hub
+        .submit(RunRequest::spider(spider("off", &[format!("{site}/")])))
+        .await
+        .unwrap();
+    let done = within("the run", 60, hub.wait_run(&run.id)).await.unwrap();
+    assert_eq!(done.stats.success, 3, "{done:?}");
+    assert_eq!(done.stats.failed, 2, "{done:?}");
+    let page = admin
+        .run_requests(run.id.as_str(), &RequestsParams::default())
+        .await
+        .unwrap();
+    assert!(page.requests.is_empty(), "{page:?}");
+    assert_eq!(page.counts, Some(Default::default()));
+    let run_dir = hub.data_dir().join("runs").join(run.id.as_str());
+    assert!(
+        run_dir.join("items.jsonl").exists(),
+        "{}",
+        run_dir.display()
+    );
+    let lines = run_dir.join("outcomes.jsonl");
+    assert!(!lines.exists(), "{} is written", lines.display());
+    hub.shutdown().await;
+}
