@@ -23,7 +23,7 @@ use serde_json::{Map, Value};
 use silk_api::runs::{
     ArchivedRequestView, RequestOutcome, RequestsPage, RequestsParams, RequeueRequest, Requeued,
 };
-use silk_core::{Request, RunId};
+use silk_core::RunId;
 use silk_store::{ArchiveFilter, ArchivedRequest, MetaStore};
 use std::sync::Arc;
 use std::time::Duration;
@@ -333,8 +333,10 @@ pub(crate) async fn requeue(
             ));
         }
     }
-    // What goes: GET requests (a body is not archived), each with its depth.
-    let mut todo = Vec::with_capacity(rows.len());
+    // What goes: GET requests (a body is not archived), each with its depth, salted so
+    // that the run's dedup lets each through once.
+    let mut tasks = Vec::with_capacity(rows.len());
+    let mut keys = Vec::with_capacity(rows.len());
     for row in rows {
         let method = row
             .doc
@@ -354,83 +356,58 @@ pub(crate) async fn requeue(
             .and_then(Value::as_u64)
             .and_then(|d| u32::try_from(d).ok())
             .unwrap_or(0);
-        todo.push((row.key, row.url, depth));
+        tasks.push(FeedTask {
+            url: row.url,
+            priority: 0,
+            task: Map::new(),
+            delivery_id: requeue_salt(run, &row.key),
+            depth,
+        });
+        keys.push(row.key);
     }
     let now = shared.clock.now_ms();
-    let mut taken = Vec::new();
-    let into = match target {
-        Target::Run(active) => {
-            let mut requests = Vec::with_capacity(todo.len());
-            for (key, url, depth) in todo {
-                let mut r = match Request::get(&url, None, &active.spider.canon) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        refused.push(format!("{url}: {e}"));
-                        continue;
-                    }
-                };
-                if !active.spider.canonical_host_allowed(&r.url) {
-                    refused.push(format!(
-                        "{url}: the host is not allowed by the run's spider"
-                    ));
-                    continue;
+    let urls: Vec<String> = tasks.iter().map(|t| t.url.clone()).collect();
+    let (into, answers) = if tasks.is_empty() {
+        (None, Vec::new())
+    } else {
+        match target {
+            Target::Run(active) => {
+                let (requests, answers) = feeds::requests_of(&active.spider, tasks, now);
+                if !requests.is_empty() {
+                    active
+                        .feed(&shared.runs_cx, requests)
+                        .await
+                        .map_err(|e| match e {
+                            crate::live::FeedError::Closed => HubError::WrongState {
+                                run: run.clone(),
+                                state: active.state().to_string(),
+                                action: "requeue (the run is ending: try again once it is over, and they go to a run of its job)".into(),
+                            },
+                            crate::live::FeedError::Frontier(reason) => HubError::RunStorage {
+                                run: run.clone(),
+                                reason,
+                            },
+                        })?;
                 }
-                r.depth = depth;
-                r.created_ms = now;
-                r.dedup_salt = Some(requeue_salt(run, &key));
-                requests.push(r);
-                taken.push(key);
+                (Some(run.clone()), answers)
             }
-            if !requests.is_empty() {
-                active
-                    .feed(&shared.runs_cx, requests)
-                    .await
-                    .map_err(|e| match e {
-                        crate::live::FeedError::Closed => HubError::WrongState {
-                            run: run.clone(),
-                            state: active.state().to_string(),
-                            action: "requeue (the run is ending: try again once it is over, and they go to a run of its job)".into(),
-                        },
-                        crate::live::FeedError::Frontier(reason) => HubError::RunStorage {
-                            run: run.clone(),
-                            reason,
-                        },
-                    })?;
-            }
-            Some(run.clone())
-        }
-        Target::Job(job) => {
-            let mut tasks = Vec::with_capacity(todo.len());
-            let mut keys = Vec::with_capacity(todo.len());
-            for (key, url, depth) in todo {
-                tasks.push(FeedTask {
-                    url,
-                    priority: 0,
-                    task: Map::new(),
-                    delivery_id: requeue_salt(run, &key),
-                    depth,
-                });
-                keys.push(key);
-            }
-            if tasks.is_empty() {
-                None
-            } else {
+            Target::Job(job) => {
                 let feed = Feed {
                     outbound: REQUEUE_FEED.into(),
                     idle_ms: REQUEUE_IDLE_MS,
                 };
-                let urls: Vec<String> = tasks.iter().map(|t| t.url.clone()).collect();
                 let answers = feeds::feed_job(shared, &job, feed, tasks).await?;
-                for ((key, url), answer) in keys.into_iter().zip(urls).zip(answers) {
-                    match answer {
-                        Ok(()) => taken.push(key),
-                        Err(why) => refused.push(format!("{url}: {why}")),
-                    }
-                }
-                shared.fed_run_of(&job).map(|r| r.id.clone())
+                (shared.fed_run_of(&job).map(|r| r.id.clone()), answers)
             }
         }
     };
+    let mut taken = Vec::with_capacity(keys.len());
+    for ((key, url), answer) in keys.into_iter().zip(urls).zip(answers) {
+        match answer {
+            Ok(()) => taken.push(key),
+            Err(why) => refused.push(format!("{url}: {why}")),
+        }
+    }
     let requeued = taken.len() as u64;
     if !taken.is_empty() {
         // They are queued: a mark that fails only lets a later requeue offer them again (and

@@ -37,34 +37,7 @@ pub(crate) async fn feed_job(
     let job = load(shared, job).await?;
     let request = crate::jobs::run_request(&job.spec, &BTreeMap::new())?;
     let spider = crate::run::check_request(&request)?;
-    let mut answers = Vec::with_capacity(tasks.len());
-    let mut requests = Vec::new();
-    let now = shared.clock.now_ms();
-    for task in tasks {
-        let mut r = match Request::get(&task.url, None, &spider.canon) {
-            Ok(r) => r,
-            Err(e) => {
-                answers.push(Err(format!("bad URL `{}`: {e}", task.url)));
-                continue;
-            }
-        };
-        if !spider.canonical_host_allowed(&r.url) {
-            answers.push(Err(format!(
-                "the host of `{}` is not allowed by the job's spider (`allowed_domains`)",
-                r.url
-            )));
-            continue;
-        }
-        r.priority = task.priority;
-        r.depth = task.depth;
-        r.created_ms = now;
-        r.dedup_salt = Some(task.delivery_id);
-        if !task.task.is_empty() {
-            r.meta.insert(TASK_META.into(), Value::Object(task.task));
-        }
-        requests.push(r);
-        answers.push(Ok(()));
-    }
+    let (requests, answers) = requests_of(&spider, tasks, shared.clock.now_ms());
     if requests.is_empty() {
         return Ok(answers);
     }
@@ -108,6 +81,43 @@ pub(crate) async fn feed_job(
         "job `{}`: its fed runs kept ending; try again",
         job.spec.name
     )))
+}
+
+/// The requests `tasks` become under `spider` (canonicalised, allowed hosts only, salted by
+/// their delivery id, made at `now_ms`), and per task `Ok`, or why it was refused for good.
+pub(crate) fn requests_of(
+    spider: &silk_core::spider::Spider,
+    tasks: Vec<FeedTask>,
+    now_ms: u64,
+) -> (Vec<Request>, Vec<Result<(), String>>) {
+    let mut answers = Vec::with_capacity(tasks.len());
+    let mut requests = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let mut r = match Request::get(&task.url, None, &spider.canon) {
+            Ok(r) => r,
+            Err(e) => {
+                answers.push(Err(format!("bad URL `{}`: {e}", task.url)));
+                continue;
+            }
+        };
+        if !spider.canonical_host_allowed(&r.url) {
+            answers.push(Err(format!(
+                "the host of `{}` is not allowed by the spider (`allowed_domains`)",
+                r.url
+            )));
+            continue;
+        }
+        r.priority = task.priority;
+        r.depth = task.depth;
+        r.created_ms = now_ms;
+        r.dedup_salt = Some(task.delivery_id);
+        if !task.task.is_empty() {
+            r.meta.insert(TASK_META.into(), Value::Object(task.task));
+        }
+        requests.push(r);
+        answers.push(Ok(()));
+    }
+    (requests, answers)
 }
 
 /// What `job`'s fed run has not finished (0 when it has none, or no such job: the
