@@ -13,6 +13,8 @@ pub mod expand;
 pub mod ids;
 pub mod net;
 pub mod outcome;
+#[cfg(feature = "redis")]
+pub mod redis_target;
 pub mod request;
 pub mod spider;
 pub mod text;

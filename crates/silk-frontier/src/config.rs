@@ -36,7 +36,14 @@ pub struct FrontierConfig {
     pub expected_urls: u64,
     /// Target false-positive rate of the Bloom filter, in `(0, 1)`.
     pub bloom_fp_rate: f64,
+    /// How long the seen set of a segment is kept after the segment ended, ms; then it is
+    /// pruned (at the next write), so that the store does not grow from segment to
+    /// segment. Dedup reads only the current segment's set. Ignored without segments.
+    pub segment_retention_ms: u64,
 }
+
+/// The default [`FrontierConfig::segment_retention_ms`]: one day.
+pub const DEFAULT_SEGMENT_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
 
 impl Default for FrontierConfig {
     fn default() -> Self {
@@ -50,6 +57,7 @@ impl Default for FrontierConfig {
             segment_ms: Some(24 * 60 * 60 * 1000),
             expected_urls: 1_000_000,
             bloom_fp_rate: 0.01,
+            segment_retention_ms: DEFAULT_SEGMENT_RETENTION_MS,
         }
     }
 }
@@ -70,6 +78,7 @@ impl FrontierConfig {
             segment_ms: spec.segment().map(|d| d.as_millis() as u64),
             expected_urls: spec.expected_urls,
             bloom_fp_rate: spec.bloom_fp_rate,
+            segment_retention_ms: DEFAULT_SEGMENT_RETENTION_MS,
         }
     }
 
@@ -103,6 +112,15 @@ impl FrontierConfig {
     pub fn segment_of(&self, now_ms: u64) -> u64 {
         match self.segment_ms {
             Some(ms) if ms > 0 => now_ms / ms,
+            _ => 0,
+        }
+    }
+
+    /// The segments whose seen sets may be pruned at `now_ms`: those below the returned one
+    /// (they ended at least `segment_retention_ms` ago). 0 without segments.
+    pub fn prune_below(&self, now_ms: u64) -> u64 {
+        match self.segment_ms {
+            Some(ms) if ms > 0 => now_ms.saturating_sub(self.segment_retention_ms) / ms,
             _ => 0,
         }
     }
@@ -146,6 +164,20 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(c.segment_of(u64::MAX), 0);
+        assert_eq!(
+            c.prune_below(u64::MAX),
+            0,
+            "without segments nothing is pruned"
+        );
+        let c = FrontierConfig {
+            segment_ms: Some(1_000),
+            segment_retention_ms: 1_500,
+            ..Default::default()
+        };
+        // Segment 0 ends at 1,000 and is kept until 2,500.
+        assert_eq!(c.prune_below(2_499), 0);
+        assert_eq!(c.prune_below(2_500), 1);
+        assert_eq!(c.prune_below(0), 0);
     }
 
     #[test]

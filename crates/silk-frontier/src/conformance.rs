@@ -52,14 +52,13 @@ macro_rules! frontier_conformance_tests {
         $crate::frontier_conformance_tests!(@all ::std::option::Option::Some($factory));
     };
     (@all $factory:expr) => {
-        $crate::frontier_conformance_tests!(@each $factory;
-            dedup_within_segment, dedup_in_next_segment, dedup_forever_without_segments,
-            dedup_confirms_bloom_false_positives, created_ms_is_set, per_host_concurrency,
-            per_host_delay, set_host_delay, priority_order, aging_flips_order,
-            aging_does_not_flip_order, lease_expiry_redispatches, retry_backoff_then_failed,
-            failed_and_dropped, release_requeues_without_retry, stale_acks_are_harmless, ack_many_mixed, ack_and_enqueue_links,
-            next_ready_when_idle,
-            reopen_persists, closed_store_refuses_calls);
+        $crate::__frontier_conformance_checks!(frontier_conformance_tests!(@each $factory;));
+    };
+    (@sequence $factory:expr; $($check:ident),* $(,)?) => {
+        $(
+            $crate::conformance::$check($factory).await;
+            $crate::conformance::FrontierFactory::cleanup($factory).await;
+        )*
     };
     (@each $factory:expr; $($check:ident),* $(,)?) => {
         $(
@@ -84,6 +83,32 @@ macro_rules! frontier_conformance_tests {
     };
 }
 
+/// Runs every conformance check in turn on one factory (a `&dyn FrontierFactory`), with
+/// its `cleanup` after each: for a backend whose server a test starts for itself (one
+/// server for the whole suite). Use it inside an async test; a failing check panics.
+#[macro_export]
+macro_rules! frontier_conformance_sequence {
+    ($factory:expr) => {
+        $crate::__frontier_conformance_checks!(frontier_conformance_tests!(@sequence $factory;))
+    };
+}
+
+/// Calls `$callback!(…, every check)`: the one list of the conformance checks.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __frontier_conformance_checks {
+    ($callback:ident!($($args:tt)*)) => {
+        $crate::$callback! { $($args)*
+            dedup_within_segment, dedup_in_next_segment, dedup_forever_without_segments,
+            dedup_confirms_bloom_false_positives, created_ms_is_set, per_host_concurrency,
+            per_host_delay, set_host_delay, priority_order, aging_flips_order,
+            aging_does_not_flip_order, lease_expiry_redispatches, retry_backoff_then_failed,
+            failed_and_dropped, release_requeues_without_retry, stale_acks_are_harmless,
+            ack_many_mixed, ack_and_enqueue_links, next_ready_when_idle, reopen_persists,
+            old_seen_sets_are_pruned, closed_store_refuses_calls }
+    };
+}
+
 /// The suite's start time: not 0 (so that "created_ms = 0 means now" is observable), and
 /// the start of a day (so that it starts a segment for every segment length used here).
 pub const T0: u64 = 20_000 * 86_400_000;
@@ -99,6 +124,7 @@ fn config() -> FrontierConfig {
         segment_ms: None,
         expected_urls: 10_000,
         bloom_fp_rate: 0.01,
+        segment_retention_ms: 0,
     }
 }
 
@@ -293,6 +319,58 @@ pub async fn dedup_in_next_segment(f: &dyn FrontierFactory) {
         vec!["https://a.test/x", "https://a.test/x"]
     );
     c.expect("third segment", [3, 2, 2, 1, 0, 0, 2]).await;
+}
+
+/// The seen set of a segment is pruned at the first write once it ended
+/// `segment_retention_ms` ago, and stays pruned after a reopen; requests enqueued in it are
+/// not touched, and dedup in the current segment goes on.
+pub async fn old_seen_sets_are_pruned(f: &dyn FrontierFactory) {
+    let name = "old_seen_sets_are_pruned";
+    let cfg = FrontierConfig {
+        segment_ms: Some(1_000),
+        segment_retention_ms: 1_500,
+        ..config()
+    };
+    let c = Case::new(f, name, cfg.clone()).await;
+    let segments = async |c: &Case| c.stats().await.seen_segments;
+    assert_eq!(c.enqueue(vec![req("https://a.test/0")]).await, (1, 0));
+    assert_eq!(segments(&c).await, 1);
+    c.clock.advance(1_000);
+    assert_eq!(c.enqueue(vec![req("https://a.test/1")]).await, (1, 0));
+    c.clock.advance(1_000);
+    assert_eq!(c.enqueue(vec![req("https://a.test/2")]).await, (1, 0));
+    assert_eq!(segments(&c).await, 3, "segment 0 ended 1,000 ms ago: kept");
+    c.clock.advance(500);
+    assert_eq!(c.enqueue(vec![req("https://a.test/3")]).await, (1, 0));
+    assert_eq!(
+        segments(&c).await,
+        2,
+        "segment 0 ended 1,500 ms ago: pruned"
+    );
+    assert_eq!(
+        c.enqueue(vec![req("https://a.test/2")]).await,
+        (0, 1),
+        "the current segment's set is intact"
+    );
+    let s = c.stats().await;
+    assert_eq!((s.total, s.pending), (4, 4), "requests are not pruned");
+    c.close().await;
+    drop(c);
+
+    let clock = ManualClock::new(T0 + 2_500);
+    let store = f.open(name, cfg, clock.clone()).await;
+    let c = Case { store, clock, name };
+    assert_eq!(segments(&c).await, 2, "pruned for good");
+    assert_eq!(
+        c.enqueue(vec![req("https://a.test/1")]).await,
+        (1, 0),
+        "segment 1's set does not dedup segment 2"
+    );
+    c.clock.advance(1_000);
+    assert_eq!(c.enqueue(vec![req("https://a.test/4")]).await, (1, 0));
+    assert_eq!(segments(&c).await, 2, "segment 1 pruned, segment 3 added");
+    assert_eq!(c.lease(10).await.len(), 6);
+    c.close().await;
 }
 
 /// Without segments a URL is a duplicate forever.

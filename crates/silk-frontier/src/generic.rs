@@ -36,6 +36,9 @@ pub(crate) struct Mem {
     pub counters: Counters,
     /// Acks that were no-ops (session).
     pub stale_acks: u64,
+    /// The seen sets of the segments below this one are pruned (0 at open: the first
+    /// write prunes what is due).
+    pub pruned_below: u64,
 }
 
 impl Mem {
@@ -59,6 +62,7 @@ impl Mem {
             recent: RecentSet::new(recent),
             counters,
             stale_acks: 0,
+            pruned_below: 0,
         }
     }
 }
@@ -140,6 +144,16 @@ pub(crate) trait Storage: Send + Sync + 'static {
         delay_ms: u64,
         segment: u64,
     ) -> Result<(), FrontierError>;
+    /// Deletes the seen sets of the segments below `below` (their segments are over and past
+    /// their retention). Not part of any call's atomic write: a crash in between leaves
+    /// sets that the next prune deletes.
+    async fn prune_segments(
+        &self,
+        state: &mut Self::State,
+        below: u64,
+    ) -> Result<(), FrontierError>;
+    /// The segments whose seen sets are stored.
+    async fn seen_segments(&self, state: &Self::State) -> Result<Vec<u64>, FrontierError>;
     /// Bytes the frontier uses in storage (may be cached for a second by `now_ms`).
     async fn store_bytes(&self, state: &mut Self::State, now_ms: u64)
     -> Result<u64, FrontierError>;
@@ -479,7 +493,23 @@ impl<S: Storage> Core<S> {
             st.finished,
             added,
         );
+        self.prune(mem, state, st.now_ms).await;
         Ok(())
+    }
+
+    /// Prunes the seen sets that are past their retention at `now_ms`, once per segment.
+    /// A failure is logged and tried again at the next write: the call it follows is done.
+    async fn prune(&self, mem: &mut Mem, state: &mut S::State, now_ms: u64) {
+        let below = self.cfg.prune_below(now_ms);
+        if below <= mem.pruned_below {
+            return;
+        }
+        match self.storage.prune_segments(state, below).await {
+            Ok(()) => mem.pruned_below = below,
+            Err(e) => {
+                tracing::warn!(store = %self.location(), below, error = %e, "old seen sets not pruned; trying again at the next write")
+            }
+        }
     }
 
     pub(crate) async fn enqueue(
@@ -637,14 +667,17 @@ impl<S: Storage> Core<S> {
         let mut guard = self.lock().await?;
         let (mem, state) = &mut *guard;
         let store_bytes = self.storage.store_bytes(state, self.clock.now_ms()).await?;
-        Ok(plan::stats(
+        let segments = self.storage.seen_segments(state).await?.len() as u64;
+        let mut stats = plan::stats(
             &mem.counters,
             &mem.sched,
             &mem.blooms,
             &mem.recent,
             mem.stale_acks,
             store_bytes,
-        ))
+        );
+        stats.seen_segments = segments;
+        Ok(stats)
     }
 
     pub(crate) async fn sync(&self) -> Result<(), FrontierError> {

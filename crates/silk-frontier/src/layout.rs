@@ -22,7 +22,8 @@
 //!   `next_seq` counter, so keys are appended in order (cheap for an LSM tree).
 //! - `seen` is the exact dedup set: one key per (segment, fingerprint) ever enqueued. Big-endian
 //!   segment first, so one segment is one contiguous prefix (the Bloom filter of a segment is
-//!   rebuilt from a prefix scan). Keys of past segments stay (see the crate's "left" notes).
+//!   rebuilt from a prefix scan), and the segments before one are one range, deleted once past
+//!   their retention (`segment_retention_ms`).
 //! - `counters` is rewritten in the same atomic write batch as the data it counts, so the
 //!   counters and the data never disagree after a crash.
 //!
@@ -96,6 +97,12 @@ pub(crate) fn seen_key(segment: u64, fp: &Fingerprint) -> [u8; 24] {
 /// Prefix of a segment's seen keys.
 pub(crate) fn seen_prefix(segment: u64) -> [u8; 8] {
     segment.to_be_bytes()
+}
+
+/// The segment of a seen key (`None`: too short).
+pub(crate) fn seen_key_segment(key: &[u8]) -> Option<u64> {
+    let s: [u8; 8] = key.get(..8)?.try_into().ok()?;
+    Some(u64::from_be_bytes(s))
 }
 
 /// The fingerprint of a seen key.
@@ -337,5 +344,7 @@ mod tests {
         assert!(a < b);
         assert!(a.starts_with(&seen_prefix(1)));
         assert_eq!(decode_seen_key(&a), Some(fp));
+        assert_eq!(seen_key_segment(&b), Some(256));
+        assert_eq!(seen_key_segment(&[1, 2]), None);
     }
 }

@@ -33,8 +33,9 @@
 //!
 //! # Known limits
 //!
-//! - `seen` keys of past segments are never deleted (24 bytes each on disk before
-//!   compression); a fjall compaction filter could drop them.
+//! - `seen` keys of a past segment stay `segment_retention_ms` after it ended (24 bytes each
+//!   on disk before compression, in Redis a set member); the first write after that deletes
+//!   them, inline (one segment of a million URLs: a million deletions, once a segment).
 //! - The scheduler keeps every host it has met (about 150 bytes each) until the frontier is
 //!   closed.
 //! - Aging follows design §3 to the letter, so a negative priority becomes *more* negative

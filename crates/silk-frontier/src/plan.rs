@@ -201,5 +201,6 @@ pub(crate) fn stats(
         dedup_cache_bytes: recent.bytes(),
         seen_urls: blooms.urls(),
         store_bytes,
+        seen_segments: 0,
     }
 }

@@ -41,10 +41,21 @@
 //! counters together; a script runs atomically), before returning. Surviving a crash of the
 //! *Redis server* is Redis' persistence (AOF with `appendfsync always`/`everysec`, or
 //! replicas); [`FrontierStore::sync`](crate::FrontierStore::sync) asks `WAITAOF 1 0 0` (Redis 7.2+) and is a round trip
-//! otherwise. A write whose outcome is unknown (the connection failed during the call)
+//! otherwise. When the master that holds the frontier has a replica at open (as a Redis
+//! Cluster set up for failover does), every write also waits (`WAIT 1`, at most
+//! [`REPLICA_WAIT`]) until a replica has it, so a failover to that replica loses no call
+//! that returned `Ok`; a write no replica confirmed in time breaks the handle (its
+//! durability is unknown), and reopening looks at the replicas again. A write whose outcome is unknown (the connection failed during the call)
 //! *breaks* the handle: its memory may disagree with Redis, so every later call fails with a
 //! non-retryable error, and the owner reopens the prefix (adopts it again), which rebuilds
 //! memory from Redis. Read failures (lease, dedup lookups) are retryable and change nothing.
+//!
+//! # Redis Cluster
+//!
+//! `url` is one server (`redis://…`) or a Redis Cluster
+//! (`redis+cluster://host:port[,host:port…]`, see [`silk_core::redis_target`]). In a
+//! cluster every key of one frontier is in the slot of its hash tag, so each call goes to
+//! the master of that slot, and the client follows slot moves and failovers.
 //!
 //! # Cost
 //!
@@ -55,14 +66,12 @@
 //!
 //! # Known limits
 //!
-//! - The client is a single-node connection (`ConnectionManager`); the keys are
-//!   cluster-safe but a Redis Cluster client is not wired in.
 //! - Open transfers every pending record (`HSCAN` returns values): about the size of the
 //!   requests' JSON per pending request.
 //! - A fenced (adopted) handle can still *lease* (reads are not fenced); its acks fail, so
 //!   at worst a request is fetched twice.
-//! - Seen sets of past segments are never deleted (as in the embedded store); only
-//!   [`RedisFrontier::destroy`] removes them.
+//! - Seen sets of past segments are deleted once past `segment_retention_ms` (at the next
+//!   write), as in the embedded store; [`RedisFrontier::destroy`] removes everything.
 
 use crate::config::FrontierConfig;
 use crate::error::{BoxError, FrontierError};
@@ -70,8 +79,8 @@ use crate::generic::{Core, Mem, Storage, frontier_store_by_core};
 use crate::layout::{self, Counters};
 use crate::sched::{Entry, SchedConfig, Scheduler};
 use ::redis::RedisError;
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use async_trait::async_trait;
+use silk_core::redis_target::{RedisConnection, RedisTarget, RedisTimeouts};
 use silk_core::{Clock, Fingerprint};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -91,6 +100,43 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for a reply. Generous: a reply that times out after the server ran a write
 /// is an unknown outcome, which breaks the handle (see the module doc).
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for a replica to confirm a write, when the master has one (see the module
+/// doc).
+pub const REPLICA_WAIT: Duration = Duration::from_secs(5);
+
+const TIMEOUTS: RedisTimeouts = RedisTimeouts {
+    connect: CONNECT_TIMEOUT,
+    response: RESPONSE_TIMEOUT,
+};
+
+/// How many replicas the frontier's writes wait for: 1 when the master that holds `key`
+/// has a replica now (`ROLE`), else 0 (also when `ROLE` is refused: some managed servers
+/// do).
+async fn replicas_of(conn: &mut RedisConnection, key: &str, location: &str) -> u64 {
+    use ::redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    match conn.query_at(&::redis::cmd("ROLE"), key).await {
+        Ok(Value::Array(role)) => {
+            let replicas = match (role.first().and_then(text).as_deref(), role.get(2)) {
+                (Some("master"), Some(Value::Array(replicas))) => replicas.len(),
+                _ => 0,
+            };
+            if replicas > 0 {
+                tracing::info!(store = %location, replicas, "the frontier's master has replicas: every write waits for one");
+            }
+            u64::from(replicas > 0)
+        }
+        Ok(_) => 0,
+        Err(e) => {
+            tracing::debug!(store = %location, error = %e, "ROLE refused: writes do not wait for replicas");
+            0
+        }
+    }
+}
 
 /// How many fields an `HSCAN`/`SSCAN` page asks for.
 const SCAN_COUNT: usize = 1_000;
@@ -236,9 +282,11 @@ pub(crate) struct RedisState {
 pub(crate) struct RedisStorage {
     location: String,
     keys: Keys,
-    conn: ConnectionManager,
+    conn: RedisConnection,
     /// SHA1 of [`APPLY`] as the server loaded it.
     apply_sha: String,
+    /// How many replicas confirm every write (`WAIT`): 1 when the master had one at open.
+    replicas: u64,
 }
 
 /// The Redis frontier (see the module doc): the frontier core over Redis.
@@ -290,14 +338,9 @@ impl RedisFrontier {
         let keys = Keys::new(prefix);
         let location = keys.location(url);
         let err = |op: &'static str, e: RedisError| redis_err(&location, op, e);
-        let client = ::redis::Client::open(url).map_err(|e| err("open (url)", e))?;
-        let manager = ConnectionManagerConfig::new()
-            .set_number_of_retries(CONNECT_RETRIES)
-            .set_max_delay(Duration::from_secs(1))
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let mut conn = client
-            .get_connection_manager_with_config(manager)
+        let target = RedisTarget::open(url).map_err(|e| err("open (url)", e))?;
+        let mut conn = target
+            .shared(TIMEOUTS, CONNECT_RETRIES)
             .await
             .map_err(|e| err("connect", e))?;
 
@@ -486,11 +529,13 @@ impl RedisFrontier {
             .query_async(&mut conn)
             .await
             .map_err(|e| err("open (load script)", e))?;
+        let replicas = replicas_of(&mut conn, &keys.meta, &location).await;
         let storage = RedisStorage {
             apply_sha,
             location,
             keys,
             conn,
+            replicas,
         };
         if !ops.is_empty() {
             storage
@@ -520,9 +565,9 @@ impl RedisFrontier {
         let keys = Keys::new(prefix);
         let location = keys.location(url);
         let err = |op: &'static str, e: RedisError| redis_err(&location, op, e);
-        let client = ::redis::Client::open(url).map_err(|e| err("destroy (url)", e))?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
+        let target = RedisTarget::open(url).map_err(|e| err("destroy (url)", e))?;
+        let mut conn = target
+            .dedicated(TIMEOUTS)
             .await
             .map_err(|e| err("connect", e))?;
         let segments: Vec<String> = ::redis::cmd("SMEMBERS")
@@ -584,6 +629,28 @@ impl RedisStorage {
         }
     }
 
+    /// Waits until `self.replicas` replicas have the writes made so far (`WAIT`): `seqs`
+    /// back, or an error when fewer confirmed them in [`REPLICA_WAIT`].
+    async fn replicated(&self, seqs: Vec<u64>, op: &'static str) -> Result<Vec<u64>, RedisError> {
+        let mut conn = self.conn.clone();
+        let mut wait = ::redis::cmd("WAIT");
+        let ms = u64::try_from(REPLICA_WAIT.as_millis()).unwrap_or(u64::MAX);
+        wait.arg(self.replicas).arg(ms);
+        match conn.query_at(&wait, &self.keys.meta).await? {
+            ::redis::Value::Int(n) if u64::try_from(n).is_ok_and(|n| n >= self.replicas) => {
+                Ok(seqs)
+            }
+            other => Err(RedisError::from((
+                ::redis::ErrorKind::Client,
+                "a write was not confirmed by a replica in time",
+                format!(
+                    "{op}: WAIT {} {ms} answered {other:?} (the master lost its replica, or it lags)",
+                    self.replicas
+                ),
+            ))),
+        }
+    }
+
     /// Runs [`APPLY`] for a writing call. Any failure breaks the handle (the script may or
     /// may not have run, or this handle was fenced); so does a call dropped while waiting for
     /// the reply (the handle is marked broken before the wait and cleared after it).
@@ -598,6 +665,10 @@ impl RedisStorage {
             "a write ({op}) was cancelled before its outcome was known"
         ));
         let r = self.apply(&state.owner, ops, segment).await;
+        let r = match r {
+            Ok(seqs) if self.replicas > 0 => self.replicated(seqs, op).await,
+            r => r,
+        };
         state.broken = None;
         r.map_err(|e| {
             let why = if e.code() == Some("SILKFENCED") {
@@ -817,6 +888,42 @@ impl Storage for RedisStorage {
             .map(drop)
     }
 
+    async fn prune_segments(
+        &self,
+        state: &mut RedisState,
+        below: u64,
+    ) -> Result<(), FrontierError> {
+        let old: Vec<u64> = state
+            .segments
+            .iter()
+            .copied()
+            .filter(|s| *s < below)
+            .collect();
+        if old.is_empty() {
+            return Ok(());
+        }
+        // UNLINK frees a big set in the background; the list of segments follows.
+        let mut pipe = ::redis::pipe();
+        for s in &old {
+            pipe.cmd("UNLINK").arg(self.keys.seen(*s)).ignore();
+            pipe.cmd("SREM").arg(&self.keys.segments).arg(s).ignore();
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| self.err("prune seen sets", e))?;
+        for s in old {
+            state.segments.remove(&s);
+        }
+        Ok(())
+    }
+
+    async fn seen_segments(&self, state: &RedisState) -> Result<Vec<u64>, FrontierError> {
+        let mut segments: Vec<u64> = state.segments.iter().copied().collect();
+        segments.sort_unstable();
+        Ok(segments)
+    }
+
     async fn store_bytes(&self, state: &mut RedisState, now_ms: u64) -> Result<u64, FrontierError> {
         if let Some((at, bytes)) = state.store_bytes
             && now_ms.saturating_sub(at) < 1_000
@@ -848,12 +955,9 @@ impl Storage for RedisStorage {
 
     async fn sync(&self, _state: &RedisState) -> Result<(), FrontierError> {
         let mut conn = self.conn.clone();
-        let r: Result<::redis::Value, RedisError> = ::redis::cmd("WAITAOF")
-            .arg(1)
-            .arg(0)
-            .arg(0)
-            .query_async(&mut conn)
-            .await;
+        let mut waitaof = ::redis::cmd("WAITAOF");
+        waitaof.arg(1).arg(0).arg(0);
+        let r = conn.query_at(&waitaof, &self.keys.meta).await;
         match r {
             Ok(_) => Ok(()),
             // No AOF (or a server before 7.2): durability is the server's configuration.

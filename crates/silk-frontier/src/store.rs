@@ -159,6 +159,10 @@ pub struct FrontierStats {
     pub dedup_cache_bytes: u64,
     /// Bytes the backend uses for the frontier (disk for the embedded store).
     pub store_bytes: u64,
+    /// Segments whose seen sets are stored (the current one, and past ones within
+    /// `segment_retention_ms`).
+    #[serde(default)]
+    pub seen_segments: u64,
 }
 
 impl FrontierStats {

@@ -3,6 +3,10 @@
 //! test uses its own key prefixes (`t<pid>-<n>-<slot>`), deleted after the check (pass or
 //! fail). Without the variable, every test prints `skipped: SILK_TEST_REDIS not set` and
 //! passes.
+//!
+//! The same suite also runs on a Redis Cluster of the test's own (3 masters with a replica
+//! each, `silk_testkit::RedisCluster`), and a failover of the master that holds a frontier
+//! loses nothing that was acked.
 
 use async_trait::async_trait;
 use silk_core::{Clock, ManualClock, Request};
@@ -39,11 +43,15 @@ struct Redis {
 
 impl Redis {
     fn new() -> Option<Self> {
-        Some(Self {
-            url: redis_url()?,
+        Some(Self::at(redis_url()?))
+    }
+
+    fn at(url: String) -> Self {
+        Self {
+            url,
             base: unique("c"),
             used: Mutex::new(Vec::new()),
-        })
+        }
     }
 }
 
@@ -302,4 +310,143 @@ async fn corrupt_records_are_skipped_and_counted() {
     RedisFrontier::destroy(&url, &prefix)
         .await
         .expect("destroy");
+}
+
+/// The whole conformance suite on a Redis Cluster (3 masters, a replica each, so every
+/// write also waits for a replica).
+#[tokio::test]
+async fn conformance_on_a_redis_cluster() {
+    let Some(cluster) = silk_testkit::redis_cluster_for_test(3, 1) else {
+        return;
+    };
+    let factory = Redis::at(cluster.url());
+    silk_frontier::frontier_conformance_sequence!(&factory);
+}
+
+/// The master that holds a frontier dies (SIGKILL) after calls returned `Ok`; its replica
+/// takes over; the frontier opened again through the cluster has every acked outcome,
+/// retry and seen URL, and what was not acked is pending.
+#[tokio::test]
+async fn a_cluster_failover_loses_no_acked_state() {
+    let Some(mut cluster) = silk_testkit::redis_cluster_for_test(3, 1) else {
+        return;
+    };
+    let url = cluster.url();
+    let prefix = "failover";
+    let clock = ManualClock::new(T0);
+    let reqs: Vec<Request> = (0..200)
+        .map(|i| Request::from_canonical(format!("https://h{}.test/{i}", i % 20)))
+        .collect();
+    let f = RedisFrontier::open(&url, prefix, config(), Arc::new(clock.clone()))
+        .await
+        .expect("open on the cluster");
+    assert_eq!(f.enqueue(reqs.clone()).await.expect("enqueue").added, 200);
+    let leased = f.lease(100).await.expect("lease");
+    assert_eq!(leased.len(), 100);
+    let mut acks = Vec::new();
+    for (i, l) in leased.iter().enumerate() {
+        let outcome = match i {
+            0..60 => Outcome::Done,
+            60..80 => Outcome::Retry {
+                reason: "503".into(),
+            },
+            _ => continue, // still in flight when the master dies
+        };
+        acks.push((l.id, outcome));
+    }
+    let results = f.ack_many(acks).await.expect("ack_many");
+    assert_eq!(results.len(), 80);
+    let done: Vec<&str> = leased[..60]
+        .iter()
+        .map(|l| l.request.url.as_str())
+        .collect();
+
+    let meta = format!("{{silk:frontier:{prefix}}}:meta");
+    let (old, new) = cluster
+        .kill_master_of(&meta)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(old, new);
+    drop(f);
+
+    clock.advance(10_000); // past the retry back-off
+    let g = RedisFrontier::open(&cluster.url(), prefix, config(), Arc::new(clock.clone()))
+        .await
+        .expect("adopt after the failover");
+    let s = g.stats().await.expect("stats");
+    assert_eq!(
+        (
+            s.total,
+            s.success,
+            s.retries,
+            s.left,
+            s.pending,
+            s.in_flight
+        ),
+        (200, 60, 20, 140, 140, 0),
+        "every acked outcome survived the failover"
+    );
+    let dup = g.enqueue(reqs).await.expect("enqueue again");
+    assert_eq!(
+        (dup.added, dup.duplicates),
+        (0, 200),
+        "the seen set survived"
+    );
+    let mut all = Vec::new();
+    while all.len() < 140 {
+        let l = g.lease(100).await.expect("lease");
+        assert!(!l.is_empty(), "{} of 140 leased, then nothing", all.len());
+        all.extend(l);
+    }
+    assert!(
+        all.iter().all(|l| !done.contains(&l.request.url.as_str())),
+        "a request acked done before the failover came back"
+    );
+    let retried = all.iter().filter(|l| l.request.retries == 1).count();
+    assert_eq!(retried, 20, "the retries survived");
+    let acks = all.iter().map(|l| (l.id, Outcome::Done)).collect();
+    g.ack_many(acks).await.expect("ack the rest");
+    let s = g.stats().await.expect("stats");
+    assert_eq!((s.success, s.left), (200, 0));
+    g.close().await.expect("close");
+}
+
+/// A write that no replica confirms in time (the replica is stopped) fails for good and
+/// breaks the handle, since a failover could lose it; the frontier opened again has it
+/// (the master applied it).
+#[tokio::test]
+async fn a_write_no_replica_confirms_breaks_the_handle() {
+    let Some(cluster) = silk_testkit::redis_cluster_for_test(3, 1) else {
+        return;
+    };
+    let url = cluster.url();
+    let prefix = "unconfirmed";
+    let clock = Arc::new(ManualClock::new(T0));
+    let f = RedisFrontier::open(&url, prefix, config(), clock.clone())
+        .await
+        .expect("open on the cluster");
+    assert_eq!(f.enqueue(reqs(6)).await.expect("enqueue").added, 6);
+
+    let meta = format!("{{silk:frontier:{prefix}}}:meta");
+    let paused = cluster
+        .pause_replicas_of(&meta)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let more = (0..4)
+        .map(|i| Request::from_canonical(format!("https://more.test/{i}")))
+        .collect();
+    let e = f.enqueue(more).await.expect_err("no replica confirms");
+    cluster.resume(&paused).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!e.is_retryable(), "{e}");
+    assert!(e.to_string().contains("replica"), "{e}");
+    assert!(f.stats().await.is_err(), "the handle is broken");
+
+    let g = RedisFrontier::open(&url, prefix, config(), clock)
+        .await
+        .expect("reopen");
+    let s = g.stats().await.expect("stats");
+    assert_eq!(
+        (s.total, s.pending),
+        (10, 10),
+        "the master applied the write"
+    );
+    g.close().await.expect("close");
 }

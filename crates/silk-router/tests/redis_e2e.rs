@@ -4,7 +4,8 @@
 //! the spiders; `max_lag` holding and releasing without dropping; an unreachable outbound
 //! leaving its task in the inbound list; the inbound's processing lists (a task being
 //! routed is in one, a task left in one by a crash is routed at the next start, routing
-//! leaves them empty). Every test uses its own key prefix.
+//! leaves them empty). Every test uses its own key prefix. The list and stream classes run
+//! again on a Redis Cluster the test starts.
 
 mod common;
 
@@ -12,15 +13,18 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde_json::{Value, json};
+use silk_core::redis_target::{RedisConnection, RedisTarget, RedisTimeouts};
 use silk_router::{Config, Reason, Router};
 use silk_testkit::{POLL_EVERY, eventually};
 
-async fn connect(url: &str) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(url).expect("redis url");
-    let config =
-        redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(15)));
-    client
-        .get_multiplexed_async_connection_with_config(&config)
+/// The test's own connection to `url` (a server or a cluster).
+async fn connect(url: &str) -> RedisConnection {
+    RedisTarget::open(url)
+        .expect("redis url")
+        .dedicated(RedisTimeouts {
+            connect: Duration::from_secs(5),
+            response: Duration::from_secs(15),
+        })
         .await
         .expect("redis connection")
 }
@@ -46,7 +50,7 @@ fn load(
     }
 }
 
-async fn list(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<Value> {
+async fn list(conn: &mut RedisConnection, key: &str) -> Vec<Value> {
     let items: Vec<String> = conn.lrange(key, 0, -1).await.expect("lrange");
     items
         .iter()
@@ -54,7 +58,7 @@ async fn list(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<Va
         .collect()
 }
 
-async fn cleanup(conn: &mut redis::aio::MultiplexedConnection, prefix: &str) {
+async fn cleanup(conn: &mut RedisConnection, prefix: &str) {
     // Processing lists and sets start with `{list key}`.
     for pattern in [format!("{prefix}:*"), format!("{{{prefix}:*")] {
         let keys: Vec<String> = conn.keys(pattern).await.unwrap_or_default();
@@ -72,7 +76,7 @@ fn processing(key: &str, inbound: &str, n: usize) -> String {
 
 /// Asserts that the processing lists of consumers `0..threads` are empty.
 async fn assert_processing_empty(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut RedisConnection,
     key: &str,
     inbound: &str,
     threads: usize,
@@ -85,7 +89,7 @@ async fn assert_processing_empty(
 }
 
 /// Pops one task the router pushed to `key` (as a spider would), waiting up to 10 s.
-async fn pop(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Value {
+async fn pop(conn: &mut RedisConnection, key: &str) -> Value {
     let popped: Option<(String, String)> = conn.blpop(key, 10.0).await.expect("blpop");
     let (_, text) = popped.unwrap_or_else(|| panic!("nothing arrived in {key} within 10 s"));
     serde_json::from_str(&text).expect("json")
@@ -96,6 +100,25 @@ async fn redis_inbound_to_redis_outbounds() {
     let Some(url) = common::redis_url() else {
         return;
     };
+    inbound_to_outbounds_on(&url).await;
+}
+
+/// The list inbound, the list outbounds and the stream outbound on a Redis Cluster of the
+/// test's own (3 masters): each key's slot holds its companions (processing lists, dedup
+/// keys), whatever slot the key is in.
+#[tokio::test]
+async fn the_redis_classes_work_on_a_redis_cluster() {
+    let Some(cluster) = silk_testkit::redis_cluster_for_test(3, 0) else {
+        return;
+    };
+    let url = cluster.url();
+    inbound_to_outbounds_on(&url).await;
+    crash_recovery_on(&url).await;
+    stream_outbound_on(&url).await;
+}
+
+async fn inbound_to_outbounds_on(url: &str) {
+    let url = url.to_owned();
     let prefix = common::unique("silk-router-e2e");
     let mut conn = connect(&url).await;
     let (_dir, config) = load(
@@ -261,12 +284,7 @@ async fn retry_failback_and_dont_retry_driven_by_result_tasks() {
     let key = |name: &str| format!("{prefix}:{name}");
 
     // A spider takes a task and reports a result with the task's params, as a log line.
-    async fn report(
-        conn: &mut redis::aio::MultiplexedConnection,
-        results_key: &str,
-        taken: &Value,
-        code: i64,
-    ) {
+    async fn report(conn: &mut RedisConnection, results_key: &str, taken: &Value, code: i64) {
         let log =
             json!({"task_result": code, "spider_name": "ic", "task_params": taken["task_params"]});
         let _: () = conn
@@ -472,6 +490,11 @@ async fn a_task_left_in_a_processing_list_by_a_crash_is_routed_at_the_next_start
     let Some(url) = common::redis_url() else {
         return;
     };
+    crash_recovery_on(&url).await;
+}
+
+async fn crash_recovery_on(url: &str) {
+    let url = url.to_owned();
     let prefix = common::unique("silk-router-crash");
     let mut conn = connect(&url).await;
     let (_dir, config) = load(
@@ -602,11 +625,7 @@ outbound:
 }
 
 /// The entries of stream `key`: (the `id` field, the `field` field as JSON), oldest first.
-async fn stream(
-    conn: &mut redis::aio::MultiplexedConnection,
-    key: &str,
-    field: &str,
-) -> Vec<(String, Value)> {
+async fn stream(conn: &mut RedisConnection, key: &str, field: &str) -> Vec<(String, Value)> {
     let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
         .arg(key)
         .arg("-")
@@ -635,6 +654,11 @@ async fn a_redis_stream_outbound_adds_each_delivery_once_in_order_and_reads_its_
     let Some(url) = common::redis_url() else {
         return;
     };
+    stream_outbound_on(&url).await;
+}
+
+async fn stream_outbound_on(url: &str) {
+    let url = url.to_owned();
     let prefix = common::unique("silk-router-stream");
     let mut conn = connect(&url).await;
     let (_dir, config) = load(
@@ -755,7 +779,7 @@ outbound:
 }
 
 /// The stream id of the first entry of `key`.
-async fn first_entry_id(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> String {
+async fn first_entry_id(conn: &mut RedisConnection, key: &str) -> String {
     let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
         .arg(key)
         .arg("-")

@@ -12,6 +12,7 @@
 //! - [`receiver`]: a webhook receiver that records what it gets and answers as told.
 //! - [`containers`]: podman set up for these sandboxes, with a base image made on the spot.
 //! - [`kafka`]: a real Kafka-protocol broker (tansu) on a loopback port of its own.
+//! - [`redis_cluster`]: a real Redis Cluster (masters and replicas) on loopback ports.
 //! - [`eventually`]: the one polling helper, for what no event announces.
 //!
 //! This crate must not depend on any other Silk crate (everything may depend on it in
@@ -27,6 +28,7 @@ pub mod hostile;
 pub mod kafka;
 pub mod mutate;
 pub mod receiver;
+pub mod redis_cluster;
 mod rng;
 mod server;
 
@@ -37,6 +39,7 @@ pub use git::{GitServer, WorkRepo};
 pub use hostile::{HostileKind, HostileServer};
 pub use kafka::KafkaBroker;
 pub use receiver::{Received, Receiver};
+pub use redis_cluster::{RedisCluster, redis_cluster_for_test};
 
 /// A TCP port that was free on `127.0.0.1` a moment ago (the kernel's pick for port 0).
 ///

@@ -472,14 +472,29 @@ pub async fn hub(s: Settings) -> anyhow::Result<ExitCode> {
         eprintln!("error: {e}");
         return Ok(ExitCode::from(2));
     }
-    if let Some(url) = &frontier
-        && !(url.starts_with("redis://") || url.starts_with("rediss://"))
-    {
-        eprintln!(
-            "error: frontier: expected redis://HOST:PORT[/DB] or rediss://…, not `{}`",
-            redact(url)
-        );
-        return Ok(ExitCode::from(2));
+    if let Some(url) = &frontier {
+        let scheme_ok = [
+            "redis://",
+            "rediss://",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ]
+        .iter()
+        .any(|s| url.starts_with(s));
+        let parsed = silk_core::redis_target::RedisTarget::open(url);
+        if !scheme_ok || parsed.is_err() {
+            // The detail only: the error's text may quote the URL, password and all.
+            let why = parsed
+                .err()
+                .and_then(|e| e.detail().map(|d| format!(" ({d})")))
+                .unwrap_or_default();
+            eprintln!(
+                "error: frontier: expected redis://HOST:PORT[/DB], rediss://…, or redis+cluster://HOST:PORT[,HOST:PORT…] for a Redis Cluster, not `{}`{}",
+                redact(url),
+                why
+            );
+            return Ok(ExitCode::from(2));
+        }
     }
     let listener = bind(listen).await?;
     let bus = match connect(&bus_url, s.bus_config(&namespace)).await {

@@ -397,7 +397,7 @@ pub const KNOBS: &[Knob] = &[
         Kind::Secret,
         None,
         Some("frontier"),
-        "Keep run frontiers in this Redis (`redis://HOST:PORT[/DB]`) so that the other hubs sharing the store carry a run on when this hub dies.",
+        "Keep run frontiers in this Redis (`redis://HOST:PORT[/DB]`, or a Redis Cluster: `redis+cluster://HOST:PORT[,HOST:PORT…]`) so that the other hubs sharing the store carry a run on when this hub dies.",
     ),
     // --- runs ---
     knob(

@@ -513,6 +513,23 @@ async fn one_of_two_hubs_killed_mid_run_the_other_adopts_the_run_and_finishes_it
     let Some(redis) = silk_testkit::service_url("SILK_TEST_REDIS") else {
         return;
     };
+    two_hubs_one_killed(redis).await;
+}
+
+/// The same with the run frontiers on a Redis Cluster of the test's own (3 masters with a
+/// replica each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hubs_share_run_frontiers_on_a_redis_cluster() {
+    if !have_nats_server() {
+        return;
+    }
+    let Some(cluster) = silk_testkit::redis_cluster_for_test(3, 1) else {
+        return;
+    };
+    two_hubs_one_killed(cluster.url()).await;
+}
+
+async fn two_hubs_one_killed(redis: String) {
     let Some(pg) = silk_store::testing::PgTestSchema::from_env() else {
         assert!(
             std::env::var_os("CI").is_none(),

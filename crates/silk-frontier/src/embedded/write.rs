@@ -133,6 +133,58 @@ impl Storage for Fjall {
             .map_err(|e| self.err("set host delay", false, e))
     }
 
+    async fn prune_segments(
+        &self,
+        state: &mut FjallState,
+        below: u64,
+    ) -> Result<(), FrontierError> {
+        // Seen keys start with their segment (big-endian): everything before `below`'s
+        // prefix, in batches of bounded size.
+        const BATCH: usize = 10_000;
+        let end = layout::seen_prefix(below);
+        loop {
+            let mut keys = Vec::with_capacity(BATCH);
+            for kv in state.seen.range(..end).take(BATCH) {
+                keys.push(
+                    kv.key()
+                        .map_err(|e| self.err("prune (scan seen)", true, e))?,
+                );
+            }
+            if keys.is_empty() {
+                return Ok(());
+            }
+            let mut batch = state.db.batch().durability(Some(PersistMode::Buffer));
+            for k in keys {
+                batch.remove(&state.seen, k);
+            }
+            batch
+                .commit()
+                .map_err(|e| self.err("prune seen sets", true, e))?;
+        }
+    }
+
+    async fn seen_segments(&self, state: &FjallState) -> Result<Vec<u64>, FrontierError> {
+        // One seek per stored segment.
+        let mut segments = Vec::new();
+        let mut from = 0u64;
+        loop {
+            let Some(kv) = state.seen.range(layout::seen_prefix(from)..).next() else {
+                return Ok(segments);
+            };
+            let k = kv
+                .key()
+                .map_err(|e| self.err("stats (seen sets)", true, e))?;
+            let Some(segment) = layout::seen_key_segment(&k) else {
+                return Ok(segments);
+            };
+            segments.push(segment);
+            match segment.checked_add(1) {
+                Some(next) => from = next,
+                None => return Ok(segments),
+            }
+        }
+    }
+
     async fn store_bytes(&self, state: &mut FjallState, now_ms: u64) -> Result<u64, FrontierError> {
         // `disk_space()` walks the store's files: read at most once a second, since callers
         // poll `stats` often.

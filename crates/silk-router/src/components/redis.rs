@@ -36,12 +36,13 @@
 //! in the list, which routes them twice — never loses them. A pop in flight is not
 //! cancelled; shutdown waits for it, at most `pop_timeout_s`.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::AsyncCommands;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use silk_core::redis_target::{RedisConnection, RedisTarget, RedisTimeouts};
+use tokio::sync::OnceCell;
 
 use crate::error::RouterError;
 use crate::read::InitReader;
@@ -50,15 +51,18 @@ use crate::registry::{
     Inbound, InboundContext, InboundFactory, Outbound, OutboundFactory, Outgoing,
 };
 
-/// The client of `init`'s `url`, and the URL without its password.
-pub(super) fn client(init: &mut InitReader<'_>) -> Option<(redis::Client, String)> {
+/// The server or cluster of `init`'s `url`, and the URL without its password.
+pub(super) fn client(init: &mut InitReader<'_>) -> Option<(RedisTarget, String)> {
     let url = init.str("url")?;
-    match redis::Client::open(url.as_str()) {
-        Ok(client) => Some((client, redact(&url))),
+    match RedisTarget::open(url.as_str()) {
+        Ok(target) => Some((target, redact(&url))),
         Err(e) => {
             init.error(
                 Some("url"),
-                format!("not a Redis URL (`redis://host:port/db`): {}", e.kind_str()),
+                format!(
+                    "not a Redis URL (`redis://host:port/db`, or `redis+cluster://host:port,host:port` for a Redis Cluster): {}",
+                    e.kind_str()
+                ),
             );
             None
         }
@@ -101,23 +105,24 @@ struct RedisListOutbound {
     key: String,
 }
 
-/// An outbound's connection to Redis: one manager, made on first use, shared by every
-/// push (it reconnects by itself).
+/// An outbound's connection to Redis (a server or a cluster): made on first use, shared by
+/// every push (it reconnects by itself); a connection that could not be made is tried
+/// again at the next push.
 pub(super) struct RedisConn {
-    client: redis::Client,
+    redis: RedisTarget,
     target: String,
     timeout: Duration,
-    conn: OnceLock<ConnectionManager>,
+    conn: OnceCell<RedisConnection>,
 }
 
 impl RedisConn {
     /// `target` names the Redis and what is written there, without credentials.
-    pub(super) fn new(client: redis::Client, target: String, timeout_ms: u64) -> RedisConn {
+    pub(super) fn new(redis: RedisTarget, target: String, timeout_ms: u64) -> RedisConn {
         RedisConn {
-            client,
+            redis,
             target,
             timeout: Duration::from_millis(timeout_ms),
-            conn: OnceLock::new(),
+            conn: OnceCell::new(),
         }
     }
 
@@ -134,18 +139,16 @@ impl RedisConn {
     }
 
     /// The shared connection.
-    pub(super) fn get(&self) -> Result<ConnectionManager, RouterError> {
-        if let Some(c) = self.conn.get() {
-            return Ok(c.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.timeout))
-            .set_connection_timeout(Some(self.timeout))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_secs(2));
-        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|e| self.error(e))?;
-        Ok(self.conn.get_or_init(|| manager).clone())
+    pub(super) async fn get(&self) -> Result<RedisConnection, RouterError> {
+        let timeouts = RedisTimeouts {
+            connect: self.timeout,
+            response: self.timeout,
+        };
+        self.conn
+            .get_or_try_init(|| self.redis.shared(timeouts, 3))
+            .await
+            .cloned()
+            .map_err(|e| self.error(e))
     }
 }
 
@@ -161,7 +164,7 @@ impl Outbound for RedisListOutbound {
 
     async fn push(&self, batch: &[Outgoing]) -> Vec<Result<(), RouterError>> {
         let all = |r: Result<(), RouterError>| batch.iter().map(|_| r.clone()).collect();
-        let mut conn = match self.conn.get() {
+        let mut conn = match self.conn.get().await {
             Ok(c) => c,
             Err(e) => return all(Err(e)),
         };
@@ -189,7 +192,7 @@ impl Outbound for RedisListOutbound {
     }
 
     async fn backlog(&self) -> Result<Option<u64>, RouterError> {
-        let mut conn = self.conn.get()?;
+        let mut conn = self.conn.get().await?;
         let len: u64 = conn.llen(&self.key).await.map_err(|e| self.conn.error(e))?;
         Ok(Some(len))
     }
@@ -207,10 +210,10 @@ impl InboundFactory for RedisListInboundFactory {
         let client = client(init);
         let key = init.str("key");
         let pop_timeout_s = init.opt_u64("pop_timeout_s").unwrap_or(1).clamp(1, 60);
-        let ((client, url), key) = (client?, key?);
+        let ((redis, url), key) = (client?, key?);
         Some(Arc::new(RedisListInbound {
             source: format!("{url} list {key}"),
-            client,
+            redis,
             key,
             pop_timeout_s,
         }))
@@ -218,7 +221,7 @@ impl InboundFactory for RedisListInboundFactory {
 }
 
 struct RedisListInbound {
-    client: redis::Client,
+    redis: RedisTarget,
     key: String,
     source: String,
     pop_timeout_s: u64,
@@ -281,12 +284,12 @@ fn processing_set(key: &str, inbound: &str) -> String {
 }
 
 impl RedisListInbound {
-    async fn connect(&self) -> Result<redis::aio::MultiplexedConnection, redis::RedisError> {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(Duration::from_secs(self.pop_timeout_s + 5)));
-        self.client
-            .get_multiplexed_async_connection_with_config(&config)
+    async fn connect(&self) -> Result<RedisConnection, redis::RedisError> {
+        self.redis
+            .dedicated(RedisTimeouts {
+                connect: Duration::from_secs(5),
+                response: Duration::from_secs(self.pop_timeout_s + 5),
+            })
             .await
     }
 
@@ -303,7 +306,7 @@ impl RedisListInbound {
     /// ones moved before it). Returns how many were moved.
     async fn requeue(
         &self,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut RedisConnection,
         processing: &str,
     ) -> Result<usize, redis::RedisError> {
         let mut moved = 0;
@@ -330,7 +333,7 @@ impl RedisListInbound {
     /// run had more `threads`).
     async fn recover(
         &self,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut RedisConnection,
         ctx: &InboundContext,
         n: usize,
         forget: &mut Option<Vec<u8>>,
@@ -443,7 +446,7 @@ impl RedisListInbound {
     async fn route(
         &self,
         ctx: &InboundContext,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut RedisConnection,
         processing: &str,
         message: Vec<u8>,
         refusals: &mut u32,

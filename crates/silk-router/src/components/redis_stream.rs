@@ -159,7 +159,7 @@ impl RedisStreamOutbound {
     /// Runs the script by its SHA once the server has it, else as text (which also loads
     /// it).
     async fn add(&self, batch: &[Outgoing]) -> Result<(), RouterError> {
-        let mut conn = self.conn.get()?;
+        let mut conn = self.conn.get().await?;
         if let Some(sha) = self.sha.get() {
             match self
                 .call("EVALSHA", sha, batch)
@@ -209,7 +209,7 @@ impl Outbound for RedisStreamOutbound {
     }
 
     async fn backlog(&self) -> Result<Option<u64>, RouterError> {
-        let mut conn = self.conn.get()?;
+        let mut conn = self.conn.get().await?;
         let Some(group) = &self.group else {
             let len: u64 = redis::cmd("XLEN")
                 .arg(&self.stream)
