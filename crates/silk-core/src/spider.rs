@@ -126,6 +126,10 @@ pub struct SpiderSpec {
     /// the next time segment.
     #[serde(default = "default_segment")]
     pub recrawl_segment: String,
+    /// How long the seen URLs of a past segment are kept before they are deleted (a
+    /// duration; `0s` deletes them as soon as their segment is over).
+    #[serde(default = "default_segment")]
+    pub segment_retention: String,
     /// How many URLs the dedup Bloom filter is sized for (it grows past it, less efficiently).
     #[serde(default = "default_expected_urls")]
     pub expected_urls: u64,
@@ -446,6 +450,9 @@ impl SpiderSpec {
         if let Err(e) = parse_segment(&self.recrawl_segment) {
             p.push(e.to_string());
         }
+        if let Err(e) = parse_retention(&self.segment_retention) {
+            p.push(e.to_string());
+        }
         for (i, proxy) in self.proxy.iter().enumerate() {
             match Url::parse(proxy) {
                 Ok(u) if matches!(u.scheme(), "http" | "https" | "socks5" | "socks5h") => {}
@@ -468,6 +475,21 @@ impl SpiderSpec {
     pub fn segment(&self) -> Option<Duration> {
         parse_segment(&self.recrawl_segment).ok().flatten()
     }
+
+    /// How long a past segment's seen URLs are kept (a day when the value is invalid, which
+    /// `problems` reports).
+    pub fn segment_retention(&self) -> Duration {
+        parse_retention(&self.segment_retention).unwrap_or(Duration::from_secs(86_400))
+    }
+}
+
+/// Parses a `segment_retention` value: a duration such as `1d`, `12h` or `0s`.
+pub fn parse_retention(s: &str) -> Result<Duration, CoreError> {
+    humantime::parse_duration(s.trim()).map_err(|e| CoreError::InvalidDuration {
+        at: "segment_retention".into(),
+        value: s.into(),
+        reason: e.to_string(),
+    })
 }
 
 /// Parses a `recrawl_segment` value: `none`, or a duration such as `1d`, `7d`, `12h`.
@@ -739,6 +761,13 @@ mod tests {
         assert_eq!(s.item_key, "url");
         assert!(s.robots);
         assert_eq!(s.segment(), Some(Duration::from_secs(86_400)));
+        assert_eq!(s.segment_retention(), Duration::from_secs(86_400));
+        let s = SpiderSpec::parse(&format!("{MINIMAL}segment_retention: 0s\n"), "t.yaml").unwrap();
+        assert_eq!(s.segment_retention(), Duration::ZERO);
+        let err = SpiderSpec::parse(&format!("{MINIMAL}segment_retention: later\n"), "t.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("segment_retention"), "{err}");
     }
 
     #[test]

@@ -78,7 +78,8 @@ impl FrontierConfig {
             segment_ms: spec.segment().map(|d| d.as_millis() as u64),
             expected_urls: spec.expected_urls,
             bloom_fp_rate: spec.bloom_fp_rate,
-            segment_retention_ms: DEFAULT_SEGMENT_RETENTION_MS,
+            segment_retention_ms: u64::try_from(spec.segment_retention().as_millis())
+                .unwrap_or(u64::MAX),
         }
     }
 
