@@ -40,15 +40,16 @@
 //! Every call that returned `Ok` has its writes applied in Redis by one Lua script (data and
 //! counters together; a script runs atomically), before returning. Surviving a crash of the
 //! *Redis server* is Redis' persistence (AOF with `appendfsync always`/`everysec`, or
-//! replicas); [`FrontierStore::sync`](crate::FrontierStore::sync) asks `WAITAOF 1 0 0` (Redis 7.2+) and is a round trip
-//! otherwise. When the master that holds the frontier has a replica at open (as a Redis
-//! Cluster set up for failover does), every write also waits (`WAIT 1`, at most
-//! [`REPLICA_WAIT`]) until a replica has it, so a failover to that replica loses no call
-//! that returned `Ok`; a write no replica confirmed in time breaks the handle (its
-//! durability is unknown), and reopening looks at the replicas again. A write whose outcome is unknown (the connection failed during the call)
-//! *breaks* the handle: its memory may disagree with Redis, so every later call fails with a
-//! non-retryable error, and the owner reopens the prefix (adopts it again), which rebuilds
-//! memory from Redis. Read failures (lease, dedup lookups) are retryable and change nothing.
+//! replicas); [`FrontierStore::sync`](crate::FrontierStore::sync) asks `WAITAOF 1 0 0`
+//! (Redis 7.2+) and is a round trip otherwise. When the master that holds the frontier has
+//! a replica at open (as a Redis Cluster set up for failover does), every write also waits
+//! (`WAIT 1`, at most [`REPLICA_WAIT`]) until a replica has it, so a failover to that
+//! replica loses no call that returned `Ok`; a write no replica confirmed in time breaks the
+//! handle (its durability is unknown), and reopening looks at the replicas again. A write
+//! whose outcome is unknown (the connection failed during the call) *breaks* the handle:
+//! its memory may disagree with Redis, so every later call fails with a non-retryable
+//! error, and the owner reopens the prefix (adopts it again), which rebuilds memory from
+//! Redis. Read failures (lease, dedup lookups) are retryable and change nothing.
 //!
 //! # Redis Cluster
 //!
