@@ -86,6 +86,31 @@ pub struct JobSpec {
     /// past it pauses with `quota_exhausted` until the next day.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pages_per_day: Option<u64>,
+    /// Where its runs keep their frontier: `run` (default: each run a frontier of its own) or
+    /// `job` (one frontier across the job's runs, so that with the spider's
+    /// `recrawl_segment` a URL seen in the current segment is skipped by every run of the job
+    /// and fetched again in the next segment; an incremental crawl).
+    #[serde(default, skip_serializing_if = "FrontierScope::is_run")]
+    #[schema(value_type = String, example = "run")]
+    pub frontier: FrontierScope,
+}
+
+/// Which runs share a frontier (see [`JobSpec::frontier`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FrontierScope {
+    /// Each run has a frontier of its own, dropped with the run.
+    #[default]
+    Run,
+    /// The job's runs share one frontier, which outlives them.
+    Job,
+}
+
+impl FrontierScope {
+    /// Whether it is the default, `run`.
+    pub fn is_run(&self) -> bool {
+        *self == FrontierScope::Run
+    }
 }
 
 fn yes() -> bool {

@@ -447,6 +447,11 @@ pub struct RunView {
     #[serde(default)]
     #[schema(required = true)]
     pub frontier: String,
+    /// The frontier is its job's (`frontier: job`), shared by the job's runs: `stats.total`,
+    /// `success`, `failed`, `dropped`, `duplicates` and `retries` count from the run's start,
+    /// `pending`, `in_flight` and `left` are the frontier's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub job_frontier: bool,
     /// When the run counts as failed at its end (the thresholds in force, defaults filled).
     #[serde(default)]
     #[schema(required = true)]

@@ -177,6 +177,7 @@ async fn start_fed_run(
             timeout_ms: None,
             frontier_from,
             feed: Some(feed.clone()),
+            job_frontier: job.spec.frontier == silk_api::jobs::FrontierScope::Job,
         },
     )
     .await?;
@@ -215,7 +216,7 @@ async fn stranded_fed_run(shared: &HubCore, job_id: &str) -> Result<Option<RunId
         ) && shared.active_run(&record.id).is_none()
             && match &record.shared_frontier {
                 Some(_) => shared.config.frontier_url.is_some(),
-                None => shared.files.frontier_dir(&record.id).exists(),
+                None => shared.files.frontier_dir_of(&record).exists(),
             };
         return Ok(stranded.then_some(record.id));
     }

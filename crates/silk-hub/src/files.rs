@@ -86,6 +86,19 @@ impl HubFiles {
         self.run_dir(id).join("frontier")
     }
 
+    /// The embedded frontier of job `job_id` (`frontier: job`), which its runs share.
+    pub(crate) fn job_frontier_dir(&self, job_id: &str) -> PathBuf {
+        self.dir.join("jobs").join(job_id).join("frontier")
+    }
+
+    /// Where the embedded frontier of `record` is: its job's, or its own.
+    pub(crate) fn frontier_dir_of(&self, record: &crate::run::RunRecord) -> PathBuf {
+        match (&record.job_id, record.job_frontier) {
+            (Some(job), true) => self.job_frontier_dir(job),
+            _ => self.frontier_dir(&record.id),
+        }
+    }
+
     /// Moves the frontier of the ended run `from` to the new run `to` (restart with
     /// `keep_frontier`).
     pub(crate) fn take_frontier(&self, from: &RunId, to: &RunId) -> Result<(), HubError> {

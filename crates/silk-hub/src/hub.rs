@@ -157,8 +157,10 @@ impl Hub {
                 poison_after_losses: config.poison_after_losses,
                 public_url: config.public_url.clone(),
                 secrets: secrets.clone(),
+                ownership_ttl_ms: config.ownership_ttl_ms,
             },
             stop: stop.subscribe(),
+            job_frontiers: Arc::default(),
         };
         let build_settings = config.builds.clone();
         let shared = Arc::new(HubCore {
@@ -327,6 +329,7 @@ impl HubHandle {
                 timeout_ms: None,
                 frontier_from: None,
                 feed: None,
+                job_frontier: false,
             },
         )
         .await
@@ -615,6 +618,7 @@ impl HubHandle {
                 timeout_ms: old.timeout_ms,
                 frontier_from: keep_frontier.then(|| id.clone()),
                 feed: old.feed.clone(),
+                job_frontier: old.job_frontier,
             },
         )
         .await?;

@@ -34,6 +34,8 @@ pub(crate) struct NewRun {
     pub(crate) frontier_from: Option<RunId>,
     /// Fed by the router instead of seeded.
     pub(crate) feed: Option<Feed>,
+    /// Keeps its requests in its job's frontier (`frontier: job`; needs `job`).
+    pub(crate) job_frontier: bool,
 }
 
 /// The pools a run of `tenant` that asked for `asked` uses: limited to, or filled with, the
@@ -102,20 +104,31 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     let now = hub.clock.now_ms();
     let id = RunId::new(uuid::Uuid::now_v7().simple().to_string());
     let (job_id, job_name) = new.job.unzip();
+    let job_frontier = new.job_frontier && job_id.is_some();
+    // A run on its job's frontier finds what earlier runs left there: no takeover.
+    let frontier_from = new.frontier_from.filter(|_| !job_frontier);
     // Adoption leaves the run alone while it is being created; its lease is taken
     // before it is stored, so no other hub takes it.
     let _starting = crate::ownership::Starting::new(hub, id.clone());
     // A takeover keeps the frontier where it is; a new frontier goes where this hub keeps
     // them.
-    let shared_frontier = match &new.frontier_from {
-        Some(from) => hub.repo.get(from).await?.and_then(|r| r.shared_frontier),
-        None => hub
+    let shared_frontier = match (&frontier_from, &job_id) {
+        (Some(from), _) => hub.repo.get(from).await?.and_then(|r| r.shared_frontier),
+        (None, Some(job)) if job_frontier => hub
+            .config
+            .frontier_url
+            .as_ref()
+            .map(|_| crate::job_frontier::redis_prefix(&hub.config.frontier_prefix, job)),
+        (None, _) => hub
             .config
             .frontier_url
             .as_ref()
             .map(|_| format!("{}:{id}", hub.config.frontier_prefix)),
     };
-    if let (Some(from), Some(prefix)) = (&new.frontier_from, &shared_frontier) {
+    if job_frontier && let Some(prefix) = &shared_frontier {
+        crate::job_frontier::check_free(&*hub.store, hub.hub_id.as_str(), prefix).await?;
+    }
+    if let (Some(from), Some(prefix)) = (&frontier_from, &shared_frontier) {
         // A Redis frontier is not moved by a takeover: one open run at a time may use it.
         if let Some(user) = open_run_on_frontier(hub, prefix).await? {
             return Err(HubError::Conflict(format!(
@@ -169,6 +182,8 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
         allow_networks,
         expand_total,
         expanded: 0,
+        job_frontier,
+        frontier_base: None,
     };
     if !hub.repo.hold(&id).await? {
         return Err(HubError::Store(format!(
@@ -222,7 +237,7 @@ pub(crate) async fn start_run(hub: &Arc<HubCore>, new: NewRun) -> Result<RunView
     if let Err(e) = hub.store.put_allocations(id.as_str(), &allocations).await {
         tracing::warn!(run = %id, error = %e, "allocations not stored (the run record has them)");
     }
-    if let Some(from) = &new.frontier_from {
+    if let Some(from) = &frontier_from {
         // A frontier in Redis stays under its prefix (the record names it); an embedded
         // one moves to the new run's directory.
         let moved = match record.shared_frontier {

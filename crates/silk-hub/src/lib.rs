@@ -70,6 +70,7 @@ mod hub_projects;
 mod hub_router;
 mod hub_tenants;
 mod items;
+mod job_frontier;
 pub mod jobs;
 mod launch;
 mod link;

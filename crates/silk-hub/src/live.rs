@@ -45,6 +45,8 @@ pub(crate) struct RunContext {
     pub(crate) settings: RunSettings,
     /// Turns true when the hub stops.
     pub(crate) stop: watch::Receiver<bool>,
+    /// The job frontiers open here, shared by the runs of each job.
+    pub(crate) job_frontiers: Arc<crate::job_frontier::JobFrontiers>,
 }
 
 /// The hub settings every run follows (from [`HubConfig`](crate::HubConfig)).
@@ -60,6 +62,8 @@ pub(crate) struct RunSettings {
     pub(crate) public_url: Option<String>,
     /// The hub's key: run tokens are made and checked with it.
     pub(crate) secrets: silk_projects::secrets::SecretBox,
+    /// How long a hub's leases last unrenewed (a job frontier's in Redis too), ms.
+    pub(crate) ownership_ttl_ms: u64,
 }
 
 /// A request out at an agent.
@@ -259,9 +263,22 @@ impl Run {
         let _ = done.wait_for(|d| *d).await;
     }
 
+    /// The frontier's counters, those that count from its creation counted from the run's
+    /// start on a job frontier (shared by the job's runs).
+    pub(crate) async fn frontier_stats(
+        &self,
+    ) -> Result<silk_frontier::FrontierStats, silk_frontier::FrontierError> {
+        let stats = self.frontier.stats().await?;
+        let base = self.record.lock().frontier_base;
+        Ok(match base {
+            Some(base) => base.since(stats),
+            None => stats,
+        })
+    }
+
     /// The counters now.
     pub(crate) async fn stats(&self, now_ms: u64) -> RunStats {
-        let f = self.frontier.stats().await.unwrap_or_default();
+        let f = self.frontier_stats().await.unwrap_or_default();
         let c = &self.counters;
         let elapsed_s = now_ms.saturating_sub(self.session_start_ms) as f64 / 1000.0;
         let session_success = f.success.saturating_sub(self.success_before);

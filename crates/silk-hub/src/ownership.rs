@@ -56,7 +56,7 @@ impl HubCore {
             Some(_) => self.config.frontier_url.is_some(),
             None => {
                 record.hub.as_ref().is_none_or(|h| h == &self.hub_id)
-                    || self.files.frontier_dir(&record.id).exists()
+                    || self.files.frontier_dir_of(record).exists()
             }
         }
     }
@@ -136,6 +136,16 @@ pub(crate) async fn adopt(shared: &Arc<HubCore>, startup: bool) -> Result<(), Hu
             }
             continue;
         }
+        // A run on a job frontier in Redis goes with the hub that drives that frontier.
+        if record.job_frontier
+            && !matches!(record.state, RunState::Pending | RunState::Allocating)
+            && let Some(prefix) = &record.shared_frontier
+            && crate::job_frontier::check_free(&*shared.store, shared.hub_id.as_str(), prefix)
+                .await
+                .is_err()
+        {
+            continue;
+        }
         let previous = holders.get(&run_lease(&id)).cloned();
         if !shared.repo.hold(&id).await? {
             continue;
@@ -192,6 +202,11 @@ async fn take(shared: &Arc<HubCore>, mut record: RunRecord, from: Option<String>
                     if let Err(e) = crate::sinks::start(shared, &record) {
                         tracing::warn!(run = %id, error = %e, "item sinks not resumed");
                     }
+                }
+                Err(HubError::Conflict(why)) => {
+                    // Its job's frontier went to another hub meanwhile: the run goes there.
+                    tracing::info!(run = %id, reason = %why, "run left to the hub of its job's frontier");
+                    shared.repo.release(&id).await;
                 }
                 Err(e) => {
                     tracing::error!(run = %id, error = %e, "run could not be resumed");

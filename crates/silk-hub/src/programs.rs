@@ -169,7 +169,7 @@ pub(crate) async fn drive(cx: &RunContext, run: &Arc<Run>) -> Result<End, String
         }
         if limited_by.is_none() && desired != Desired::Cancel {
             let success = match run.spider.spec.max_pages {
-                Some(_) => run.frontier.stats().await.ok().map(|s| s.success),
+                Some(_) => run.frontier_stats().await.ok().map(|s| s.success),
                 None => None,
             };
             let fetched = run.session_counts().0;

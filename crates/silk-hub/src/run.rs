@@ -259,6 +259,51 @@ pub struct RunRecord {
     /// The cursor of the spider's `expand`: the requests before it are in the frontier.
     #[serde(default)]
     pub expanded: u64,
+    /// The run keeps its requests in its job's frontier (`frontier: job`), which the job's
+    /// runs share, rather than in one of its own (see [`crate::job_frontier`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub job_frontier: bool,
+    /// A job frontier's counters when the run first opened it: the run's own counters are
+    /// the frontier's minus these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontier_base: Option<FrontierBase>,
+}
+
+/// The cumulative counters of a shared frontier when a run started (see
+/// [`RunRecord::frontier_base`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrontierBase {
+    pub total: u64,
+    pub success: u64,
+    pub failed: u64,
+    pub dropped: u64,
+    pub duplicates: u64,
+    pub retries: u64,
+}
+
+impl FrontierBase {
+    /// The counters of `stats` that count from its frontier's creation.
+    pub fn of(stats: &silk_frontier::FrontierStats) -> FrontierBase {
+        FrontierBase {
+            total: stats.total,
+            success: stats.success,
+            failed: stats.failed,
+            dropped: stats.dropped,
+            duplicates: stats.duplicates,
+            retries: stats.retries,
+        }
+    }
+
+    /// `stats` with its cumulative counters counted from this base on.
+    pub fn since(&self, mut stats: silk_frontier::FrontierStats) -> silk_frontier::FrontierStats {
+        stats.total = stats.total.saturating_sub(self.total);
+        stats.success = stats.success.saturating_sub(self.success);
+        stats.failed = stats.failed.saturating_sub(self.failed);
+        stats.dropped = stats.dropped.saturating_sub(self.dropped);
+        stats.duplicates = stats.duplicates.saturating_sub(self.duplicates);
+        stats.retries = stats.retries.saturating_sub(self.retries);
+        stats
+    }
 }
 
 /// A slice of quota a run holds: `pages` reserved on the counters `scopes` of day `period`.
@@ -346,6 +391,7 @@ pub fn run_view(record: &RunRecord, stats: RunStats, items_path: Option<PathBuf>
         } else {
             "embedded".into()
         },
+        job_frontier: record.job_frontier,
         fail_if: record.fail_if.clone().unwrap_or_default(),
         program: record.program.as_ref().map(|p| ProgramView {
             spec: p.spec.clone(),

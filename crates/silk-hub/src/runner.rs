@@ -77,6 +77,7 @@ impl Run {
         let lease_timeout_ms = frontier_config.lease_timeout_ms;
         let max_retries = frontier_config.max_retries;
         let frontier: Arc<dyn FrontierStore> = match &record.shared_frontier {
+            _ if record.job_frontier => cx.job_frontiers.open(cx, &record, frontier_config).await?,
             None => Arc::new(
                 silk_frontier::EmbeddedFrontier::open(
                     cx.files.frontier_dir(&id),
@@ -103,6 +104,45 @@ impl Run {
                 )
             }
         };
+        // From here on, a failure must give the job frontier's handle back.
+        let opened = Self::open_on(
+            cx,
+            record,
+            seed,
+            spider,
+            frontier.clone(),
+            lease_timeout_ms,
+            max_retries,
+        )
+        .await;
+        if opened.is_err()
+            && let Err(e) = frontier.close().await
+        {
+            tracing::debug!(run = %id, error = %e, "frontier close failed");
+        }
+        opened
+    }
+
+    /// [`Run::open`] once the frontier is open.
+    async fn open_on(
+        cx: &RunContext,
+        mut record: RunRecord,
+        seed: bool,
+        spider: silk_core::spider::Spider,
+        frontier: Arc<dyn FrontierStore>,
+        lease_timeout_ms: u64,
+        max_retries: u32,
+    ) -> Result<Arc<Run>, HubError> {
+        let id = record.id.clone();
+        let storage = |e: &dyn std::fmt::Display| HubError::RunStorage {
+            run: id.clone(),
+            reason: e.to_string(),
+        };
+        // A run on its job's frontier counts from the frontier's counters at its first open.
+        if record.job_frontier && record.frontier_base.is_none() {
+            let now = frontier.stats().await.map_err(|e| storage(&e))?;
+            record.frontier_base = Some(crate::run::FrontierBase::of(&now));
+        }
         // The run's one item log (the store's table for a shared frontier, else its file);
         // its count goes on from what the log holds (earlier sessions, other hubs).
         let item_log = ItemLog::of(&record, &cx.files);
@@ -147,6 +187,10 @@ impl Run {
             .as_ref()
             .map_or(0, |f| f.total().saturating_sub(f.next()));
         let success_before = frontier.stats().await.map_err(|e| storage(&e))?.success;
+        let success_before = match &record.frontier_base {
+            Some(base) => success_before.saturating_sub(base.success),
+            None => success_before,
+        };
         let quota_paused = record.state == RunState::Paused
             && crate::tenant::quota_paused(record.reason.as_deref());
         let desired = match record.state {

@@ -102,6 +102,7 @@ async fn start_job_run(
             timeout_ms: job.spec.timeout_ms,
             frontier_from: None,
             feed: None,
+            job_frontier: job.spec.frontier == silk_api::jobs::FrontierScope::Job,
         },
     )
     .await

@@ -1402,3 +1402,366 @@ async fn the_hub_runs_on_postgresql() {
     again.shutdown().await;
     pg.drop_schema().await;
 }
+
+const DAY: u64 = 24 * HOUR;
+
+/// The run once it has ended (stored or active, on this hub or not).
+async fn run_end(hub: &HubHandle, id: &silk_core::RunId, what: &str) -> RunView {
+    until(what, async || {
+        let view = hub.run(id).await.ok()?;
+        view.state.is_terminal().then_some(view)
+    })
+    .await
+}
+
+/// Seed 002's incremental crawl: a daily job whose runs share its frontier (`frontier: job`)
+/// with `recrawl_segment: 1d`, over ten days of a manual clock. Each day's run fetches every
+/// page once (what it fetched yesterday is fetched again today, nothing twice in a day); a
+/// second run on the same day fetches nothing; two runs of the job at once share the work and
+/// still fetch each page once; a run stopped with its hub in the middle of the day resumes
+/// in that day's segment when the hub is back; and the frontier does not grow from day to day
+/// (yesterday's seen set is pruned after `segment_retention`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daily_job_on_its_own_frontier_fetches_each_page_once_a_day() {
+    ten_daily_runs(None).await;
+}
+
+/// The same with the job's frontier in Redis (the cluster mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_daily_job_on_a_redis_job_frontier_fetches_each_page_once_a_day() {
+    let Some(redis) = silk_testkit::service_url("SILK_TEST_REDIS") else {
+        return;
+    };
+    ten_daily_runs(Some(redis)).await;
+}
+
+/// What the job frontier stores between runs: its seen sets (how many, and the URLs in
+/// them), its pending requests, and for Redis the memory of its keys. The embedded one is
+/// opened as the hub opens it, once the hub has closed it after the run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stored {
+    seen_segments: u64,
+    seen_urls: u64,
+    pending: u64,
+    redis_bytes: u64,
+}
+
+async fn job_frontier_stored(
+    hub: &HubHandle,
+    job_id: &str,
+    redis: Option<&str>,
+    clock: &ManualClock,
+) -> Stored {
+    match redis {
+        None => {
+            let dir = hub.data_dir().join("jobs").join(job_id).join("frontier");
+            let config = silk_frontier::FrontierConfig {
+                segment_ms: Some(DAY),
+                segment_retention_ms: DAY,
+                ..Default::default()
+            };
+            // The hub closes the frontier just after the run's end is stored.
+            let frontier = until("the job frontier closed by the hub", async || {
+                silk_frontier::EmbeddedFrontier::open(&dir, config.clone(), Arc::new(clock.clone()))
+                    .ok()
+            })
+            .await;
+            let stats = silk_frontier::FrontierStore::stats(&frontier)
+                .await
+                .unwrap();
+            silk_frontier::FrontierStore::close(&frontier)
+                .await
+                .unwrap();
+            Stored {
+                seen_segments: stats.seen_segments,
+                seen_urls: stats.seen_urls,
+                pending: stats.pending,
+                redis_bytes: 0,
+            }
+        }
+        Some(url) => {
+            let client = redis::Client::open(url).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("*:job:{job_id}}}*"))
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            let mut stored = Stored {
+                seen_segments: 0,
+                seen_urls: 0,
+                pending: 0,
+                redis_bytes: 0,
+            };
+            for k in &keys {
+                let used: Option<u64> = redis::cmd("MEMORY")
+                    .arg("USAGE")
+                    .arg(k)
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                stored.redis_bytes += used.unwrap_or(0);
+                if k.contains("}:seen:") {
+                    let n: u64 = redis::cmd("SCARD")
+                        .arg(k)
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
+                    stored.seen_segments += 1;
+                    stored.seen_urls += n;
+                }
+                if k.ends_with("}:requests") {
+                    let n: u64 = redis::cmd("HLEN").arg(k).query_async(&mut c).await.unwrap();
+                    stored.pending += n;
+                }
+            }
+            stored
+        }
+    }
+}
+
+async fn ten_daily_runs(frontier_url: Option<String>) {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(5, 50).await;
+    // Days after today: what the hub sends is then never stale to the bus (on the system
+    // clock), whatever day the test is on.
+    let day0 = (SystemClock.now_ms() / DAY + 2) * DAY;
+    let clock = ManualClock::new(day0);
+    let mut config = hub_config(dir.path());
+    config.schedule_tick_ms = 20;
+    // Heartbeats are judged on the hub's clock, which jumps a day between runs.
+    config.phi.acceptable_heartbeat_pause_ms = 3 * DAY;
+    config.phi.dead_after_ms = 4 * DAY;
+    config.frontier_url = frontier_url.clone();
+    config.frontier_prefix = format!(
+        "silk-test-{}",
+        dir.path().file_name().unwrap().to_string_lossy()
+    );
+    let start = async |config: silk_hub::HubConfig| {
+        let hub = Hub::start(config, Arc::new(bus.clone()), Arc::new(clock.clone()))
+            .await
+            .expect("hub starts");
+        within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+        hub
+    };
+    let _agent = start_agent(dir.path(), &bus, "a1").await;
+    let mut hub = start(config.clone()).await;
+    let spider = SPIDER.replace("per_host_concurrency: 8", "per_host_concurrency: 2")
+        + "recrawl_segment: 1d\n";
+    let spec: JobSpec = serde_json::from_value(json!({
+        "name": "daily", "spider": spider, "args": site_args(&site),
+        "cron": "0 3 * * *", "frontier": "job", "max_pending": 4,
+    }))
+    .unwrap();
+    let job = hub.create_job(spec).await.unwrap();
+    let pages = site.expected_pages();
+    let fetched_once = |day: u64| {
+        let hits = site.stats();
+        for url in &pages {
+            assert_eq!(hits.hits_on(url), 1, "day {day}: {url}");
+        }
+    };
+    let mut runs_made = 0;
+    let mut sizes = Vec::new();
+    let mut daily = None;
+    for day in 0..10u64 {
+        site.reset_stats();
+        clock.set(day0 + day * DAY + 3 * HOUR);
+        runs_made += 1;
+        let run = until("the day's run", async || {
+            let runs = hub.job_runs("daily", None).await.ok()?;
+            (runs.len() == runs_made).then(|| runs[0].clone())
+        })
+        .await;
+        assert!(run.job_frontier, "{run:?}");
+        match day {
+            // Two runs of the job at once: the first waits (paused) while the second starts,
+            // then both lease from the one frontier.
+            3 => {
+                until("the first run running", async || {
+                    let view = hub.run(&run.id).await.ok()?;
+                    (view.state == RunState::Running).then_some(())
+                })
+                .await;
+                hub.pause(&run.id).await.unwrap();
+                let second = hub.trigger("daily", Default::default()).await.unwrap();
+                runs_made += 1;
+                site.wait_for_requests(5).await;
+                hub.resume(&run.id).await.unwrap();
+                for id in [&run.id, &second.id] {
+                    let done = run_end(&hub, id, "a run of day 3").await;
+                    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+                }
+                fetched_once(day);
+            }
+            // The hub stops in the middle of the run; back, it resumes the run in the same
+            // segment: what was fetched is not fetched again (but for the few requests out
+            // when it stopped, at most `max_pending`).
+            5 => {
+                site.wait_for_requests(pages.len() as u64 / 3).await;
+                hub.shutdown().await;
+                let before = site.stats();
+                assert!(
+                    (before.total_requests as usize) < pages.len(),
+                    "the run had ended before its hub stopped: {}",
+                    before.total_requests
+                );
+                hub = start(config.clone()).await;
+                let done = run_end(&hub, &run.id, "the resumed run").await;
+                assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+                assert_eq!(Some(done.stats.success), daily, "{:?}", done.stats);
+                let hits = site.stats();
+                let mut again = 0;
+                for url in &pages {
+                    let n = hits.hits_on(url);
+                    assert!(n >= 1, "day 5: {url} not fetched");
+                    again += n - 1;
+                }
+                assert!(again <= 4, "day 5: {again} pages fetched twice");
+            }
+            _ => {
+                let done = run_end(&hub, &run.id, "the day's run").await;
+                assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+                // The same requests every day (pages, redirects, robots-denied ones …).
+                assert!(done.stats.success >= pages.len() as u64, "{:?}", done.stats);
+                assert_eq!(*daily.get_or_insert(done.stats.success), done.stats.success);
+                fetched_once(day);
+            }
+        }
+        if day == 1 {
+            // A second run the same day: every page was seen in this segment.
+            site.reset_stats();
+            let again = hub.trigger("daily", Default::default()).await.unwrap();
+            runs_made += 1;
+            let done = run_end(&hub, &again.id, "the same-day run").await;
+            assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+            assert_eq!(
+                (done.stats.total, done.stats.success),
+                (0, 0),
+                "{:?}",
+                done.stats
+            );
+            assert!(done.stats.duplicates > 0, "{:?}", done.stats);
+            assert_eq!(site.stats().total_requests, 0);
+        }
+        let stored = job_frontier_stored(&hub, &job.id, frontier_url.as_deref(), &clock).await;
+        // Nothing left, today's seen set, and yesterday's (kept a day, `segment_retention`).
+        assert_eq!(stored.pending, 0, "day {day}: {stored:?}");
+        assert_eq!(
+            stored.seen_segments,
+            day.min(1) + 1,
+            "day {day}: {stored:?}"
+        );
+        sizes.push(stored);
+    }
+    eprintln!("the job frontier after each day: {sizes:?}");
+    // Flat: from the second day on, the same seen URLs (two days' worth) and the same memory.
+    for s in &sizes[2..] {
+        assert_eq!(s.seen_urls, sizes[1].seen_urls, "{sizes:?}");
+        assert!(
+            s.redis_bytes <= sizes[1].redis_bytes + sizes[1].redis_bytes / 10,
+            "{sizes:?}"
+        );
+    }
+    hub.shutdown().await;
+}
+
+/// Several hubs of one store and one job frontier in Redis: one hub drives it at a time. While
+/// a run of the job is on hub A, hub B refuses another (`409` naming hub A); hub A stops in the
+/// middle of the run and hub B adopts it, resuming where it was (what was fetched is not
+/// fetched again); later runs of the job, on either hub, find every page seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hubs_of_one_store_share_a_job_frontier_in_redis_one_at_a_time() {
+    let Some(redis) = silk_testkit::service_url("SILK_TEST_REDIS") else {
+        return;
+    };
+    let Some(pg) = silk_store::testing::PgTestSchema::from_env() else {
+        return;
+    };
+    pg.create().await.expect("test schema");
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let site = site(5, 50).await;
+    let prefix = format!(
+        "silk-test-{}",
+        dir.path().file_name().unwrap().to_string_lossy()
+    );
+    let start = |name: &'static str| {
+        let mut config = hub_config(&dir.path().join(name));
+        config.store_url = Some(pg.url.clone());
+        config.secret_key = Some("5a".repeat(32));
+        config.hub_id = Some(name.into());
+        config.frontier_url = Some(redis.clone());
+        config.frontier_prefix = prefix.clone();
+        config.ownership_ttl_ms = 1_500;
+        let bus = bus.clone();
+        async move {
+            let hub = Hub::start(config, Arc::new(bus), Arc::new(SystemClock))
+                .await
+                .expect("hub starts on postgres");
+            within("a live agent", 10, hub.wait_for_live_agents(1)).await;
+            hub
+        }
+    };
+    let _agent = start_agent(dir.path(), &bus, "a1").await;
+    let a = start("hub-a").await;
+    let b = start("hub-b").await;
+    let spider = SPIDER.replace("per_host_concurrency: 8", "per_host_concurrency: 2")
+        + "recrawl_segment: none\n";
+    let spec: JobSpec = serde_json::from_value(json!({
+        "name": "shared", "spider": spider, "args": site_args(&site),
+        "frontier": "job", "max_pending": 4,
+    }))
+    .unwrap();
+    a.create_job(spec).await.unwrap();
+    let pages = site.expected_pages();
+
+    let first = a.trigger("shared", Default::default()).await.unwrap();
+    site.wait_for_requests(5).await;
+    let refused = b
+        .trigger("shared", Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("driven by hub `hub-a`"),
+        "hub-b must refuse a run of the job: {refused}"
+    );
+    a.shutdown().await;
+    assert!(
+        (site.stats().total_requests as usize) < pages.len(),
+        "the run had ended before hub-a stopped"
+    );
+    let done = run_end(&b, &first.id, "the run adopted and ended by hub-b").await;
+    assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+    assert_eq!(done.hub.as_ref().map(|h| h.as_str()), Some("hub-b"));
+    assert!(done.stats.success >= pages.len() as u64, "{:?}", done.stats);
+    let hits = site.stats();
+    let mut again = 0;
+    for url in &pages {
+        let n = hits.hits_on(url);
+        assert!(n >= 1, "{url} not fetched");
+        again += n - 1;
+    }
+    assert!(again <= 4, "{again} pages fetched twice");
+
+    // Later runs, on hub-b and on hub-a back, find every page seen.
+    site.reset_stats();
+    let a = start("hub-a").await;
+    for hub in [&b, &a] {
+        let run = hub.trigger("shared", Default::default()).await.unwrap();
+        let done = run_end(hub, &run.id, "a later run").await;
+        assert_eq!(done.state, RunState::Succeeded, "{:?}", done.reason);
+        assert_eq!(
+            (done.stats.total, done.stats.success),
+            (0, 0),
+            "{:?}",
+            done.stats
+        );
+    }
+    assert_eq!(site.stats().total_requests, 0);
+    a.shutdown().await;
+    b.shutdown().await;
+    pg.drop_schema().await;
+}

@@ -333,6 +333,7 @@
  * @property {Record<string, any>|null} [downloader] Downloader settings of its runs.
  * @property {boolean} [enabled] Whether the schedule fires (manual triggers always work); default true.
  * @property {null|FailIf} [fail_if]
+ * @property {string} [frontier] Where its runs keep their frontier: `run` (default: each run a frontier of its own) or
  * @property {number|null} [log_retention_ms] Log lines of its runs older than this are deleted, ms (the hub's `log_retention`
  * @property {number|null} [max_pages_per_day] Most pages its runs fetch per day, together (days in its tenant's time zone); a run
  * @property {number|null} [max_pending] Back-pressure of its runs.
@@ -716,6 +717,7 @@
  * @property {string|null} [hub] The hub that drives (or last drove) the run.
  * @property {string} id The run id.
  * @property {string|null} [items_path] The JSON Lines file of the run's items, its item log; absent for a run with a Redis
+ * @property {boolean} [job_frontier] The frontier is its job's (`frontier: job`), shared by the job's runs: `stats.total`,
  * @property {string|null} [job_id] The job it is a run of.
  * @property {string|null} [job_name] The job's name.
  * @property {number} max_pending Back-pressure settings.
