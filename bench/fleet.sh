@@ -8,6 +8,7 @@
 #   shared2 as nats2, with the cluster mode's shared state: `--store postgres://…` (a fresh
 #           schema on SILK_TEST_POSTGRES) and `--frontier redis://…` (SILK_TEST_REDIS), so
 #           the run's frontier is in Redis and its items go to PostgreSQL before each ack
+#   natsN, sharedN   the same with N agent processes (`nats4`, `shared4`: how pages/s grows)
 # and print, per mode, unique content pages/s (run start to end, hub clock), and whether every
 # page was fetched exactly once (server-side hit counts) and written once (item file).
 #
@@ -104,9 +105,10 @@ for mode in $MODES; do
       submit "$D"
       kill -INT "$UP"; wait "$UP" 2>/dev/null || true
       ;;
-    nats2|shared2)
+    nats[0-9]*|shared[0-9]*)
+      n=${mode//[!0-9]/}
       SHARED=()
-      if [ "$mode" = shared2 ]; then
+      if [ "${mode#shared}" != "$mode" ]; then
         : "${SILK_TEST_POSTGRES:?shared2 needs SILK_TEST_POSTGRES}" "${SILK_TEST_REDIS:?shared2 needs SILK_TEST_REDIS}"
         SCHEMA="bench_fleet_$$"
         psql "$SILK_TEST_POSTGRES" -qc "CREATE SCHEMA $SCHEMA" >/dev/null
@@ -122,17 +124,17 @@ for mode in $MODES; do
         --listen "127.0.0.1:$API_PORT" --no-auth "${SHARED[@]}" >"$D/hub.log" 2>&1 &
       HUB=$!; PIDS+=("$HUB")
       wait_for "$D/hub.log" "silk hub: API on"
-      for k in 1 2; do
+      for k in $(seq 1 "$n"); do
         "$BIN" agent --bus "nats://127.0.0.1:$NATS_PORT" --allow-network 127.0.0.0/8 --id "bench-$k" --capacity "$CAPACITY" \
           ${SHARED:+--namespace "bench$$"} \
           --data-dir "$D/agent-$k" >"$D/agent-$k.log" 2>&1 &
         PIDS+=("$!")
       done
-      wait_agents 2
+      wait_agents "$n"
       submit "$D"
       kill -INT "$HUB" 2>/dev/null || true; wait "$HUB" 2>/dev/null || true
       for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-      if [ "$mode" = shared2 ]; then
+      if [ "${mode#shared}" != "$mode" ]; then
         psql "$SILK_TEST_POSTGRES" -qc "DROP SCHEMA $SCHEMA CASCADE" >/dev/null
       fi
       ;;

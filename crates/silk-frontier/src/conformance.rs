@@ -104,7 +104,8 @@ macro_rules! __frontier_conformance_checks {
             per_host_delay, set_host_delay, priority_order, aging_flips_order,
             aging_does_not_flip_order, lease_expiry_redispatches, retry_backoff_then_failed,
             failed_and_dropped, release_requeues_without_retry, stale_acks_are_harmless,
-            ack_many_mixed, ack_and_enqueue_links, next_ready_when_idle, reopen_persists,
+            ack_many_mixed, ack_and_enqueue_links, ack_many_and_enqueue_batch,
+            next_ready_when_idle, reopen_persists,
             old_seen_sets_are_pruned, closed_store_refuses_calls }
     };
 }
@@ -922,6 +923,52 @@ pub async fn ack_and_enqueue_links(f: &dyn FrontierFactory) {
     );
     c.expect("second result", [4, 3, 0, 1, 0, 0, 2]).await;
     assert_eq!(c.lease(10).await.len(), 3);
+}
+
+/// Several acks and their links in one call: results in order, a lease twice in the batch
+/// applied once, the links deduplicated together (against the seen set and each other).
+pub async fn ack_many_and_enqueue_batch(f: &dyn FrontierFactory) {
+    let c = Case::new(f, "ack_many_and_enqueue_batch", config()).await;
+    c.enqueue(vec![
+        req("https://a.test/"),
+        req("https://b.test/"),
+        req("https://c.test/"),
+    ])
+    .await;
+    let l = c.lease(3).await;
+    assert_eq!(l.len(), 3);
+    let acks = vec![
+        (l[0].id, Outcome::Done),
+        (
+            l[1].id,
+            Outcome::Failed {
+                reason: "http_404".into(),
+            },
+        ),
+        (l[0].id, Outcome::Done),
+    ];
+    let links = vec![
+        req("https://a.test/1"),
+        req("https://b.test/1"),
+        req("https://a.test/1"),
+        req("https://a.test/"),
+    ];
+    let (acked, enq) = c
+        .store
+        .ack_many_and_enqueue(acks, links)
+        .await
+        .expect("ack_many_and_enqueue");
+    assert_eq!(
+        acked,
+        vec![AckResult::Succeeded, AckResult::Failed, AckResult::Unknown]
+    );
+    assert_eq!((enq.added, enq.duplicates), (2, 2));
+    c.expect("two acked, two links in", [5, 3, 1, 1, 1, 0, 2])
+        .await;
+    let next = c.lease(10).await;
+    let mut got = urls(&next);
+    got.sort_unstable();
+    assert_eq!(got, ["https://a.test/1", "https://b.test/1"]);
 }
 
 /// `next_ready_ms` is `None` only when nothing is pending or in flight.

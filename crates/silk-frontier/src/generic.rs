@@ -627,17 +627,24 @@ impl<S: Storage> Core<S> {
         outcome: Outcome,
         discovered: Vec<Request>,
     ) -> Result<(AckResult, EnqueueOutcome), FrontierError> {
+        let (mut results, enqueued) = self
+            .ack_many_and_enqueue(vec![(lease, outcome)], discovered)
+            .await?;
+        Ok((results.pop().unwrap_or(AckResult::Unknown), enqueued))
+    }
+
+    pub(crate) async fn ack_many_and_enqueue(
+        &self,
+        acks: Vec<(LeaseId, Outcome)>,
+        discovered: Vec<Request>,
+    ) -> Result<(Vec<AckResult>, EnqueueOutcome), FrontierError> {
         let mut guard = self.lock().await?;
         let (mem, state) = &mut *guard;
         let mut st = self.staged(mem, state);
-        let result = self
-            .stage_acks(mem, state, &mut st, vec![(lease, outcome)])
-            .await?
-            .pop()
-            .unwrap_or(AckResult::Unknown);
+        let results = self.stage_acks(mem, state, &mut st, acks).await?;
         let enqueued = self.stage_enqueue(mem, state, &mut st, discovered).await?;
         self.commit(mem, state, st, "ack and enqueue").await?;
-        Ok((result, enqueued))
+        Ok((results, enqueued))
     }
 
     pub(crate) async fn expire(&self) -> Result<usize, FrontierError> {
@@ -739,6 +746,16 @@ macro_rules! frontier_store_by_core {
                 $crate::FrontierError,
             > {
                 self.core.ack_and_enqueue(lease, outcome, discovered).await
+            }
+            async fn ack_many_and_enqueue(
+                &self,
+                acks: Vec<($crate::store::LeaseId, $crate::store::Outcome)>,
+                discovered: Vec<silk_core::Request>,
+            ) -> Result<
+                (Vec<$crate::store::AckResult>, $crate::store::EnqueueOutcome),
+                $crate::FrontierError,
+            > {
+                self.core.ack_many_and_enqueue(acks, discovered).await
             }
             async fn expire(&self) -> Result<usize, $crate::FrontierError> {
                 self.core.expire().await

@@ -245,6 +245,19 @@ pub trait FrontierStore: Send + Sync + 'static {
         Ok((self.ack(lease, outcome).await?, enqueued))
     }
 
+    /// Acks several leases and enqueues the links discovered by them, atomically (one
+    /// write, like [`FrontierStore::ack_and_enqueue`] for one lease): what a driver that
+    /// applies a batch of results calls once. Results are in the order of `acks`; a lease
+    /// twice in `acks` is applied once (the second is `Unknown`).
+    async fn ack_many_and_enqueue(
+        &self,
+        acks: Vec<(LeaseId, Outcome)>,
+        discovered: Vec<Request>,
+    ) -> Result<(Vec<AckResult>, EnqueueOutcome), FrontierError> {
+        let enqueued = self.enqueue(discovered).await?;
+        Ok((self.ack_many(acks).await?, enqueued))
+    }
+
     /// Re-queues the leases past their deadline now; returns how many. (`lease` and
     /// `next_ready_ms` do it too; this is for callers that want it on a timer.)
     async fn expire(&self) -> Result<usize, FrontierError>;

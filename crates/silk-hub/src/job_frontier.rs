@@ -254,6 +254,15 @@ impl FrontierStore for Shared {
         self.inner.ack_and_enqueue(lease, outcome, discovered).await
     }
 
+    async fn ack_many_and_enqueue(
+        &self,
+        acks: Vec<(LeaseId, Outcome)>,
+        discovered: Vec<Request>,
+    ) -> Result<(Vec<AckResult>, EnqueueOutcome), FrontierError> {
+        self.check()?;
+        self.inner.ack_many_and_enqueue(acks, discovered).await
+    }
+
     async fn expire(&self) -> Result<usize, FrontierError> {
         self.check()?;
         self.inner.expire().await

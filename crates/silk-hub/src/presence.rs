@@ -9,6 +9,7 @@ use crate::live::Run;
 use crate::phi::AgentState;
 use crate::registry::{Applied, LabelFilter, RegisterOutcome};
 use crate::state::HubCore;
+use futures::FutureExt;
 use silk_bus::{BusError, Delivery, HubBeacon, Message, Subject, SubscribeOpts};
 use silk_store::{AgentRow, Level};
 use std::sync::Arc;
@@ -56,9 +57,52 @@ async fn on_register(hub: &HubCore, delivery: &Delivery) {
     }
 }
 
+/// Most results applied together (see [`on_batch`]).
+const RESULT_BATCH: usize = 256;
+
 async fn on_delivery(hub: &HubCore, delivery: Delivery) {
+    apply(hub, &delivery).await;
+    ack(delivery).await;
+}
+
+/// Deliveries that were ready together: the results of each run applied in one call
+/// ([`Run::on_results`]: one items write, one frontier write), anything else one by one;
+/// then every delivery acked, after what it carried was applied.
+async fn on_batch(hub: &HubCore, batch: Vec<Delivery>) {
+    let mut runs: Vec<(&silk_core::RunId, Vec<&silk_bus::RunResult>)> = Vec::new();
+    for delivery in &batch {
+        match &delivery.envelope.body {
+            Message::Result(result) => match runs.iter_mut().find(|(id, _)| **id == result.run) {
+                Some((_, results)) => results.push(result),
+                None => runs.push((&result.run, vec![result])),
+            },
+            _ => apply(hub, delivery).await,
+        }
+    }
+    for (id, results) in runs {
+        match hub.active_run(id) {
+            Some(run) => run.on_results(&hub.runs_cx, &results).await,
+            None => {
+                tracing::debug!(run = %id, n = results.len(), "results of a run that is not active here ignored")
+            }
+        }
+    }
+    for delivery in batch {
+        ack(delivery).await;
+    }
+}
+
+async fn ack(delivery: Delivery) {
+    if delivery.is_durable()
+        && let Err(e) = delivery.ack().await
+    {
+        tracing::debug!(error = %e, "bus ack failed (the message may come again)");
+    }
+}
+
+async fn apply(hub: &HubCore, delivery: &Delivery) {
     match &delivery.envelope.body {
-        Message::Register(_) => on_register(hub, &delivery).await,
+        Message::Register(_) => on_register(hub, delivery).await,
         Message::Heartbeat(_) => {
             let now = hub.clock.now_ms();
             if let Applied::Heartbeat(crate::registry::HeartbeatOutcome::NeedsRegister) =
@@ -106,11 +150,6 @@ async fn on_delivery(hub: &HubCore, delivery: Delivery) {
             }
         }
     }
-    if delivery.is_durable()
-        && let Err(e) = delivery.ack().await
-    {
-        tracing::debug!(error = %e, "bus ack failed (the message may come again)");
-    }
 }
 
 /// Counts an open subscription down when it ends.
@@ -143,12 +182,34 @@ pub(crate) async fn subscription_loop(shared: Arc<HubCore>, subject: Subject, op
                     .subscribed
                     .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let _open = Decrement(&shared.subscribed);
+                // What ended a batch: handled as the next delivery.
+                let mut carried = None;
                 loop {
-                    let next = tokio::select! {
-                        _ = stop.changed() => return,
-                        n = subscription.next() => n,
+                    let next = match carried.take() {
+                        Some(next) => next,
+                        None => tokio::select! {
+                            _ = stop.changed() => return,
+                            n = subscription.next() => n,
+                        },
                     };
                     match next {
+                        // Results already waiting behind this one are applied with it.
+                        Some(Ok(delivery))
+                            if matches!(delivery.envelope.body, Message::Result(_)) =>
+                        {
+                            let mut batch = vec![delivery];
+                            while batch.len() < RESULT_BATCH {
+                                match subscription.next().now_or_never() {
+                                    Some(Some(Ok(more))) => batch.push(more),
+                                    Some(other) => {
+                                        carried = Some(other);
+                                        break;
+                                    }
+                                    None => break,
+                                }
+                            }
+                            on_batch(&shared, batch).await;
+                        }
                         Some(Ok(delivery)) => on_delivery(&shared, delivery).await,
                         Some(Err(
                             e @ (BusError::Malformed { .. } | BusError::UnsupportedVersion { .. }),

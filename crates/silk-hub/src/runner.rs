@@ -462,20 +462,134 @@ impl Run {
         Ok(())
     }
 
-    /// The result of one of the run's requests.
+    /// Applies a result of one of the run's requests (see [`Run::on_results`]).
     pub(crate) async fn on_result(&self, cx: &RunContext, result: &RunResult) {
+        self.on_results(cx, &[result]).await;
+    }
+
+    /// Applies results of the run's requests pulled from the bus together: the items of all
+    /// of them in one write (one transaction in the store), their final outcomes, then one
+    /// frontier call that acks every lease and enqueues every discovered link (one write,
+    /// one Redis script). Items are written before the ack as for a single result: a crash in
+    /// between re-dispatches the batch, and the idempotent sink absorbs the repeat. A result
+    /// whose lease is not out any more (late, duplicate) is counted and ignored.
+    pub(crate) async fn on_results(&self, cx: &RunContext, results: &[&RunResult]) {
         let _applying = self.applying.read().await;
-        // Counted as applying from before it leaves the requests out until this call
-        // returns, after its success is counted: the quota never sees it in neither.
-        self.counters.applying.fetch_add(1, Ordering::SeqCst);
-        let _applied = Applied(&self.counters.applying);
-        let lease = Some(result.lease_id).filter(|_| !self.closing.load(Ordering::SeqCst));
-        let out = lease.and_then(|l| self.out.lock().remove(&l).map(|o| (l, o)));
-        let Some((lease, out)) = out else {
-            self.counters.late.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(run = %self.id, lease = %result.lease_id, agent = %result.agent, "late or duplicate result ignored");
+        // Counted as applying from before they leave the requests out until this call
+        // returns, after their success is counted: the quota never sees one in neither.
+        let n = results.len() as u64;
+        self.counters.applying.fetch_add(n, Ordering::SeqCst);
+        let _applied = Applied(&self.counters.applying, n);
+        let closing = self.closing.load(Ordering::SeqCst);
+        let mut taken: Vec<(LeaseId, Out, &RunResult)> = Vec::with_capacity(results.len());
+        for &result in results {
+            let out = Some(result.lease_id)
+                .filter(|_| !closing)
+                .and_then(|l| self.out.lock().remove(&l).map(|o| (l, o)));
+            let Some((lease, out)) = out else {
+                self.counters.late.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(run = %self.id, lease = %result.lease_id, agent = %result.agent, "late or duplicate result ignored");
+                continue;
+            };
+            self.count_returned(&out, result);
+            taken.push((lease, out, result));
+        }
+        if taken.is_empty() {
             return;
+        }
+        self.last_progress_ms
+            .store(cx.clock.now_ms(), Ordering::Relaxed);
+        let items: std::borrow::Cow<'_, [serde_json::Value]> = match &taken[..] {
+            [(_, _, one)] => std::borrow::Cow::Borrowed(&one.outcome.items),
+            many => many
+                .iter()
+                .flat_map(|(_, _, r)| r.outcome.items.iter().cloned())
+                .collect(),
         };
+        match self
+            .items
+            .write(&items, cx.clock.now_ms(), self.max_items())
+            .await
+        {
+            Ok(wrote) => {
+                let c = &self.counters;
+                c.items.fetch_add(wrote.new, Ordering::Relaxed);
+                c.duplicate_items
+                    .fetch_add(wrote.duplicates, Ordering::Relaxed);
+                if wrote.no_key > 0 {
+                    tracing::warn!(run = %self.id, key = %self.spider.spec.item_key, n = wrote.no_key, "items without a key; not written");
+                }
+            }
+            Err(WriteError::File(reason)) => {
+                // The items file failed: the leases stay out and expire; stop the run
+                // rather than ack pages whose items were lost.
+                self.set_fatal(reason);
+                return;
+            }
+            Err(WriteError::Store(e)) => {
+                // Not acked: the leases expire and the pages are fetched again.
+                for (_, out, _) in &taken {
+                    tracing::warn!(run = %self.id, url = %out.request.url, error = %e, "items not stored; the page will be fetched again");
+                }
+                let what = match &taken[..] {
+                    [(_, out, _)] => out.request.url.to_string(),
+                    many => format!("{} pages ({} …)", many.len(), many[0].1.request.url),
+                };
+                cx.logs.hub(
+                    &self.id,
+                    Level::Warn,
+                    format!("items of {what} not stored ({e}); fetched again"),
+                );
+                return;
+            }
+        }
+        if !items.is_empty() {
+            // After the write: a sink woken now reads the new lines.
+            self.items_written.notify_waiters();
+        }
+        let chained = matches!(self.record.lock().strategy, Strategy::Chained(_));
+        let mut acks = Vec::with_capacity(taken.len());
+        let mut discovered = Vec::new();
+        for (lease, out, result) in &taken {
+            let o = &result.outcome;
+            if let (Some(delay), Some(key)) = (o.crawl_delay_ms, out_host(&out.request)) {
+                let new = self.delays.lock().insert(key.clone());
+                if new && let Err(e) = self.frontier.set_host_delay(&key, delay).await {
+                    tracing::warn!(run = %self.id, host = %key, error = %e, "crawl-delay not recorded");
+                }
+            }
+            if o.error.as_ref().is_some_and(|e| e.code == "no_downloader") {
+                // The agent lost the run's downloader (released it when idle): allocate
+                // again.
+                self.allocated_on.lock().remove(&result.agent);
+            }
+            let (outcome, links) = classify(&out.request, o, &result.agent, chained);
+            if self.outcomes.is_some() && self.is_final(&out.request, &outcome) {
+                // Before the ack, as items are: a crash in between writes it again.
+                if let Err(reason) =
+                    self.write_outcome(cx, &out.request, &result.agent, o, &outcome)
+                {
+                    self.set_fatal(reason);
+                    return;
+                }
+            }
+            acks.push((*lease, outcome));
+            discovered.extend(links);
+        }
+        match self.frontier.ack_many_and_enqueue(acks, discovered).await {
+            Ok((acked, _)) => {
+                let succeeded = acked.iter().filter(|a| **a == AckResult::Succeeded).count() as u64;
+                self.counters
+                    .succeeded
+                    .fetch_add(succeeded, Ordering::Relaxed);
+            }
+            Err(e) => self.set_fatal(format!("frontier: {e}")),
+        }
+        self.wake.notify_one();
+    }
+
+    /// Counts a result that came back for a request out (by agent, affinity, bytes, bans).
+    fn count_returned(&self, out: &Out, result: &RunResult) {
         self.counters.returned.fetch_add(1, Ordering::Relaxed);
         *self
             .counters
@@ -495,8 +609,6 @@ impl Run {
             }
             None => {}
         }
-        self.last_progress_ms
-            .store(cx.clock.now_ms(), Ordering::Relaxed);
         let o = &result.outcome;
         if o.error.as_ref().is_some_and(|e| e.code == "proxy_banned") {
             self.counters.blocked.fetch_add(1, Ordering::Relaxed);
@@ -505,72 +617,6 @@ impl Run {
         self.counters
             .bytes_saved
             .fetch_add(o.bytes_saved, Ordering::Relaxed);
-        match self
-            .items
-            .write(&o.items, cx.clock.now_ms(), self.max_items())
-            .await
-        {
-            Ok(wrote) => {
-                let c = &self.counters;
-                c.items.fetch_add(wrote.new, Ordering::Relaxed);
-                c.duplicate_items
-                    .fetch_add(wrote.duplicates, Ordering::Relaxed);
-                if wrote.no_key > 0 {
-                    tracing::warn!(run = %self.id, key = %self.spider.spec.item_key, n = wrote.no_key, "items without a key; not written");
-                }
-            }
-            Err(WriteError::File(reason)) => {
-                // The items file failed: the lease stays out and expires; stop the run
-                // rather than ack a page whose items were lost.
-                self.set_fatal(reason);
-                return;
-            }
-            Err(WriteError::Store(e)) => {
-                // Not acked: the lease expires and the page is fetched again.
-                tracing::warn!(run = %self.id, url = %out.request.url, error = %e, "items not stored; the page will be fetched again");
-                cx.logs.hub(
-                    &self.id,
-                    Level::Warn,
-                    format!(
-                        "items of {} not stored ({e}); the page will be fetched again",
-                        out.request.url
-                    ),
-                );
-                return;
-            }
-        }
-        if !o.items.is_empty() {
-            // After the write: a sink woken now reads the new lines.
-            self.items_written.notify_waiters();
-        }
-        if let (Some(delay), Some(key)) = (o.crawl_delay_ms, out_host(&out.request)) {
-            let new = self.delays.lock().insert(key.clone());
-            if new && let Err(e) = self.frontier.set_host_delay(&key, delay).await {
-                tracing::warn!(run = %self.id, host = %key, error = %e, "crawl-delay not recorded");
-            }
-        }
-        if o.error.as_ref().is_some_and(|e| e.code == "no_downloader") {
-            // The agent lost the run's downloader (released it when idle): allocate again.
-            self.allocated_on.lock().remove(&result.agent);
-        }
-        let chained = matches!(self.record.lock().strategy, Strategy::Chained(_));
-        let (outcome, links) = classify(&out.request, o, &result.agent, chained);
-        if self.outcomes.is_some() && self.is_final(&out.request, &outcome) {
-            // Before the ack, as items are: a crash in between writes it again.
-            if let Err(reason) = self.write_outcome(cx, &out.request, &result.agent, o, &outcome) {
-                self.set_fatal(reason);
-                return;
-            }
-        }
-        match self.frontier.ack_and_enqueue(lease, outcome, links).await {
-            Ok((ack, _)) => {
-                if ack == AckResult::Succeeded {
-                    self.counters.succeeded.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Err(e) => self.set_fatal(format!("frontier: {e}")),
-        }
-        self.wake.notify_one();
     }
 
     /// Whether `outcome` finishes the request: done (a redirect hop too, whose target is
@@ -1452,11 +1498,11 @@ impl Run {
 }
 
 /// Takes one off a run's count of results being applied when dropped.
-struct Applied<'a>(&'a AtomicU64);
+struct Applied<'a>(&'a AtomicU64, u64);
 
 impl Drop for Applied<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.fetch_sub(self.1, Ordering::SeqCst);
     }
 }
 
