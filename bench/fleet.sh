@@ -15,6 +15,7 @@
 #   bench/fleet.sh                   # all modes
 #   MODES="crawl nats2" bench/fleet.sh
 #   HUB_ARGS="--set runs.archive_retention=0s" bench/fleet.sh   # extra hub (`up`/`hub`) flags
+#   BIN=/tmp/silk-old MODES=shared2 bench/fleet.sh   # another silk binary, not built here
 #
 # The hubs serve their API without tokens (`--no-auth`, loopback only).
 # Needs: cargo, python3, nats-server (Debian package `nats-server`); shared2 also psql and
@@ -33,8 +34,11 @@ HUB_ARGS=${HUB_ARGS:-}
 OUT=bench/out/fleet-$$
 mkdir -p "$OUT"
 
-cargo build --release -p silk >/dev/null
-BIN=target/release/silk
+# BIN=path runs another build of silk (e.g. an older commit's, side by side).
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -p silk >/dev/null
+  BIN=target/release/silk
+fi
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
@@ -159,11 +163,16 @@ for mode in modes:
     if mode == "crawl":
         items_path, seconds, state = f"{d}/items.jsonl", run["wall_s"], "succeeded"
     else:
-        items_path = run["items_path"]
+        items_path = run.get("items_path")
         seconds = (run["finished_ms"] - run["started_ms"]) / 1000
         state = run["state"]
-    lines = [json.loads(l)["url"] for l in open(items_path)]
-    dup = len(lines) - len(set(lines))
-    print(f"{mode:6} {len(per_page):6} {twice:5} {len(set(lines)):6} {dup:4} {seconds:8.2f} {len(per_page) / seconds:8.0f}  {state}")
+    if items_path:
+        lines = [json.loads(l)["url"] for l in open(items_path)]
+        items, dup = len(set(lines)), len(lines) - len(set(lines))
+    else:
+        # The shared modes keep items in the store's table (one row per item key): what
+        # the run counted as new and as duplicates of a stored key.
+        items, dup = run["stats"]["items"], run["stats"]["duplicate_items"]
+    print(f"{mode:6} {len(per_page):6} {twice:5} {items:6} {dup:4} {seconds:8.2f} {len(per_page) / seconds:8.0f}  {state}")
 print(f"(expected {hosts * pages} pages; raw output in {out})")
 PY

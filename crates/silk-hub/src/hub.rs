@@ -47,8 +47,9 @@ use tokio::task::JoinHandle;
 pub use crate::config::HubConfig;
 
 /// Results pulled from the bus at once: one pull round trip per this many results (the hub
-/// handles a batch in milliseconds, far within the bus's ack wait).
-const RESULTS_BATCH: usize = 256;
+/// handles a batch in milliseconds, far within the bus's ack wait); also the most results
+/// applied together (`presence`).
+pub(crate) const RESULTS_BATCH: usize = 256;
 
 /// Log batches pulled from the bus at once.
 const LOGS_BATCH: usize = 64;

@@ -57,9 +57,6 @@ async fn on_register(hub: &HubCore, delivery: &Delivery) {
     }
 }
 
-/// Most results applied together (see [`on_batch`]).
-const RESULT_BATCH: usize = 256;
-
 async fn on_delivery(hub: &HubCore, delivery: Delivery) {
     apply(hub, &delivery).await;
     ack(delivery).await;
@@ -198,7 +195,7 @@ pub(crate) async fn subscription_loop(shared: Arc<HubCore>, subject: Subject, op
                             if matches!(delivery.envelope.body, Message::Result(_)) =>
                         {
                             let mut batch = vec![delivery];
-                            while batch.len() < RESULT_BATCH {
+                            while batch.len() < crate::hub::RESULTS_BATCH {
                                 match subscription.next().now_or_never() {
                                     Some(Some(Ok(more))) => batch.push(more),
                                     Some(other) => {

@@ -5,8 +5,9 @@
 //! when) → routed by the run's [`Allocation`] to a live agent → sent in a `download` batch on
 //! the agent's subject (an `allocate` goes first to an agent that has not had the run's
 //! downloader from this hub session) → the agent's result comes back on `results` →
-//! [`Run::on_result`]: items written (idempotent on the item key), then the lease acked and
-//! the discovered links enqueued in one frontier call.
+//! [`Run::on_results`], with the other results of the run already waiting there: their items
+//! written in one write (idempotent on the item key), then their leases acked and the
+//! discovered links enqueued in one frontier call.
 //!
 //! Guarantees and how they are kept:
 //! - **Back-pressure**: at most `max_pending` requests out; the run fails when requests are
