@@ -5,6 +5,7 @@
 #
 #   bench/crawl.sh                 # both cores: server and crawler share the machine
 #   PIN=1 bench/crawl.sh           # crawler pinned to core 1, server to core 0
+#   PIN=1 HOSTS=200 PAGES=250 CONCURRENCY=128 PER_HOST=8 BIN=/tmp/silk-old bench/crawl.sh
 #
 # Needs: cargo, python3, /usr/bin/time (Debian package `time`), taskset (util-linux).
 set -euo pipefail
@@ -13,12 +14,16 @@ HOSTS=${HOSTS:-20}
 PAGES=${PAGES:-1000}
 PORT=${PORT:-18711}
 CONCURRENCY=${CONCURRENCY:-64}
+PER_HOST=${PER_HOST:-$CONCURRENCY}
 OUT=bench/out/crawl-$$
 mkdir -p "$OUT"
 [ -x /usr/bin/time ] || { apt-get update -qq && apt-get install -y -qq time; }
 
-cargo build --release -p silk >/dev/null
-BIN=target/release/silk
+# BIN=path crawls with another build of silk (e.g. an older commit's, side by side).
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -p silk >/dev/null
+  BIN=target/release/silk
+fi
 SERVER_PIN=() CRAWL_PIN=()
 if [ "${PIN:-0}" = 1 ]; then SERVER_PIN=(taskset -c 0); CRAWL_PIN=(taskset -c 1); fi
 
@@ -39,7 +44,7 @@ extract:
   title: { css: 'h1.title' }
   price: { css: 'span.price' }
 concurrency: $CONCURRENCY
-per_host_concurrency: $CONCURRENCY
+per_host_concurrency: $PER_HOST
 per_host_delay_ms: 0
 recrawl_segment: none
 YAML

@@ -536,7 +536,57 @@ pub struct Spider {
     /// Follow rules (`None` = follow every link on allowed hosts).
     pub follow: Option<Vec<CompiledFollow>>,
     item_when: Option<Regex>,
-    allowed: Vec<String>,
+    allowed: Allowed,
+}
+
+/// `allowed_domains`, compiled for lookups: a host is checked with one hash lookup per label,
+/// whatever the number of domains (a crawl of 200 hosts checks each of ~35 links per page).
+#[derive(Debug, Clone, Default)]
+struct Allowed {
+    /// Domains (lower case, no trailing dot): the host or one of its parent domains must be
+    /// one of them.
+    domains: std::collections::HashSet<String>,
+    /// Entries with a port (`127.0.0.2:9000`, lower case): the host key must be one of them.
+    keys: std::collections::HashSet<String>,
+}
+
+impl Allowed {
+    fn new(entries: &[String]) -> Allowed {
+        let mut allowed = Allowed::default();
+        for d in entries {
+            let d = d.trim().trim_end_matches('.').to_ascii_lowercase();
+            if d.contains(':') && !d.starts_with('[') {
+                allowed.keys.insert(d);
+            } else {
+                allowed.domains.insert(d);
+            }
+        }
+        allowed
+    }
+
+    fn is_empty(&self) -> bool {
+        self.domains.is_empty() && self.keys.is_empty()
+    }
+
+    /// Whether the host key `key` (`host` or `host:port`) is allowed.
+    fn allows(&self, key: &str) -> bool {
+        let lower;
+        let key = if key.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = key.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            key
+        };
+        if self.keys.contains(key) {
+            return true;
+        }
+        let (host, _) = split_host_key(key);
+        if self.domains.contains(host) {
+            return true;
+        }
+        host.match_indices('.')
+            .any(|(i, _)| self.domains.contains(&host[i + 1..]))
+    }
 }
 
 /// The problem of a spider without start URLs.
@@ -610,11 +660,7 @@ impl Spider {
                 pattern: spec.item_when.clone().unwrap_or_default(),
                 reason: e.to_string(),
             })?;
-        let allowed = spec
-            .allowed_domains
-            .iter()
-            .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase())
-            .collect();
+        let allowed = Allowed::new(&spec.allowed_domains);
         Ok(Self {
             spec,
             canon,
@@ -635,8 +681,7 @@ impl Spider {
         if self.allowed.is_empty() {
             return true;
         }
-        let key = host_key(url).to_ascii_lowercase();
-        self.key_allowed(&key)
+        self.allowed.allows(&host_key(url))
     }
 
     /// [`Spider::host_allowed`] for a URL that is already canonical, without parsing it.
@@ -644,23 +689,7 @@ impl Spider {
         if self.allowed.is_empty() {
             return true;
         }
-        host_key_str(canonical).is_some_and(|key| self.key_allowed(key))
-    }
-
-    fn key_allowed(&self, key: &str) -> bool {
-        let (host, _) = split_host_key(key);
-        self.allowed.iter().any(|d| {
-            if d.contains(':') && !d.starts_with('[') {
-                d.eq_ignore_ascii_case(key)
-            } else {
-                host.eq_ignore_ascii_case(d)
-                    || (host.len() > d.len()
-                        && host.as_bytes()[host.len() - d.len() - 1] == b'.'
-                        && host
-                            .get(host.len() - d.len()..)
-                            .is_some_and(|tail| tail.eq_ignore_ascii_case(d)))
-            }
-        })
+        host_key_str(canonical).is_some_and(|key| self.allowed.allows(key))
     }
 
     /// Whether a page at `url` produces an item.
@@ -885,6 +914,9 @@ mod tests {
         assert!(!ok("http://badexample.com/"));
         assert!(ok("http://127.0.0.2:9000/"));
         assert!(!ok("http://127.0.0.2:9001/"));
+        assert!(ok("http://A.B.Example.COM/"));
+        assert!(!ok("http://example.co/"));
+        assert!(!ok("http://com/"));
         for u in [
             "http://www.example.com/x",
             "http://badexample.com/",
