@@ -46,11 +46,6 @@ use tokio::task::JoinHandle;
 
 pub use crate::config::HubConfig;
 
-/// Results pulled from the bus at once: one pull round trip per this many results (the hub
-/// handles a batch in milliseconds, far within the bus's ack wait); also the most results
-/// applied together (`presence`).
-pub(crate) const RESULTS_BATCH: usize = 256;
-
 /// Log batches pulled from the bus at once.
 const LOGS_BATCH: usize = 64;
 
@@ -218,13 +213,13 @@ impl Hub {
             shared.clone(),
             Subject::hub_results(shared.hub_id.as_str())
                 .map_err(|e| HubError::BadConfig(e.to_string()))?,
-            SubscribeOpts::durable(own_results).batch(RESULTS_BATCH),
+            SubscribeOpts::durable(own_results).batch(crate::presence::RESULTS_BATCH),
         ));
         // Results of agents of older builds, which publish them all on `results`.
         tokio::spawn(subscription_loop(
             shared.clone(),
             Subject::results(),
-            SubscribeOpts::durable("hub-results").batch(RESULTS_BATCH),
+            SubscribeOpts::durable("hub-results").batch(crate::presence::RESULTS_BATCH),
         ));
         tokio::spawn(subscription_loop(
             shared.clone(),

@@ -22,7 +22,7 @@
 //! the handle; a run that joins an open handle uses them too.
 
 use crate::error::HubError;
-use crate::live::RunContext;
+use crate::files::HubFiles;
 use crate::run::RunRecord;
 use async_trait::async_trait;
 use silk_core::Request;
@@ -42,6 +42,18 @@ pub(crate) fn lease_name(prefix: &str) -> String {
 /// The Redis key prefix of job `job_id`'s frontier.
 pub(crate) fn redis_prefix(frontier_prefix: &str, job_id: &str) -> String {
     format!("{frontier_prefix}:job:{job_id}")
+}
+
+/// What opening a job frontier takes from the hub.
+pub(crate) struct Env<'a> {
+    pub(crate) files: &'a HubFiles,
+    pub(crate) store: &'a Arc<dyn silk_store::MetaStore>,
+    pub(crate) clock: Arc<dyn silk_core::Clock>,
+    pub(crate) hub_id: &'a str,
+    /// The cluster's Redis, if the hub has one.
+    pub(crate) frontier_url: Option<&'a str>,
+    /// How long the store lease of a frontier in Redis lasts unrenewed, ms.
+    pub(crate) lease_ttl_ms: u64,
 }
 
 /// The job frontiers open on this hub: one handle per frontier, and how many runs use it.
@@ -77,7 +89,7 @@ impl JobFrontiers {
     /// [`FrontierStore::close`], once per run. `Conflict` when another hub drives it.
     pub(crate) async fn open(
         self: &Arc<Self>,
-        cx: &RunContext,
+        cx: &Env<'_>,
         record: &RunRecord,
         config: FrontierConfig,
     ) -> Result<Arc<dyn FrontierStore>, HubError> {
@@ -103,7 +115,7 @@ impl JobFrontiers {
                     Place::Dir(_) => None,
                 },
                 cx_store: cx.store.clone(),
-                hub: cx.hub_id.to_string(),
+                hub: cx.hub_id.to_owned(),
                 closed: std::sync::atomic::AtomicBool::new(false),
             }));
         }
@@ -114,7 +126,7 @@ impl JobFrontiers {
                 (Arc::new(store), None)
             }
             Place::Redis(prefix) => {
-                let Some(url) = &cx.settings.frontier_url else {
+                let Some(url) = cx.frontier_url else {
                     return Err(storage(&format!(
                         "it is in Redis (prefix `{prefix}`) and this hub has none (start it with --frontier redis://…)"
                     )));
@@ -122,7 +134,7 @@ impl JobFrontiers {
                 let lease = lease_name(prefix);
                 let held = cx
                     .store
-                    .acquire_lease(&lease, cx.hub_id.as_str(), cx.settings.ownership_ttl_ms)
+                    .acquire_lease(&lease, cx.hub_id, cx.lease_ttl_ms)
                     .await?;
                 if !held {
                     let holder = cx.store.get_lease(&lease).await?.map(|l| l.holder);
@@ -133,7 +145,7 @@ impl JobFrontiers {
                 {
                     Ok(store) => (Arc::new(store), Some(lease)),
                     Err(e) => {
-                        let _ = cx.store.release_lease(&lease, cx.hub_id.as_str()).await;
+                        let _ = cx.store.release_lease(&lease, cx.hub_id).await;
                         return Err(storage(&e));
                     }
                 }
@@ -152,7 +164,7 @@ impl JobFrontiers {
             all: self.clone(),
             lease,
             cx_store: cx.store.clone(),
-            hub: cx.hub_id.to_string(),
+            hub: cx.hub_id.to_owned(),
             closed: std::sync::atomic::AtomicBool::new(false),
         }))
     }

@@ -57,6 +57,11 @@ async fn on_register(hub: &HubCore, delivery: &Delivery) {
     }
 }
 
+/// Results pulled from the bus at once: one pull round trip per this many results (the hub
+/// handles a batch in milliseconds, far within the bus's ack wait); also the most results
+/// applied together ([`on_batch`]).
+pub(crate) const RESULTS_BATCH: usize = 256;
+
 async fn on_delivery(hub: &HubCore, delivery: Delivery) {
     apply(hub, &delivery).await;
     ack(delivery).await;
@@ -195,7 +200,7 @@ pub(crate) async fn subscription_loop(shared: Arc<HubCore>, subject: Subject, op
                             if matches!(delivery.envelope.body, Message::Result(_)) =>
                         {
                             let mut batch = vec![delivery];
-                            while batch.len() < crate::hub::RESULTS_BATCH {
+                            while batch.len() < RESULTS_BATCH {
                                 match subscription.next().now_or_never() {
                                     Some(Some(Ok(more))) => batch.push(more),
                                     Some(other) => {

@@ -78,7 +78,19 @@ impl Run {
         let lease_timeout_ms = frontier_config.lease_timeout_ms;
         let max_retries = frontier_config.max_retries;
         let frontier: Arc<dyn FrontierStore> = match &record.shared_frontier {
-            _ if record.job_frontier => cx.job_frontiers.open(cx, &record, frontier_config).await?,
+            _ if record.job_frontier => {
+                let env = crate::job_frontier::Env {
+                    files: &cx.files,
+                    store: &cx.store,
+                    clock: cx.clock.clone(),
+                    hub_id: cx.hub_id.as_str(),
+                    frontier_url: cx.settings.frontier_url.as_deref(),
+                    lease_ttl_ms: cx.settings.ownership_ttl_ms,
+                };
+                cx.job_frontiers
+                    .open(&env, &record, frontier_config)
+                    .await?
+            }
             None => Arc::new(
                 silk_frontier::EmbeddedFrontier::open(
                     cx.files.frontier_dir(&id),

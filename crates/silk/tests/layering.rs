@@ -135,6 +135,7 @@ const HUB_LAYERS: &[(&str, &[&str])] = &[
             "expansion",
             "files",
             "items",
+            "job_frontier",
             "link",
             "logs",
             "outcomes",
