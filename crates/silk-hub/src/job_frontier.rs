@@ -169,15 +169,30 @@ impl JobFrontiers {
         }))
     }
 
-    /// One run less on the handle `key`; the last one closes it and gives its lease back.
-    async fn leave(&self, key: &str) -> Option<Arc<dyn FrontierStore>> {
+    /// One run less on `shared`'s handle; the last one closes it and gives its lease back,
+    /// both under the registry's lock, so that a run of the job opening it meanwhile waits
+    /// for the store to be free and takes the lease anew.
+    async fn leave(&self, shared: &Shared) -> Result<(), FrontierError> {
         let mut open = self.open.lock().await;
-        let o = open.get_mut(key)?;
+        let Some(o) = open.get_mut(&shared.key) else {
+            return Ok(());
+        };
         o.users = o.users.saturating_sub(1);
         if o.users > 0 {
-            return None;
+            drop(open);
+            // Other runs of the job still use it: this run's calls are made durable.
+            return shared.inner.sync().await;
         }
-        open.remove(key).map(|o| o.store)
+        let closed = match open.remove(&shared.key) {
+            Some(o) => o.store.close().await,
+            None => Ok(()),
+        };
+        if let Some(lease) = &shared.lease
+            && let Err(e) = shared.cx_store.release_lease(lease, &shared.hub).await
+        {
+            tracing::warn!(lease = %lease, error = %e, "job frontier lease not given back (it expires)");
+        }
+        closed
     }
 }
 
@@ -299,16 +314,6 @@ impl FrontierStore for Shared {
         if self.closed.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return Ok(());
         }
-        let Some(last) = self.all.leave(&self.key).await else {
-            // Other runs of the job still use it: this run's calls are durable already.
-            return self.inner.sync().await;
-        };
-        let closed = last.close().await;
-        if let Some(lease) = &self.lease
-            && let Err(e) = self.cx_store.release_lease(lease, &self.hub).await
-        {
-            tracing::warn!(lease = %lease, error = %e, "job frontier lease not given back (it expires)");
-        }
-        closed
+        self.all.leave(self).await
     }
 }
