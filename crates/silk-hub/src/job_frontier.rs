@@ -68,7 +68,6 @@ struct Open {
 }
 
 /// Where a job frontier is: its key in [`JobFrontiers`].
-#[derive(Debug, Clone, PartialEq, Eq)]
 enum Place {
     Dir(PathBuf),
     Redis(String),
@@ -103,27 +102,52 @@ impl JobFrontiers {
             (None, None) => return Err(storage(&"the run has no job")),
         };
         let key = place.key();
+        let lease = match &place {
+            Place::Redis(prefix) => Some(lease_name(prefix)),
+            Place::Dir(_) => None,
+        };
         let mut open = self.open.lock().await;
-        if let Some(o) = open.get_mut(&key) {
-            o.users += 1;
-            return Ok(Arc::new(Shared {
-                key,
-                inner: o.store.clone(),
-                all: self.clone(),
-                lease: match &place {
-                    Place::Redis(prefix) => Some(lease_name(prefix)),
-                    Place::Dir(_) => None,
-                },
-                cx_store: cx.store.clone(),
-                hub: cx.hub_id.to_owned(),
-                closed: std::sync::atomic::AtomicBool::new(false),
-            }));
-        }
-        let (store, lease): (Arc<dyn FrontierStore>, Option<String>) = match &place {
+        let inner = match open.get_mut(&key) {
+            Some(o) => {
+                o.users += 1;
+                o.store.clone()
+            }
+            None => {
+                let store = self.open_new(cx, &place, config, storage).await?;
+                open.insert(
+                    key.clone(),
+                    Open {
+                        store: store.clone(),
+                        users: 1,
+                    },
+                );
+                store
+            }
+        };
+        Ok(Arc::new(Shared {
+            key,
+            inner,
+            all: self.clone(),
+            lease,
+            cx_store: cx.store.clone(),
+            hub: cx.hub_id.to_owned(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+
+    /// Opens the frontier at `place` (taking the store lease of one in Redis).
+    async fn open_new(
+        &self,
+        cx: &Env<'_>,
+        place: &Place,
+        config: FrontierConfig,
+        storage: impl Fn(&dyn std::fmt::Display) -> HubError,
+    ) -> Result<Arc<dyn FrontierStore>, HubError> {
+        match place {
             Place::Dir(dir) => {
                 let store = silk_frontier::EmbeddedFrontier::open(dir, config, cx.clock.clone())
                     .map_err(|e| storage(&e))?;
-                (Arc::new(store), None)
+                Ok(Arc::new(store))
             }
             Place::Redis(prefix) => {
                 let Some(url) = cx.frontier_url else {
@@ -143,30 +167,14 @@ impl JobFrontiers {
                 match silk_frontier::RedisFrontier::open(url, prefix, config, cx.clock.clone())
                     .await
                 {
-                    Ok(store) => (Arc::new(store), Some(lease)),
+                    Ok(store) => Ok(Arc::new(store)),
                     Err(e) => {
                         let _ = cx.store.release_lease(&lease, cx.hub_id).await;
-                        return Err(storage(&e));
+                        Err(storage(&e))
                     }
                 }
             }
-        };
-        open.insert(
-            key.clone(),
-            Open {
-                store: store.clone(),
-                users: 1,
-            },
-        );
-        Ok(Arc::new(Shared {
-            key,
-            inner: store,
-            all: self.clone(),
-            lease,
-            cx_store: cx.store.clone(),
-            hub: cx.hub_id.to_owned(),
-            closed: std::sync::atomic::AtomicBool::new(false),
-        }))
+        }
     }
 
     /// One run less on `shared`'s handle; the last one closes it and gives its lease back,

@@ -151,10 +151,10 @@ impl Run {
             run: id.clone(),
             reason: e.to_string(),
         };
+        let before = frontier.stats().await.map_err(|e| storage(&e))?;
         // A run on its job's frontier counts from the frontier's counters at its first open.
         if record.job_frontier && record.frontier_base.is_none() {
-            let now = frontier.stats().await.map_err(|e| storage(&e))?;
-            record.frontier_base = Some(crate::run::FrontierBase::of(&now));
+            record.frontier_base = Some(crate::run::FrontierBase::of(&before));
         }
         // The run's one item log (the store's table for a shared frontier, else its file);
         // its count goes on from what the log holds (earlier sessions, other hubs).
@@ -199,10 +199,9 @@ impl Run {
         let unexpanded = expand
             .as_ref()
             .map_or(0, |f| f.total().saturating_sub(f.next()));
-        let success_before = frontier.stats().await.map_err(|e| storage(&e))?.success;
         let success_before = match &record.frontier_base {
-            Some(base) => success_before.saturating_sub(base.success),
-            None => success_before,
+            Some(base) => base.since(before).success,
+            None => before.success,
         };
         let quota_paused = record.state == RunState::Paused
             && crate::tenant::quota_paused(record.reason.as_deref());
