@@ -40,6 +40,9 @@ pub(crate) struct Turn {
     pub success: u64,
     /// Requests out at agents.
     pub out: usize,
+    /// Results back from agents and being applied (off `out`, their success not counted
+    /// yet): they count towards `max_pages` as if still out.
+    pub applying: usize,
     /// At most this many out at once.
     pub max_pending: usize,
     /// The spider's page limit (none for a fed run).
@@ -169,7 +172,10 @@ pub(crate) fn decide(t: &Turn) -> Step {
     }
     let mut room = max_out - t.out;
     if let Some(m) = t.max_pages {
-        let counted = t.success.saturating_add(t.out as u64);
+        let counted = t
+            .success
+            .saturating_add(t.out as u64)
+            .saturating_add(t.applying as u64);
         room = room.min(usize::try_from(m.saturating_sub(counted)).unwrap_or(usize::MAX));
     }
     if let Some(q) = t.quota_room {
@@ -220,6 +226,7 @@ mod tests {
             desired: Desired::Run,
             success: 0,
             out: 0,
+            applying: 0,
             max_pending: 10,
             max_pages: None,
             items: 0,
@@ -435,6 +442,17 @@ mod tests {
                     ..turn()
                 },
                 waits(200),
+            ),
+            (
+                "results being applied count towards max_pages",
+                Turn {
+                    max_pages: Some(6),
+                    success: 2,
+                    out: 1,
+                    applying: 2,
+                    ..turn()
+                },
+                Step::Lease(1),
             ),
         ];
         for (name, t, want) in cases {

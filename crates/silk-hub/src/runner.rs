@@ -1044,6 +1044,7 @@ impl Run {
                 desired,
                 success: self.success_before + self.counters.succeeded.load(Ordering::Relaxed),
                 out,
+                applying,
                 max_pending,
                 max_pages,
                 items: self.counters.items.load(Ordering::Relaxed),
