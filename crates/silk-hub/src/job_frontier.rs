@@ -177,6 +177,58 @@ impl JobFrontiers {
         }
     }
 
+    /// Deletes job `job_id`'s frontier: the embedded one in this hub's data dir, and the one
+    /// in Redis under `redis_prefix` (the hub has a Redis). `Conflict` while a handle of it is
+    /// open here or another hub drives it. The caller has checked that no run of the job is
+    /// open; the registry's lock (and the store lease of one in Redis, held while its keys are
+    /// deleted) keeps a run from opening it meanwhile.
+    pub(crate) async fn delete(
+        &self,
+        cx: &Env<'_>,
+        job_id: &str,
+        redis_prefix: Option<&str>,
+    ) -> Result<(), HubError> {
+        let storage = |e: &dyn std::fmt::Display| {
+            HubError::Store(format!("the frontier of job `{job_id}` not deleted: {e}"))
+        };
+        let dir = cx.files.job_frontier_dir(job_id);
+        let mut places = vec![Place::Dir(dir.clone())];
+        places.extend(redis_prefix.map(|p| Place::Redis(p.to_owned())));
+        let open = self.open.lock().await;
+        if places.iter().any(|p| open.contains_key(&p.key())) {
+            return Err(HubError::Conflict(format!(
+                "the frontier of job `{job_id}` is open here (a run of the job is ending); try again when it has ended"
+            )));
+        }
+        if let (Some(prefix), Some(url)) = (redis_prefix, cx.frontier_url) {
+            let lease = lease_name(prefix);
+            if !cx
+                .store
+                .acquire_lease(&lease, cx.hub_id, cx.lease_ttl_ms)
+                .await?
+            {
+                let holder = cx.store.get_lease(&lease).await?.map(|l| l.holder);
+                return Err(in_use(prefix, holder.as_deref()));
+            }
+            let destroyed = silk_frontier::RedisFrontier::destroy(url, prefix).await;
+            if let Err(e) = cx.store.release_lease(&lease, cx.hub_id).await {
+                tracing::warn!(lease = %lease, error = %e, "job frontier lease not given back (it expires)");
+            }
+            destroyed.map_err(|e| storage(&e))?;
+        }
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(storage(&format!("{}: {e}", dir.display()))),
+        }
+        if let Some(job_dir) = dir.parent() {
+            // Empty once its frontier is gone (nothing else is kept there).
+            let _ = tokio::fs::remove_dir(job_dir).await;
+        }
+        drop(open);
+        Ok(())
+    }
+
     /// One run less on `shared`'s handle; the last one closes it and gives its lease back,
     /// both under the registry's lock, so that a run of the job opening it meanwhile waits
     /// for the store to be free and takes the lease anew.

@@ -49,6 +49,20 @@ pub(crate) struct RunContext {
     pub(crate) job_frontiers: Arc<crate::job_frontier::JobFrontiers>,
 }
 
+impl RunContext {
+    /// What opening or deleting a job frontier takes from the hub.
+    pub(crate) fn job_frontier_env(&self) -> crate::job_frontier::Env<'_> {
+        crate::job_frontier::Env {
+            files: &self.files,
+            store: &self.store,
+            clock: self.clock.clone(),
+            hub_id: self.hub_id.as_str(),
+            frontier_url: self.settings.frontier_url.as_deref(),
+            lease_ttl_ms: self.settings.ownership_ttl_ms,
+        }
+    }
+}
+
 /// The hub settings every run follows (from [`HubConfig`](crate::HubConfig)).
 #[derive(Debug, Clone)]
 pub(crate) struct RunSettings {

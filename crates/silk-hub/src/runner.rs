@@ -79,16 +79,8 @@ impl Run {
         let max_retries = frontier_config.max_retries;
         let frontier: Arc<dyn FrontierStore> = match &record.shared_frontier {
             _ if record.job_frontier => {
-                let env = crate::job_frontier::Env {
-                    files: &cx.files,
-                    store: &cx.store,
-                    clock: cx.clock.clone(),
-                    hub_id: cx.hub_id.as_str(),
-                    frontier_url: cx.settings.frontier_url.as_deref(),
-                    lease_ttl_ms: cx.settings.ownership_ttl_ms,
-                };
                 cx.job_frontiers
-                    .open(&env, &record, frontier_config)
+                    .open(&cx.job_frontier_env(), &record, frontier_config)
                     .await?
             }
             None => Arc::new(

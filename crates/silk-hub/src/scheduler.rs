@@ -443,10 +443,40 @@ pub(crate) async fn update_job(
     Ok(job)
 }
 
-/// Deletes a job (its runs stay).
+/// Deletes a job (its runs stay) and its job frontier (`frontier: job`, now or before), which
+/// is refused while a run of the job on that frontier is open.
 pub(crate) async fn delete_job(shared: &HubCore, id_or_name: &str) -> Result<(), HubError> {
     let _guard = shared.jobs_lock.lock().await;
     let job = load(shared, id_or_name).await?;
+    let open = shared
+        .store
+        .list_runs(&crate::repo::open_runs(Some(job.id.clone())))
+        .await?;
+    for row in open {
+        let record = crate::repo::record_of(row)?;
+        if record.job_frontier {
+            return Err(HubError::Conflict(format!(
+                "run `{}` of job `{}` has not ended and uses the job's frontier, which deleting the job deletes: cancel the run, or wait for it to end",
+                record.id, job.spec.name
+            )));
+        }
+    }
+    {
+        // Whatever the job's spec says now: an earlier spec may have had one.
+        let prefix =
+            shared.config.frontier_url.as_ref().map(|_| {
+                crate::job_frontier::redis_prefix(&shared.config.frontier_prefix, &job.id)
+            });
+        shared
+            .runs_cx
+            .job_frontiers
+            .delete(
+                &shared.runs_cx.job_frontier_env(),
+                &job.id,
+                prefix.as_deref(),
+            )
+            .await?;
+    }
     if !shared.store.delete_job(&job.id).await? {
         return Err(HubError::NoSuchJob(id_or_name.to_owned()));
     }

@@ -1585,6 +1585,12 @@ async fn ten_daily_runs(frontier_url: Option<String>) {
                 })
                 .await;
                 hub.pause(&run.id).await.unwrap();
+                // A job whose run has not ended keeps its frontier: not deleted.
+                let refused = hub.delete_job("daily").await;
+                assert!(
+                    matches!(&refused, Err(silk_hub::HubError::Conflict(e)) if e.contains(run.id.as_str())),
+                    "{refused:?}"
+                );
                 let second = hub.trigger("daily", Default::default()).await.unwrap();
                 runs_made += 1;
                 site.wait_for_requests(5).await;
@@ -1654,6 +1660,24 @@ async fn ten_daily_runs(frontier_url: Option<String>) {
             "day {day}: {stored:?}"
         );
         sizes.push(stored);
+    }
+    // Deleting the job deletes its frontier.
+    hub.delete_job("daily").await.unwrap();
+    match frontier_url.as_deref() {
+        None => {
+            let dir = hub.data_dir().join("jobs").join(&job.id);
+            assert!(!dir.exists(), "{} left", dir.display());
+        }
+        Some(url) => {
+            let client = redis::Client::open(url).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("*:job:{}}}*", job.id))
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert_eq!(keys, Vec::<String>::new());
+        }
     }
     eprintln!("the job frontier after each day: {sizes:?}");
     // Flat: from the second day on, the same seen URLs (two days' worth) and the same memory.
