@@ -262,13 +262,16 @@ async fn a_message_the_router_cannot_take_is_not_committed_and_a_restart_reads_i
         "nothing committed"
     );
 
-    // Router B, same group, outbound up: every message, once.
+    // Router B, same group, outbound up: every message, once. One consumer: the test
+    // broker (tansu) can lose one of two LeaveGroups sent at once and then keeps the member
+    // that left as the group's leader, so router C's consumers got no partition for a minute
+    // in about one run of seven (seen in librdkafka's `cgrp` debug log).
     let sink = common::unique("kafka-again");
     let (_dir, config) = load(&inbound_config(
         &bootstrap,
         &topic,
         &group,
-        2,
+        1,
         &memory_outbound(&sink),
     ));
     let router = Router::start(config).await.expect("starts");
