@@ -133,9 +133,15 @@ pub struct SpiderSpec {
     /// How many URLs the dedup Bloom filter is sized for (it grows past it, less efficiently).
     #[serde(default = "default_expected_urls")]
     pub expected_urls: u64,
-    /// Target false-positive rate of the Bloom filter (false positives are confirmed exactly).
+    /// Target false-positive rate of the Bloom filter (false positives are confirmed exactly,
+    /// unless `exact_dedup` is false).
     #[serde(default = "default_bloom_fp_rate")]
     pub bloom_fp_rate: f64,
+    /// Confirm the Bloom filter's "maybe seen" against the store (no URL is ever taken for
+    /// one it is not). `false`: the Bloom filter decides alone, as in seed 002 — no store
+    /// read per duplicate, and about `bloom_fp_rate` of new URLs are taken for seen ones.
+    #[serde(default = "default_true")]
+    pub exact_dedup: bool,
     /// Priority aging threshold `beta` (design §3).
     #[serde(default = "default_aging_beta")]
     pub aging_beta: f64,

@@ -36,11 +36,26 @@ pub struct FrontierConfig {
     pub expected_urls: u64,
     /// Target false-positive rate of the Bloom filter, in `(0, 1)`.
     pub bloom_fp_rate: f64,
+    /// Confirm a Bloom filter's "maybe seen" against the store's seen set, so that no new URL
+    /// is ever taken for a seen one (a false positive costs a store read). `false`: the Bloom
+    /// filter decides alone (seed 002): a duplicate costs no store read, and about
+    /// `bloom_fp_rate` of the new URLs are counted as duplicates and dropped.
+    pub exact_dedup: bool,
     /// How long the seen set of a segment is kept after the segment ended, ms; then it is
     /// pruned (at the next write), so that the store does not grow from segment to
     /// segment. Dedup reads only the current segment's set. Ignored without segments.
     pub segment_retention_ms: u64,
+    /// The scheduler's window: about this many pending requests are kept in memory (twice as
+    /// many when the ones in it cannot be leased now for politeness); the others stay in the
+    /// store only and are loaded in batches as the window empties, in the order they were
+    /// enqueued. So memory depends on this, the hosts and the requests in flight, not on how
+    /// many are pending. At least 1.
+    pub memory_window: u64,
 }
+
+/// The default [`FrontierConfig::memory_window`]: half a million pending requests (about
+/// 30 MB of scheduler).
+pub const DEFAULT_MEMORY_WINDOW: u64 = 500_000;
 
 /// The default [`FrontierConfig::segment_retention_ms`]: one day.
 pub const DEFAULT_SEGMENT_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
@@ -57,7 +72,9 @@ impl Default for FrontierConfig {
             segment_ms: Some(24 * 60 * 60 * 1000),
             expected_urls: 1_000_000,
             bloom_fp_rate: 0.01,
+            exact_dedup: true,
             segment_retention_ms: DEFAULT_SEGMENT_RETENTION_MS,
+            memory_window: DEFAULT_MEMORY_WINDOW,
         }
     }
 }
@@ -78,8 +95,10 @@ impl FrontierConfig {
             segment_ms: spec.segment().map(|d| d.as_millis() as u64),
             expected_urls: spec.expected_urls,
             bloom_fp_rate: spec.bloom_fp_rate,
+            exact_dedup: spec.exact_dedup,
             segment_retention_ms: u64::try_from(spec.segment_retention().as_millis())
                 .unwrap_or(u64::MAX),
+            memory_window: DEFAULT_MEMORY_WINDOW,
         }
     }
 
@@ -93,6 +112,9 @@ impl FrontierConfig {
         };
         if self.per_host_concurrency == 0 {
             return bad("per_host_concurrency", "must be at least 1");
+        }
+        if self.memory_window == 0 {
+            return bad("memory_window", "must be at least 1");
         }
         if self.lease_timeout_ms == 0 {
             return bad("lease_timeout_ms", "must be at least 1");

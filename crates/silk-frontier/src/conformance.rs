@@ -100,13 +100,15 @@ macro_rules! __frontier_conformance_checks {
     ($callback:ident!($($args:tt)*)) => {
         $crate::$callback! { $($args)*
             dedup_within_segment, dedup_in_next_segment, dedup_forever_without_segments,
-            dedup_confirms_bloom_false_positives, created_ms_is_set, per_host_concurrency,
+            dedup_confirms_bloom_false_positives, bloom_only_dedup_trusts_the_filter,
+            created_ms_is_set, per_host_concurrency,
             per_host_delay, set_host_delay, priority_order, aging_flips_order,
             aging_does_not_flip_order, lease_expiry_redispatches, retry_backoff_then_failed,
             failed_and_dropped, release_requeues_without_retry, stale_acks_are_harmless,
             ack_many_mixed, ack_and_enqueue_links, ack_many_and_enqueue_batch,
             next_ready_when_idle, reopen_persists,
-            old_seen_sets_are_pruned, closed_store_refuses_calls }
+            old_seen_sets_are_pruned, closed_store_refuses_calls,
+            a_small_window_loses_nothing }
     };
 }
 
@@ -125,7 +127,9 @@ fn config() -> FrontierConfig {
         segment_ms: None,
         expected_urls: 10_000,
         bloom_fp_rate: 0.01,
+        exact_dedup: true,
         segment_retention_ms: 0,
+        memory_window: crate::config::DEFAULT_MEMORY_WINDOW,
     }
 }
 
@@ -209,6 +213,11 @@ impl Case {
         assert!(
             s.delayed <= s.pending,
             "{}: delayed <= pending: {s:?}",
+            self.name
+        );
+        assert!(
+            s.in_memory <= s.pending,
+            "{}: in_memory <= pending: {s:?}",
             self.name
         );
         s
@@ -389,6 +398,32 @@ pub async fn dedup_forever_without_segments(f: &dyn FrontierFactory) {
     c.clock.advance(400 * 24 * 3_600_000);
     assert_eq!(c.enqueue(vec![req("https://a.test/x")]).await, (0, 1));
     c.expect("a year later", [1, 1, 0, 0, 0, 0, 1]).await;
+}
+
+/// `exact_dedup: false`: the Bloom filter decides alone. Every duplicate is still caught,
+/// and with a filter far too small, new URLs are taken for seen ones (what the mode trades
+/// for its speed); what is taken is stored and leased as usual.
+pub async fn bloom_only_dedup_trusts_the_filter(f: &dyn FrontierFactory) {
+    let cfg = FrontierConfig {
+        expected_urls: 10,
+        bloom_fp_rate: 0.5,
+        exact_dedup: false,
+        ..config()
+    };
+    let c = Case::new(f, "bloom_only_dedup_trusts_the_filter", cfg).await;
+    let batch: Vec<Request> = (0..500)
+        .map(|i| req(&format!("https://a.test/{i}")))
+        .collect();
+    let (added, dropped) = c.enqueue(batch.clone()).await;
+    assert_eq!(added + dropped, 500);
+    assert!(
+        added > 10 && dropped > 0,
+        "a saturated filter drops some new URLs: {added} added, {dropped} dropped"
+    );
+    assert_eq!(c.enqueue(batch).await, (0, 500), "every duplicate caught");
+    c.expect("stored", [added, added, 0, 0, 0, 0, dropped + 500])
+        .await;
+    assert_eq!(c.lease(1_000).await.len() as u64, added.min(10));
 }
 
 /// A Bloom filter far too small answers "maybe" for nearly everything: no new URL may be lost.
@@ -969,6 +1004,125 @@ pub async fn ack_many_and_enqueue_batch(f: &dyn FrontierFactory) {
     let mut got = urls(&next);
     got.sort_unstable();
     assert_eq!(got, ["https://a.test/1", "https://b.test/1"]);
+}
+
+/// The scheduler's window (`memory_window`): with room for 8 pending requests in memory and
+/// 300 over 30 hosts enqueued, plus links found on the way, every request is leased and
+/// finished exactly once, retries and releases included, across a reopen in the middle;
+/// what is in memory stays within twice the window and the requests in flight, and the
+/// pending count includes what is in the store only.
+pub async fn a_small_window_loses_nothing(f: &dyn FrontierFactory) {
+    const WINDOW: u64 = 8;
+    const MAX: usize = 7;
+    let name = "a_small_window_loses_nothing";
+    let cfg = FrontierConfig {
+        per_host_concurrency: 2,
+        memory_window: WINDOW,
+        ..config()
+    };
+    let url = |host: u64, page: u64| format!("https://h{host}.test/p{page}");
+    let mut c = Case::new(f, name, cfg.clone()).await;
+    let all: Vec<Request> = (0..300).map(|i| req(&url(i % 30, i))).collect();
+    for chunk in all.chunks(25) {
+        c.enqueue(chunk.to_vec()).await;
+    }
+    let s = c.expect("enqueued", [300, 300, 0, 0, 0, 0, 0]).await;
+    assert_eq!((s.pending, s.in_memory), (300, WINDOW), "{s:?}");
+    assert_eq!(c.enqueue(all[..40].to_vec()).await, (0, 40), "dedup");
+
+    let mut done: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut retried: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut expected = 300u64;
+    let mut round = 0u64;
+    let mut reopened = false;
+    loop {
+        round += 1;
+        assert!(round < 2_000, "{name}: no end after {round} rounds");
+        let leases = c.lease(MAX).await;
+        if leases.is_empty() {
+            match c.next_ready().await {
+                None => break,
+                Some(at) => {
+                    c.clock.set(at.max(silk_core::Clock::now_ms(&c.clock)));
+                    continue;
+                }
+            }
+        }
+        let mut out: Vec<&str> = urls(&leases);
+        out.sort_unstable();
+        out.dedup();
+        assert_eq!(
+            out.len(),
+            leases.len(),
+            "{name}: a request leased twice at once"
+        );
+        let mut acks = Vec::new();
+        let mut links = Vec::new();
+        for (i, l) in leases.iter().enumerate() {
+            let u = l.request.url.to_string();
+            assert!(!done.contains(&u), "{name}: {u} leased after it was done");
+            let outcome = if (round + i as u64).is_multiple_of(9) && retried.insert(u.clone()) {
+                Outcome::Retry { reason: "x".into() }
+            } else if (round + i as u64).is_multiple_of(11) {
+                Outcome::Release { reason: "y".into() }
+            } else {
+                done.insert(u);
+                Outcome::Done
+            };
+            acks.push((l.id, outcome));
+            // Each page links to a new page of another host while there are few of them,
+            // and to one already seen.
+            if round < 40 {
+                links.push(req(&url(
+                    (round + i as u64) % 30,
+                    1_000 + round * 10 + i as u64,
+                )));
+            }
+            links.push(req(&url(0, 0)));
+        }
+        let (acked, enq) = c
+            .store
+            .ack_many_and_enqueue(acks, links)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: ack_many_and_enqueue: {e}"));
+        assert!(acked.iter().all(|a| a.applied()), "{name}: {acked:?}");
+        expected += enq.added;
+        let s = c.stats().await;
+        assert!(
+            s.in_memory <= 2 * WINDOW + MAX as u64,
+            "{name}: {} in memory: {s:?}",
+            s.in_memory
+        );
+        if !reopened && s.success >= 150 {
+            reopened = true;
+            c.close().await;
+            let clock = c.clock.clone();
+            let store = f.open(name, cfg.clone(), clock.clone()).await;
+            c = Case { store, clock, name };
+            let again = c.stats().await;
+            assert_eq!(
+                (again.left, again.pending, again.in_flight),
+                (s.left, s.left, 0),
+                "{name}: after reopen: {again:?}"
+            );
+            assert!(again.in_memory <= WINDOW, "{name}: after reopen: {again:?}");
+        }
+        c.clock.advance(50);
+    }
+    assert!(reopened);
+    let s = c.stats().await;
+    assert_eq!(
+        (s.total, s.left, s.pending, s.success, s.failed, s.in_memory),
+        (expected, 0, 0, expected, 0, 0),
+        "{name}: {s:?}"
+    );
+    assert_eq!(
+        done.len() as u64,
+        expected,
+        "{name}: every request done once"
+    );
+    assert!(!retried.is_empty());
+    c.close().await;
 }
 
 /// `next_ready_ms` is `None` only when nothing is pending or in flight.

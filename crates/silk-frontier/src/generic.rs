@@ -19,8 +19,9 @@ use crate::dedup::{Probe, RecentSet, SegmentBlooms};
 use crate::error::FrontierError;
 use crate::layout::{self, Counters};
 use crate::plan::{self, Added, Finished};
-use crate::sched::{LeaseState, Scheduler};
+use crate::sched::{Entry, LeaseState, Scheduler};
 use crate::store::{AckResult, EnqueueOutcome, FrontierStats, Lease, LeaseId, Outcome};
+use crate::window::Window;
 use async_trait::async_trait;
 use silk_core::{Clock, Fingerprint, Request};
 use std::collections::HashSet;
@@ -39,12 +40,16 @@ pub(crate) struct Mem {
     /// The seen sets of the segments below this one are pruned (0 at open: the first
     /// write prunes what is due).
     pub pruned_below: u64,
+    /// Which pending requests are in `sched` (the backend's `open` sets it with
+    /// [`crate::window::OpenWindow`]).
+    pub window: Window,
 }
 
 impl Mem {
     /// Memory for `sched` and `counters` as stored; empty dedup state sized by `cfg`
     /// (`recent_entries`: the exact cache's size, by default `expected_urls / 4` within
-    /// 1,024..=1,048,576).
+    /// 1,024..=1,048,576 — and 1,024 without `exact_dedup`, where it would save Bloom probes
+    /// only, not store reads).
     pub(crate) fn new(
         cfg: &FrontierConfig,
         sched: Scheduler,
@@ -52,6 +57,9 @@ impl Mem {
         recent_entries: Option<usize>,
     ) -> Self {
         let recent = recent_entries.unwrap_or_else(|| {
+            if !cfg.exact_dedup {
+                return 1 << 10;
+            }
             usize::try_from(cfg.expected_urls / 4)
                 .unwrap_or(usize::MAX)
                 .clamp(1 << 10, 1 << 20)
@@ -63,6 +71,7 @@ impl Mem {
             counters,
             stale_acks: 0,
             pruned_below: 0,
+            window: Window::new(cfg.memory_window),
         }
     }
 }
@@ -181,6 +190,9 @@ impl Hasher for FpHasher {
 }
 
 type FpSet = HashSet<[u8; 16], BuildHasherDefault<FpHasher>>;
+
+/// Most records one read of a window load asks for.
+const REFILL_CHUNK: u64 = 8_192;
 
 /// One write being built, and what to apply to memory once it is committed.
 struct Staged<B> {
@@ -305,6 +317,8 @@ impl<S: Storage> Core<S> {
                 }
                 match mem.blooms.probe_insert(segment, fp) {
                     Probe::New => Verdict::New,
+                    // The segment's filter is loaded (above): its "maybe" is the answer.
+                    Probe::Maybe if !self.cfg.exact_dedup => Verdict::Dup,
                     Probe::Maybe => {
                         checks.push(*fp);
                         Verdict::Check
@@ -488,12 +502,72 @@ impl<S: Storage> Core<S> {
         plan::apply_committed(
             &mut mem.sched,
             &mut mem.recent,
+            &mut mem.window,
             st.segment,
             st.now_ms,
             st.finished,
             added,
         );
         self.prune(mem, state, st.now_ms).await;
+        Ok(())
+    }
+
+    /// Loads spilled requests, lowest seqs first, until `target` are pending in memory or
+    /// none is spilled (reads only: memory then holds what the store holds).
+    async fn refill(
+        &self,
+        mem: &mut Mem,
+        state: &S::State,
+        target: u64,
+    ) -> Result<(), FrontierError> {
+        let now = self.clock.now_ms();
+        while mem.window.spilled > 0 && mem.sched.pending() < target {
+            let from = mem.window.loaded_below;
+            let end = mem.counters.next_seq;
+            if from >= end {
+                tracing::warn!(store = %self.location(), spilled = mem.window.spilled, "spilled requests counted but none stored past the window; counted none");
+                mem.window.spilled = 0;
+                break;
+            }
+            let want = (target - mem.sched.pending())
+                .min(REFILL_CHUNK)
+                .min(end - from);
+            let seqs: Vec<u64> = (from..from + want).collect();
+            let records = self.storage.records(state, &seqs).await?;
+            if records.len() != seqs.len() {
+                let why = format!("{} records for {} reads", records.len(), seqs.len());
+                return Err(self.storage_error("load the window", why));
+            }
+            for (seq, record) in seqs.into_iter().zip(records) {
+                // None: a gap (a corrupt record removed at open).
+                let Some(record) = record else { continue };
+                let (entry, not_before) = match layout::decode_header(&record) {
+                    Some(h) => (
+                        Entry {
+                            seq,
+                            host: mem.sched.host_id(h.host),
+                            priority: h.priority,
+                            created_ms: h.created_ms,
+                        },
+                        h.not_before_ms,
+                    ),
+                    // Leased as any other: the lease finds it corrupt, drops it and counts
+                    // it failed.
+                    None => (
+                        Entry {
+                            seq,
+                            host: mem.sched.host_id(""),
+                            priority: 0,
+                            created_ms: now,
+                        },
+                        0,
+                    ),
+                };
+                mem.sched.push(entry, not_before, now);
+                mem.window.spilled = mem.window.spilled.saturating_sub(1);
+            }
+            mem.window.loaded_below = from + want;
+        }
         Ok(())
     }
 
@@ -528,7 +602,25 @@ impl<S: Storage> Core<S> {
         let mut guard = self.lock().await?;
         let (mem, state) = &mut *guard;
         let now = self.clock.now_ms();
-        let picks = mem.sched.lease(max, now);
+        let cap = self.cfg.memory_window;
+        if mem.window.spilled > 0 && mem.sched.pending() < cap - cap / 4 {
+            // One chunk per call: the window fills back up over the next calls, no call
+            // reads much.
+            let target = (mem.sched.pending() + REFILL_CHUNK).min(cap);
+            self.refill(mem, state, target).await?;
+        }
+        let mut picks = mem.sched.lease(max, now);
+        if picks.len() < max && mem.window.spilled > 0 && mem.sched.pending() < 2 * cap {
+            // What is in memory cannot all be leased now (politeness): up to twice the
+            // window, so that other hosts' requests get in.
+            let target = (mem.sched.pending() + REFILL_CHUNK).min(2 * cap);
+            match self.refill(mem, state, target).await {
+                Ok(()) => picks.extend(mem.sched.lease(max - picks.len(), now)),
+                Err(e) => {
+                    tracing::warn!(store = %self.location(), error = %e, "window not loaded; leasing what is in memory")
+                }
+            }
+        }
         if picks.is_empty() {
             return Ok(Vec::new());
         }
@@ -593,7 +685,11 @@ impl<S: Storage> Core<S> {
 
     pub(crate) async fn next_ready_ms(&self) -> Result<Option<u64>, FrontierError> {
         let mut guard = self.lock().await?;
-        let (mem, _) = &mut *guard;
+        let (mem, state) = &mut *guard;
+        if mem.sched.pending() == 0 && mem.window.spilled > 0 {
+            let target = REFILL_CHUNK.min(self.cfg.memory_window);
+            self.refill(mem, state, target).await?;
+        }
         Ok(mem.sched.next_ready_ms(self.clock.now_ms()))
     }
 
@@ -682,6 +778,7 @@ impl<S: Storage> Core<S> {
             &mem.recent,
             mem.stale_acks,
             store_bytes,
+            mem.window.spilled,
         );
         stats.seen_segments = segments;
         Ok(stats)

@@ -53,8 +53,9 @@ mod plan;
 pub mod redis;
 mod sched;
 pub mod store;
+mod window;
 
-pub use config::{FrontierConfig, MAX_RETRY_BACKOFF_MS};
+pub use config::{DEFAULT_MEMORY_WINDOW, FrontierConfig, MAX_RETRY_BACKOFF_MS};
 pub use embedded::{EmbeddedFrontier, EmbeddedOptions};
 pub use error::FrontierError;
 pub use expand::ExpandFeed;

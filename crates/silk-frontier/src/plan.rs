@@ -8,6 +8,7 @@ use crate::dedup::{RecentSet, SegmentBlooms};
 use crate::layout::{self, Counters};
 use crate::sched::{Entry, Scheduler};
 use crate::store::{AckResult, FrontierStats, Outcome};
+use crate::window::Window;
 use silk_core::Fingerprint;
 
 /// Leases finished by a write; `Some` = re-queue with this not-before time.
@@ -23,10 +24,12 @@ pub(crate) struct Added {
 
 /// Applies a committed write to memory: finishes its leases (re-queueing those with a
 /// not-before time), then records its new requests (`(seq, request)`) as seen in
-/// `segment` and schedules them, ready now.
+/// `segment` and schedules them, ready now, those the window admits; the others
+/// are spilled (stored only).
 pub(crate) fn apply_committed(
     sched: &mut Scheduler,
     recent: &mut RecentSet,
+    window: &mut Window,
     segment: u64,
     now_ms: u64,
     finished: Finished,
@@ -41,6 +44,9 @@ pub(crate) fn apply_committed(
     for (seq, a) in added {
         // Only what is stored may confirm a duplicate.
         recent.insert(segment, &a.fp);
+        if !window.admit(seq, sched.pending()) {
+            continue;
+        }
         let host = sched.host_id(&a.host);
         sched.push(
             Entry {
@@ -181,12 +187,13 @@ pub(crate) fn stats(
     recent: &RecentSet,
     stale_acks: u64,
     store_bytes: u64,
+    spilled: u64,
 ) -> FrontierStats {
     FrontierStats {
         total: c.total,
         left: c.left(),
         in_flight: sched.in_flight(),
-        pending: sched.pending(),
+        pending: sched.pending() + spilled,
         delayed: sched.delayed(),
         success: c.success,
         failed: c.failed,
@@ -202,5 +209,6 @@ pub(crate) fn stats(
         seen_urls: blooms.urls(),
         store_bytes,
         seen_segments: 0,
+        in_memory: sched.pending(),
     }
 }

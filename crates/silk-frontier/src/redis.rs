@@ -78,7 +78,8 @@ use crate::config::FrontierConfig;
 use crate::error::{BoxError, FrontierError};
 use crate::generic::{Core, Mem, Storage, frontier_store_by_core};
 use crate::layout::{self, Counters};
-use crate::sched::{Entry, SchedConfig, Scheduler};
+use crate::sched::{SchedConfig, Scheduler};
+use crate::window::OpenWindow;
 use ::redis::RedisError;
 use async_trait::async_trait;
 use silk_core::redis_target::{RedisConnection, RedisTarget, RedisTimeouts};
@@ -404,9 +405,8 @@ impl RedisFrontier {
         }
 
         let mut sched = Scheduler::new(SchedConfig::from(&config), epoch << LEASE_EPOCH_SHIFT);
-        let mut seen_seqs: HashSet<u64> = HashSet::new();
+        let mut window = OpenWindow::new(config.memory_window);
         let mut corrupt_fields: Vec<Vec<u8>> = Vec::new();
-        let mut max_seq = None;
         let mut cursor = 0u64;
         loop {
             let (next, page): (u64, Vec<Vec<u8>>) = ::redis::cmd("HSCAN")
@@ -428,21 +428,8 @@ impl RedisFrontier {
                     corrupt_fields.push(field.clone());
                     continue;
                 };
-                if !seen_seqs.insert(seq) {
-                    continue; // HSCAN may return a field twice
-                }
-                max_seq = max_seq.max(Some(seq));
-                let host = sched.host_id(h.host);
-                sched.push(
-                    Entry {
-                        seq,
-                        host,
-                        priority: h.priority,
-                        created_ms: h.created_ms,
-                    },
-                    h.not_before_ms,
-                    now,
-                );
+                // HSCAN may return a field twice: the window keeps it once.
+                window.offer(&mut sched, seq, &h);
             }
             cursor = next;
             if cursor == 0 {
@@ -451,8 +438,15 @@ impl RedisFrontier {
         }
         corrupt_fields.sort();
         corrupt_fields.dedup();
-        let stored = seen_seqs.len() as u64;
-        drop(seen_seqs);
+        // Counted by the server (HSCAN may return a field twice); no writer meanwhile, the
+        // handle owns the frontier.
+        let fields: u64 = ::redis::cmd("HLEN")
+            .arg(&keys.requests)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| err("count requests", e))?;
+        let stored = fields.saturating_sub(corrupt_fields.len() as u64);
+        let max_seq = window.max_seq();
 
         let delays: HashMap<String, String> = ::redis::cmd("HGETALL")
             .arg(&keys.delays)
@@ -550,7 +544,9 @@ impl RedisFrontier {
             broken: None,
             store_bytes: None,
         };
+        let window = window.finish(&mut sched, stored, now);
         let mut mem = Mem::new(&config, sched, counters, None);
+        mem.window = window;
         let segment = config.segment_of(now);
         let fps = storage.load_segment(&state, segment).await?;
         mem.blooms.load(segment, fps);

@@ -163,6 +163,10 @@ pub struct FrontierStats {
     /// `segment_retention_ms`).
     #[serde(default)]
     pub seen_segments: u64,
+    /// The part of `pending` held in memory (the scheduler's window,
+    /// `FrontierConfig::memory_window`); the rest is in the store only (*session*).
+    #[serde(default)]
+    pub in_memory: u64,
 }
 
 impl FrontierStats {

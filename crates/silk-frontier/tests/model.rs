@@ -189,9 +189,13 @@ fn config() -> FrontierConfig {
         segment_ms: Some(5_000),
         expected_urls: 64,
         bloom_fp_rate: 0.1,
+        exact_dedup: true,
         // Past seen sets are pruned as soon as their segment is over: pruning must not
         // change what the model sees.
         segment_retention_ms: 0,
+        // Every pending request in memory: the model picks among all of them (the window
+        // has its own conformance check, `a_small_window_loses_nothing`).
+        memory_window: silk_frontier::DEFAULT_MEMORY_WINDOW,
     }
 }
 
