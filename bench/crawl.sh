@@ -6,6 +6,7 @@
 #   bench/crawl.sh                 # both cores: server and crawler share the machine
 #   PIN=1 bench/crawl.sh           # crawler pinned to core 1, server to core 0
 #   PIN=1 HOSTS=200 PAGES=250 CONCURRENCY=128 PER_HOST=8 BIN=/tmp/silk-old bench/crawl.sh
+#   SPIDER_EXTRA=$'exact_dedup: false\nbloom_fp_rate: 0.001' bench/crawl.sh   # more spider keys
 #
 # Needs: cargo, python3, /usr/bin/time (Debian package `time`), taskset (util-linux).
 set -euo pipefail
@@ -47,6 +48,7 @@ concurrency: $CONCURRENCY
 per_host_concurrency: $PER_HOST
 per_host_delay_ms: 0
 recrawl_segment: none
+${SPIDER_EXTRA:-}
 YAML
 
 /usr/bin/time -f "%e %U %S %M" -o "$OUT/time.txt" "${CRAWL_PIN[@]}" "$BIN" crawl "$OUT/spider.yaml" \
