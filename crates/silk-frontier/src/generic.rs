@@ -19,9 +19,9 @@ use crate::dedup::{Probe, RecentSet, SegmentBlooms};
 use crate::error::FrontierError;
 use crate::layout::{self, Counters};
 use crate::plan::{self, Added, Finished};
-use crate::sched::{Entry, LeaseState, Scheduler};
+use crate::sched::{LeaseState, Scheduler};
 use crate::store::{AckResult, EnqueueOutcome, FrontierStats, Lease, LeaseId, Outcome};
-use crate::window::Window;
+use crate::window::{self, Window};
 use async_trait::async_trait;
 use silk_core::{Clock, Fingerprint, Request};
 use std::collections::HashSet;
@@ -541,28 +541,9 @@ impl<S: Storage> Core<S> {
             for (seq, record) in seqs.into_iter().zip(records) {
                 // None: a gap (a corrupt record removed at open).
                 let Some(record) = record else { continue };
-                let (entry, not_before) = match layout::decode_header(&record) {
-                    Some(h) => (
-                        Entry {
-                            seq,
-                            host: mem.sched.host_id(h.host),
-                            priority: h.priority,
-                            created_ms: h.created_ms,
-                        },
-                        h.not_before_ms,
-                    ),
-                    // Leased as any other: the lease finds it corrupt, drops it and counts
-                    // it failed.
-                    None => (
-                        Entry {
-                            seq,
-                            host: mem.sched.host_id(""),
-                            priority: 0,
-                            created_ms: now,
-                        },
-                        0,
-                    ),
-                };
+                let header = layout::decode_header(&record);
+                let (entry, not_before) =
+                    window::entry_of(&mut mem.sched, seq, header.as_ref(), now);
                 mem.sched.push(entry, not_before, now);
                 mem.window.spilled = mem.window.spilled.saturating_sub(1);
             }
@@ -602,7 +583,7 @@ impl<S: Storage> Core<S> {
         let mut guard = self.lock().await?;
         let (mem, state) = &mut *guard;
         let now = self.clock.now_ms();
-        let cap = self.cfg.memory_window;
+        let cap = mem.window.cap;
         if mem.window.spilled > 0 && mem.sched.pending() < cap - cap / 4 {
             // One chunk per call: the window fills back up over the next calls, no call
             // reads much.
@@ -687,7 +668,7 @@ impl<S: Storage> Core<S> {
         let mut guard = self.lock().await?;
         let (mem, state) = &mut *guard;
         if mem.sched.pending() == 0 && mem.window.spilled > 0 {
-            let target = REFILL_CHUNK.min(self.cfg.memory_window);
+            let target = REFILL_CHUNK.min(mem.window.cap);
             self.refill(mem, state, target).await?;
         }
         Ok(mem.sched.next_ready_ms(self.clock.now_ms()))

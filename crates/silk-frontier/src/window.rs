@@ -18,7 +18,7 @@
 //! were enqueued.
 
 use crate::layout::RecordHeader;
-use crate::sched::{Entry, HostId, Scheduler};
+use crate::sched::{Entry, Scheduler};
 use std::collections::BTreeMap;
 
 /// Which pending requests are in memory (see the module doc).
@@ -57,21 +57,50 @@ impl Window {
     }
 }
 
+/// The scheduler entry of the request stored under `seq` with header `h`, and its
+/// `not_before_ms`; `None` (a corrupt header) gives an entry that is leased as any other,
+/// and the lease finds the record corrupt, drops it and counts it failed.
+pub(crate) fn entry_of(
+    sched: &mut Scheduler,
+    seq: u64,
+    h: Option<&RecordHeader<'_>>,
+    now_ms: u64,
+) -> (Entry, u64) {
+    match h {
+        Some(h) => (
+            Entry {
+                seq,
+                host: sched.host_id(h.host),
+                priority: h.priority,
+                created_ms: h.created_ms,
+            },
+            h.not_before_ms,
+        ),
+        None => (
+            Entry {
+                seq,
+                host: sched.host_id(""),
+                priority: 0,
+                created_ms: now_ms,
+            },
+            0,
+        ),
+    }
+}
+
 /// Builds the scheduler at open within the window: the backend offers every stored request
 /// (in any order; the same seq twice is harmless), and the `cap` lowest seqs go into memory.
 pub(crate) struct OpenWindow {
-    window: u64,
-    cap: usize,
-    /// seq -> (host, priority, created_ms, not_before_ms).
-    kept: BTreeMap<u64, (HostId, i32, u64, u64)>,
+    cap: u64,
+    /// seq -> (entry, not_before_ms).
+    kept: BTreeMap<u64, (Entry, u64)>,
     max_seq: Option<u64>,
 }
 
 impl OpenWindow {
     pub(crate) fn new(cap: u64) -> Self {
         Self {
-            window: cap.max(1),
-            cap: usize::try_from(cap.max(1)).unwrap_or(usize::MAX),
+            cap: cap.max(1),
             kept: BTreeMap::new(),
             max_seq: None,
         }
@@ -80,7 +109,7 @@ impl OpenWindow {
     /// Offers the stored request `seq` with header `h`.
     pub(crate) fn offer(&mut self, sched: &mut Scheduler, seq: u64, h: &RecordHeader<'_>) {
         self.max_seq = self.max_seq.max(Some(seq));
-        if self.kept.len() >= self.cap
+        if self.kept.len() as u64 >= self.cap
             && self
                 .kept
                 .last_key_value()
@@ -88,10 +117,9 @@ impl OpenWindow {
         {
             return;
         }
-        let host = sched.host_id(h.host);
-        self.kept
-            .insert(seq, (host, h.priority, h.created_ms, h.not_before_ms));
-        if self.kept.len() > self.cap {
+        // created_ms comes from the header: `now_ms` is not read.
+        self.kept.insert(seq, entry_of(sched, seq, Some(h), 0));
+        if self.kept.len() as u64 > self.cap {
             self.kept.pop_last();
         }
     }
@@ -106,18 +134,12 @@ impl OpenWindow {
     pub(crate) fn finish(self, sched: &mut Scheduler, stored: u64, now_ms: u64) -> Window {
         let loaded = self.kept.len() as u64;
         let next = self.kept.last_key_value().map_or(0, |(last, _)| last + 1);
-        for (seq, (host, priority, created_ms, not_before_ms)) in self.kept {
-            let entry = Entry {
-                seq,
-                host,
-                priority,
-                created_ms,
-            };
+        for (entry, not_before_ms) in self.kept.into_values() {
             sched.push(entry, not_before_ms, now_ms);
         }
         let spilled = stored.saturating_sub(loaded);
         Window {
-            cap: self.window,
+            cap: self.cap,
             loaded_below: if spilled > 0 { next } else { 0 },
             spilled,
         }

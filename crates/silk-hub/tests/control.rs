@@ -1435,6 +1435,46 @@ async fn a_daily_job_on_a_redis_job_frontier_fetches_each_page_once_a_day() {
     ten_daily_runs(Some(redis)).await;
 }
 
+/// With the hub's Redis down, a job that never had a job frontier is still deleted; one with
+/// `frontier: job` is not (its keys could not be deleted), and the error says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_job_while_redis_is_down_keeps_only_a_job_with_a_job_frontier() {
+    let dir = TempDir::new().unwrap();
+    let bus = bus();
+    let mut config = hub_config(dir.path());
+    // Nothing listens there.
+    config.frontier_url = Some(format!("redis://127.0.0.1:{}", silk_testkit::free_port()));
+    let hub = start_hub_with(config, &bus).await;
+    let spec = |name: &str, frontier: &str| -> JobSpec {
+        serde_json::from_value(json!({
+            "name": name, "spider": SPIDER, "frontier": frontier, "enabled": false,
+            "args": {"start_url": "http://127.0.0.1:9/", "hosts": "127.0.0.1"},
+        }))
+        .unwrap()
+    };
+    hub.create_job(spec("per-run", "run")).await.unwrap();
+    hub.create_job(spec("kept", "job")).await.unwrap();
+    within("the delete", 30, hub.delete_job("per-run"))
+        .await
+        .expect("a job without a job frontier is deleted");
+    let refused = within("the delete", 30, hub.delete_job("kept"))
+        .await
+        .expect_err("its frontier's keys cannot be deleted");
+    assert!(
+        refused.to_string().contains("the frontier of job"),
+        "{refused}"
+    );
+    let names: Vec<String> = hub
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.spec.name)
+        .collect();
+    assert_eq!(names, ["kept"]);
+    hub.shutdown().await;
+}
+
 /// What the job frontier stores between runs: its seen sets (how many, and the URLs in
 /// them), its pending requests, and for Redis the memory of its keys. The embedded one is
 /// opened as the hub opens it, once the hub has closed it after the run.
