@@ -47,7 +47,7 @@ pub(crate) struct Mem {
 
 impl Mem {
     /// Memory for `sched` and `counters` as stored; empty dedup state sized by `cfg`
-    /// (`recent_entries`: the exact cache's size, by default `expected_urls / 4` within
+    /// (`recent_entries`: the exact cache's size, by default `expected_urls` within
     /// 1,024..=1,048,576 — and 1,024 without `exact_dedup`, where it would save Bloom probes
     /// only, not store reads).
     pub(crate) fn new(
@@ -60,7 +60,7 @@ impl Mem {
             if !cfg.exact_dedup {
                 return 1 << 10;
             }
-            usize::try_from(cfg.expected_urls / 4)
+            usize::try_from(cfg.expected_urls)
                 .unwrap_or(usize::MAX)
                 .clamp(1 << 10, 1 << 20)
         });

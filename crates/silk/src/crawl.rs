@@ -135,9 +135,11 @@ pub async fn run(args: CrawlArgs) -> anyhow::Result<ExitCode> {
         std::io::stderr().is_terminal(),
         args.log_every_s,
     ));
-    let summary = crawl.run(stop_rx).await;
+    // On the runtime's workers, with the request tasks it spawns: driven by `block_on` on
+    // the main thread instead, every hand-off between it and them is a thread wake-up.
+    let summary = tokio::spawn(crawl.run(stop_rx)).await;
     display.abort();
-    let summary = summary?;
+    let summary = summary.context("the crawl task failed")??;
     let p = &summary.progress;
     eprintln!("{}", final_line(summary.finish, p, &out));
     if let Some(path) = &args.stats_json {

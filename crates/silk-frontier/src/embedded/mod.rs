@@ -81,7 +81,7 @@ pub struct EmbeddedOptions {
     /// fjall block cache size, bytes (`None`: fjall's default).
     pub cache_bytes: Option<u64>,
     /// Fingerprints held by the exact cache of recently met URLs (16 bytes each), which
-    /// confirms most duplicates without a store read. `None`: `expected_urls / 4`, between
+    /// confirms most duplicates without a store read. `None`: `expected_urls`, between
     /// 1,024 and 1,048,576.
     pub dedup_cache_entries: Option<usize>,
 }
@@ -91,11 +91,30 @@ pub struct EmbeddedOptions {
 /// levels only). Unpinned, a lookup in a large table reads and checksums its whole filter
 /// block again: 2,907 seen lookups/s at 10 M URLs (`pending` benchmark, perf: the kernel's
 /// copy 52 %, xxh3 36 %). Pinned, they cost about 1.25 bytes per key for the filters.
+/// Their memtables are [`MEMTABLE_BYTES`].
 fn point_reads() -> KeyspaceCreateOptions {
     KeyspaceCreateOptions::default()
         .filter_block_pinning_policy(PinningPolicy::all(true))
         .index_block_pinning_policy(PinningPolicy::all(true))
+        .max_memtable_size(MEMTABLE_BYTES)
 }
+
+/// The memtable size of the `requests` and `seen` keyspaces (fjall's default is 64 MiB).
+/// Each keyspace holds its active memtable and those sealed until flushed, so memtables were
+/// most of a crawl's memory; smaller ones also make lookups in them shorter skiplist walks.
+/// Like every keyspace option, it is fixed when the store is created.
+const MEMTABLE_BYTES: u64 = 16 << 20;
+
+/// The `meta` keyspace (the counters record, rewritten by every commit, and host delays):
+/// every counters version stays in the memtable until it is flushed, and an unflushed
+/// memtable keeps the journals it was written in, so a small one keeps both short.
+fn meta_options() -> KeyspaceCreateOptions {
+    KeyspaceCreateOptions::default().max_memtable_size(2 << 20)
+}
+
+/// fjall's journals, at most (its default is 512 MiB): past this, it flushes the memtables
+/// that hold the oldest journal so that it can be deleted.
+const MAX_JOURNAL_BYTES: u64 = 128 << 20;
 
 /// The embedded storage of the frontier core: where it is, and the periodic fsync.
 pub(crate) struct Fjall {
@@ -156,7 +175,7 @@ impl EmbeddedFrontier {
             retryable: false,
             source: Box::new(e),
         })?;
-        let mut builder = Database::builder(&dir);
+        let mut builder = Database::builder(&dir).max_journaling_size(MAX_JOURNAL_BYTES);
         if let Some(bytes) = options.cache_bytes {
             builder = builder.cache_size(bytes);
         }
@@ -168,7 +187,7 @@ impl EmbeddedFrontier {
             .keyspace(layout::SEEN, point_reads)
             .map_err(|e| err("open seen", e))?;
         let meta = db
-            .keyspace(layout::META, KeyspaceCreateOptions::default)
+            .keyspace(layout::META, meta_options)
             .map_err(|e| err("open meta", e))?;
 
         match meta
