@@ -481,7 +481,7 @@ pub(crate) async fn delete_job(shared: &HubCore, id_or_name: &str) -> Result<(),
         match deleted {
             Ok(()) => {}
             Err(HubError::Store(e)) if job.spec.frontier != silk_api::jobs::FrontierScope::Job => {
-                tracing::warn!(job = %job.spec.name, redis_prefix = ?prefix, error = %e, "job deleted without looking for a job frontier of an earlier spec; delete its keys by hand if it had one");
+                tracing::warn!(job = %job.spec.name, redis_prefix = ?prefix, error = %e, "job deleted, but its frontier's Redis could not be reached: keys that a job frontier of an earlier spec may have left under this prefix were not deleted");
             }
             Err(e) => return Err(e),
         }
