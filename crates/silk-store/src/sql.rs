@@ -1373,19 +1373,21 @@ macro_rules! impl_meta_store {
                 // One statement, so racers get exactly one winner: the insert takes a free
                 // lease; on a taken one the update runs only if the caller holds it (a
                 // renewal, which keeps `acquired_ms`) or it expired. A refused update touches
-                // no row (both databases then report 0 rows).
+                // no row (both databases then report 0 rows). The clock is read once: on
+                // PostgreSQL `clock_timestamp()` moves within a statement, and two readings
+                // could round to different milliseconds (an expiry short of `acquired + ttl`).
+                // (`WHERE 1 = 1` is SQLite's required marker before an upsert's ON CONFLICT.)
                 let query = sqlx::query(concat!(
                     "INSERT INTO leases (name, holder, expires_ms, acquired_ms) \
-                     VALUES ($1, $2, ",
+                     SELECT $1, $2, clock.ms + $3, clock.ms FROM (SELECT ",
                     $now,
-                    " + $3, ",
-                    $now,
-                    ") ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
+                    " AS ms) AS clock WHERE 1 = 1 \
+                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, \
                      expires_ms = excluded.expires_ms, \
                      acquired_ms = CASE WHEN leases.holder = excluded.holder \
                      THEN leases.acquired_ms ELSE excluded.acquired_ms END \
-                     WHERE leases.holder = excluded.holder OR leases.expires_ms <= ",
-                    $now
+                     WHERE leases.holder = excluded.holder \
+                     OR leases.expires_ms <= excluded.acquired_ms"
                 ))
                 .bind(name)
                 .bind(holder)
