@@ -142,6 +142,12 @@ pub struct SpiderSpec {
     /// read per duplicate, and about `bloom_fp_rate` of new URLs are taken for seen ones.
     #[serde(default = "default_true")]
     pub exact_dedup: bool,
+    /// The frontier's scheduler window: about this many pending requests are held in memory
+    /// (twice as many while politeness holds the ones in it); the others wait in the store
+    /// and are loaded in batches, in the order they were enqueued. Memory depends on this,
+    /// not on how many URLs are pending.
+    #[serde(default = "default_memory_window")]
+    pub memory_window: u64,
     /// Priority aging threshold `beta` (design §3).
     #[serde(default = "default_aging_beta")]
     pub aging_beta: f64,
@@ -272,6 +278,13 @@ fn default_segment() -> String {
 }
 fn default_expected_urls() -> u64 {
     1_000_000
+}
+/// The scheduler window when the spider does not say (`memory_window`): half a million
+/// pending requests, about 30 MB of scheduler.
+pub const DEFAULT_MEMORY_WINDOW: u64 = 500_000;
+
+fn default_memory_window() -> u64 {
+    DEFAULT_MEMORY_WINDOW
 }
 fn default_bloom_fp_rate() -> f64 {
     0.01
@@ -449,6 +462,9 @@ impl SpiderSpec {
         }
         if !(self.bloom_fp_rate > 0.0 && self.bloom_fp_rate < 1.0) {
             p.push("bloom_fp_rate: must be between 0 and 1 (exclusive)".into());
+        }
+        if self.memory_window == 0 {
+            p.push("memory_window: must be at least 1".into());
         }
         if !(0.0..=1.0).contains(&self.aging_beta) {
             p.push("aging_beta: must be between 0 and 1".into());

@@ -54,8 +54,8 @@ pub struct FrontierConfig {
 }
 
 /// The default [`FrontierConfig::memory_window`]: half a million pending requests (about
-/// 30 MB of scheduler).
-pub const DEFAULT_MEMORY_WINDOW: u64 = 500_000;
+/// 30 MB of scheduler); the spider key `memory_window` sets it.
+pub const DEFAULT_MEMORY_WINDOW: u64 = silk_core::spider::DEFAULT_MEMORY_WINDOW;
 
 /// The default [`FrontierConfig::segment_retention_ms`]: one day.
 pub const DEFAULT_SEGMENT_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
@@ -98,7 +98,7 @@ impl FrontierConfig {
             exact_dedup: spec.exact_dedup,
             segment_retention_ms: u64::try_from(spec.segment_retention().as_millis())
                 .unwrap_or(u64::MAX),
-            memory_window: DEFAULT_MEMORY_WINDOW,
+            memory_window: spec.memory_window,
         }
     }
 
@@ -212,5 +212,24 @@ mod tests {
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("per_host_concurrency"), "{e}");
         assert!(FrontierConfig::default().validate().is_ok());
+    }
+
+    #[test]
+    fn the_spider_sets_the_window() {
+        let yaml = "name: w\nstart_urls: ['http://127.0.0.1:1/']\n";
+        let spider = silk_core::spider::Spider::from_yaml(yaml, "w.yaml").expect("spider");
+        assert_eq!(
+            FrontierConfig::for_spider(&spider).memory_window,
+            DEFAULT_MEMORY_WINDOW
+        );
+        let spider =
+            silk_core::spider::Spider::from_yaml(&format!("{yaml}memory_window: 1000\n"), "w.yaml")
+                .expect("spider");
+        assert_eq!(FrontierConfig::for_spider(&spider).memory_window, 1_000);
+        let e =
+            silk_core::spider::Spider::from_yaml(&format!("{yaml}memory_window: 0\n"), "w.yaml")
+                .expect_err("a window of 0")
+                .to_string();
+        assert!(e.contains("w.yaml") && e.contains("memory_window"), "{e}");
     }
 }
