@@ -41,19 +41,63 @@ pub use kafka::KafkaBroker;
 pub use receiver::{Received, Receiver};
 pub use redis_cluster::{RedisCluster, redis_cluster_for_test};
 
-/// A TCP port that was free on `127.0.0.1` a moment ago (the kernel's pick for port 0).
+/// A TCP port that was free on `127.0.0.1` a moment ago, for a server a test starts.
 ///
-/// Another process may take it before the caller binds it; prefer `port: 0` in
-/// [`DemoConfig`] where possible.
+/// It is picked below the kernel's ephemeral range (`ip_local_port_range`), so no outgoing
+/// connection of any process takes it as its local port before the server binds it (the
+/// kernel's own pick for port 0 comes from that range: a busy test could lose it, and a
+/// server then failed with "address in use"), and never twice in one test process. Another
+/// process may still bind it first; prefer `port: 0` in [`DemoConfig`] where possible.
 ///
 /// # Panics
 ///
-/// If `127.0.0.1:0` cannot be bound at all (no loopback interface).
+/// If no port on `127.0.0.1` can be bound at all (no loopback interface).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("cannot bind 127.0.0.1:0 to find a free port")
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static HANDED_OUT: parking_lot::Mutex<Vec<u16>> = parking_lot::Mutex::new(Vec::new());
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let (low, high) = below_ephemeral_range();
+    let mut handed_out = HANDED_OUT.lock();
+    if high > low {
+        let span = u64::from(high - low);
+        // A different walk per process (its pid) and per call, so that two test processes
+        // do not try the same ports in the same order.
+        let start = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..span.min(4_096) {
+            let step = NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(7_919);
+            let port = low + u16::try_from(start.wrapping_add(step) % span).unwrap_or(0);
+            if handed_out.contains(&port) {
+                continue;
+            }
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                handed_out.push(port);
+                return port;
+            }
+        }
+    }
+    loop {
+        let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .expect("cannot bind 127.0.0.1:0 to find a free port");
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return port;
+        }
+    }
+}
+
+/// The ports `free_port` picks from: from 15000 up to the start of the kernel's ephemeral
+/// range (32768 by default), or an empty range where that is not known or too low.
+fn below_ephemeral_range() -> (u16, u16) {
+    const LOW: u16 = 15_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok());
+    match ephemeral_low {
+        Some(start) if start > LOW + 1_000 => (LOW, start),
+        _ => (0, 0),
+    }
 }
 
 /// The URL of a test service, or the path of a test tool, from the environment variable `var`

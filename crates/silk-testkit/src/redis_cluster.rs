@@ -91,39 +91,8 @@ impl RedisCluster {
             masters,
         };
         for _ in 0..count {
-            let port = crate::free_port();
-            let bus = crate::free_port();
-            let node_dir = cluster.dir.join(port.to_string());
-            std::fs::create_dir_all(&node_dir)
-                .map_err(|e| fail(format!("{}: {e}", node_dir.display())))?;
-            let child = Command::new(&server)
-                .args(["--port", &port.to_string()])
-                .args(["--cluster-port", &bus.to_string()])
-                .args(["--bind", "127.0.0.1"])
-                .args(["--cluster-enabled", "yes"])
-                .args(["--cluster-config-file", "nodes.conf"])
-                .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
-                .args(["--save", ""])
-                .args(["--appendonly", "no"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .args(["--logfile", "redis.log"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| fail(format!("{}: {e}", server.display())))?;
-            cluster.nodes.push(Node {
-                port,
-                child: Some(child),
-            });
-        }
-        for node in &cluster.nodes {
-            let addr = SocketAddr::from(([127, 0, 0, 1], node.port));
-            crate::eventually_blocking(Duration::from_secs(10), Duration::from_millis(20), || {
-                TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
-            })
-            .ok_or_else(|| fail(format!("a node did not listen on {addr} within 10 s")))?;
+            let node = cluster.start_node(&server)?;
+            cluster.nodes.push(node);
         }
         let mut create = Command::new(&cluster.cli);
         create.arg("--cluster").arg("create");
@@ -157,6 +126,66 @@ impl RedisCluster {
             ))
         })?;
         Ok(cluster)
+    }
+
+    /// Starts one node on fresh ports and waits until it listens (at most 10 s). A node that
+    /// exits first (its port or bus port was taken meanwhile) is started again on other
+    /// ports, up to three times; the error quotes its log.
+    fn start_node(&self, server: &Path) -> Result<Node, TestkitError> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = crate::free_port();
+            let bus = crate::free_port();
+            let node_dir = self.dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir)
+                .map_err(|e| fail(format!("{}: {e}", node_dir.display())))?;
+            let mut child = Command::new(server)
+                .args(["--port", &port.to_string()])
+                .args(["--cluster-port", &bus.to_string()])
+                .args(["--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+                .args(["--save", ""])
+                .args(["--appendonly", "no"])
+                .arg("--dir")
+                .arg(&node_dir)
+                .args(["--logfile", "redis.log"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| fail(format!("{}: {e}", server.display())))?;
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let up = crate::eventually_blocking(
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                || {
+                    if !matches!(child.try_wait(), Ok(None)) {
+                        return Some(false);
+                    }
+                    TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+                        .ok()
+                        .map(|_| true)
+                },
+            );
+            if up == Some(true) {
+                return Ok(Node {
+                    port,
+                    child: Some(child),
+                });
+            }
+            let _ = child.kill();
+            let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+            let log = std::fs::read_to_string(node_dir.join("redis.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            last = format!(
+                "a node on {addr} (bus port {bus}) did not listen within 10 s ({status}); \
+                 its log ends: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
+        }
+        Err(fail(last))
     }
 
     /// Whether the node on `port` is ready: the cluster is `ok` for it, it sees every node in
